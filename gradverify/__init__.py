@@ -1,0 +1,31 @@
+"""gradverify: prove gradients right, or show in one screen where they are wrong.
+
+The public API. ``import gradverify`` imports neither torch nor jax: backends
+load when an array of theirs is checked.
+"""
+
+from ._check import assert_gradients as assert_gradients
+from ._check import check as check
+from ._errors import ArgumentTypeError as ArgumentTypeError
+from ._errors import ArgumentValueError as ArgumentValueError
+from ._errors import GradientError as GradientError
+from ._errors import UsageError as UsageError
+from ._result import CheckResult as CheckResult
+from ._result import Finding as Finding
+from ._result import Kind as Kind
+from ._rule import Rule as Rule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentTypeError",
+    "ArgumentValueError",
+    "CheckResult",
+    "Finding",
+    "GradientError",
+    "Kind",
+    "Rule",
+    "UsageError",
+    "assert_gradients",
+    "check",
+]

@@ -1,0 +1,935 @@
+"""``gv.check``: cross-check forward mode, reverse mode and finite differences.
+
+Data flow (see shared/DESIGN.md): primal twice on copies (mutation,
+nondeterminism) -> choose the FD oracle precision (float64 when fn accepts it)
+-> directions u and cotangents v (seeded random signs times the local scale; the
+basis vectors for small inputs) -> JVP J u, VJP J^T v, FD J u with kink
+analysis -> element-wise comparisons JVP/FD, projected VJP/FD and JVP/VJP
+(adjoint identity) -> localisation of a failing projection by bisection ->
+findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _fd
+from . import _tolerance as tol
+from ._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
+from ._evaluate import BadStructure, CallFailed, Derivative, Evaluator
+from ._result import ERROR, INFO, WARNING, ArraySummary, CheckResult, Finding, Kind
+from ._rule import Rule
+from ._validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
+from .backends import backend_of
+
+#: Inputs with at most this many differentiable elements (and outputs with at
+#: most FULL_MAX_OUT) get the full Jacobian: n JVPs, m VJPs, 4n evaluations,
+#: which is cheap there and names the exact (output, input) pair.
+FULL_MAX_IN = 32
+FULL_MAX_OUT = 128
+
+
+def check(
+    fn: Callable[..., Any],
+    *args: Any,
+    wrt: int | Sequence[int] | None = None,
+    order: int = 1,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    full: bool | None = None,
+    directions: int = 2,
+    name: str | None = None,
+) -> CheckResult:
+    """Check the derivatives of ``fn`` at ``args``.
+
+    ``fn`` takes positional arrays of one backend (numpy, torch or jax) and
+    returns one array. ``wrt`` picks the positional arguments to differentiate
+    (default: every floating one; integer and bool arguments are constants).
+    ``order=2`` also checks the derivatives of the JVP and VJP. ``seed`` fixes
+    the random directions. ``rtol``/``atol`` replace the rounding model for AD
+    values (the finite-difference error estimate is always added). ``full``
+    forces (True) or forbids (False) the full Jacobian; ``directions`` is the
+    number of random directions otherwise.
+    """
+    validate_fn(fn)
+    validate_options(order, seed, rtol, atol, directions)
+    backend = backend_of(args)
+    ev = Evaluator(fn, backend, args, ())
+    validate_arrays(backend, args, ev.values)
+    wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
+    ev.wrt = wrt_t
+    run = _Run(ev, seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions))
+    findings = run.run(order)
+    label = name or function_name(fn)
+    return CheckResult(
+        findings=tuple(findings),
+        function=label,
+        backend=backend.name,
+        seed=int(seed),
+        order=order,
+        inputs=tuple(_summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))),
+        output=run.output_summary,
+        oracle_dtype=run.oracle_name,
+        strategy=run.strategy,
+        modes=dict(run.modes),
+        evaluations=dict(ev.counts),
+        reproduce=_reproduce(label, len(args), wrt, order, seed, rtol, atol, full, directions),
+    )
+
+
+def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> CheckResult:
+    """``check`` that raises ``GradientError`` (an AssertionError) on failure."""
+    result = check(fn, *args, **options)
+    if not result.ok:
+        raise GradientError(result)
+    return result
+
+
+# -----------------------------------------------------------------------------------
+@dataclass
+class _Flat:
+    """The differentiable inputs as one flat vector of n elements."""
+
+    shapes: list[tuple[int, ...]]
+    sizes: list[int]
+    offsets: list[int]
+    args: tuple[int, ...]  # positional index of each segment
+
+    @property
+    def n(self) -> int:
+        return self.offsets[-1] + self.sizes[-1]
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat[o : o + s].reshape(sh) for o, s, sh in zip(self.offsets, self.sizes, self.shapes)]
+
+    def locate(self, j: int) -> tuple[int, tuple[int, ...]]:
+        seg = int(np.searchsorted(self.offsets, j, side="right") - 1)
+        idx = np.unravel_index(j - self.offsets[seg], self.shapes[seg]) if self.shapes[seg] else ()
+        return self.args[seg], tuple(int(k) for k in idx)
+
+
+@dataclass
+class _ModeState:
+    status: str = "not run"  # "checked" | "unavailable" | "failed" | "not run"
+    results: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+class _Run:
+    def __init__(self, ev: Evaluator, *, seed: int, rtol: float | None, atol: float | None, full: bool | None, k: int) -> None:
+        self.ev = ev
+        self.seed = seed
+        self.rtol, self.atol = rtol, atol
+        self.full_opt = full
+        self.k = k
+        self.findings: list[Finding] = []
+        self.modes: dict[str, str] = {}
+        self.output_summary: ArraySummary | None = None
+        self.oracle_name: str | None = None
+        self.strategy = "not run"
+
+    # -- top level ------------------------------------------------------------------
+    def run(self, order: int) -> list[Finding]:
+        try:
+            if not self._primal():
+                return self.findings
+            self._choose_oracle()
+            self._directions()
+            self._first_order()
+            if order == 2:
+                self._second_order()
+        except CallFailed as e:
+            self._exception(e)
+        return self.findings
+
+    def add(self, kind: str, level: str, message: str, **kw: Any) -> None:
+        self.findings.append(Finding(kind=kind, level=level, message=message, **kw))
+
+    def _exception(self, e: CallFailed) -> None:
+        self.add(
+            Kind.EXCEPTION,
+            ERROR,
+            f"{type(e.exc).__name__} raised while {e.stage}: {e.exc}",
+            detail=e.traceback,
+        )
+
+    # -- 1. the primal ------------------------------------------------------------------
+    def _primal(self) -> bool:
+        ev = self.ev
+        try:
+            out1, out_dtype, after = ev.primal_raw()
+        except CallFailed as e:
+            self._exception(e)
+            return False
+        if not np.issubdtype(out1.dtype, np.floating):
+            raise ArgumentTypeError(
+                explain(
+                    "fn's return value",
+                    "a floating-point array (derivatives need a real output)",
+                    f"dtype {out_dtype}",
+                    "return a float array, e.g. cast with .astype(float)",
+                )
+            )
+        self.out_dtype = out_dtype
+        self.out_shape = tuple(out1.shape)
+        self.f_native = out1.astype(np.float64).ravel()
+        self.output_summary = _summary("output", out1, out_dtype, True)
+        for i, (before, now) in enumerate(zip(ev.values, after)):
+            if before.shape != now.shape or not np.array_equal(before, now, equal_nan=True):
+                changed = (
+                    np.argwhere(before != now) if before.shape == now.shape else np.zeros((1, before.ndim), int)
+                )
+                first = tuple(int(k) for k in changed[0]) if len(changed) else ()
+                self.add(
+                    Kind.MUTATION,
+                    ERROR,
+                    f"fn mutates argument {i}: {len(changed)} element(s) changed in place, "
+                    f"the first at index {first}; it must leave its inputs alone "
+                    "(gradverify passed it a copy, your array is untouched)",
+                    argument=i,
+                    input_index=first,
+                )
+        out2, _, _ = ev.primal_raw()
+        if not np.array_equal(out1, out2, equal_nan=True):
+            d = np.abs(out1.astype(np.float64) - out2.astype(np.float64))
+            d = np.where(np.isnan(d), np.inf, d)
+            worst = np.unravel_index(int(np.argmax(d)), out1.shape) if out1.ndim else ()
+            scale = float(np.max(np.abs(np.where(np.isfinite(out1), out1, 0)), initial=0.0))
+            noise = tol.AD_ROUNDING * tol.unit_roundoff(out_dtype) * scale
+            level = ERROR if float(np.max(d)) > noise else WARNING
+            self.add(
+                Kind.NONDETERMINISM,
+                level,
+                f"two evaluations of fn at the same inputs differ: {int((d > 0).sum())} element(s), "
+                f"the largest by {float(np.max(d)):.3g} at output index {tuple(map(int, worst))}",
+                output_index=tuple(map(int, worst)),
+                values={"first": float(out1[worst]), "second": float(out2[worst])},
+                error=float(np.max(d)),
+                bound=noise,
+                bound_reason=f"{tol.AD_ROUNDING:g} u({out_dtype}) x max|output|: beyond rounding noise"
+                if level == ERROR
+                else "within rounding noise",
+            )
+        self.out_finite = np.isfinite(self.f_native)
+        if not self.out_finite.all():
+            bad = np.flatnonzero(~self.out_finite)
+            self.add(
+                Kind.NONFINITE_OUTPUT,
+                WARNING,
+                f"fn's output is NaN/inf at {bad.size} element(s) (first at output index "
+                f"{_unravel(int(bad[0]), self.out_shape)}); those elements are not checked",
+                output_index=_unravel(int(bad[0]), self.out_shape),
+            )
+        return True
+
+    # -- 2. the oracle precision ------------------------------------------------------
+    def _choose_oracle(self) -> None:
+        ev = self.ev
+        float_dtypes = {ev.dtypes[i] for i in range(len(ev.dtypes)) if ev.floating[i]}
+        self.native_u = max(tol.unit_roundoff(d) for d in float_dtypes | {self.out_dtype})
+        self.oracle_reason = ""
+        if float_dtypes == {"float64"} and self.out_dtype == "float64":
+            self.oracle, self.oracle_name = None, "float64"
+            self.f0 = self.f_native
+        else:
+            try:
+                out64, dt, _ = ev.primal_raw("float64")
+                ok = dt == "float64" and tuple(out64.shape) == self.out_shape
+                why = f"fn returned {dt} for float64 inputs"
+            except CallFailed as e:
+                ok, why = False, f"fn raised {type(e.exc).__name__} on float64 inputs"
+            if ok:
+                self.oracle, self.oracle_name = "float64", "float64"
+                self.f0 = out64.astype(np.float64).ravel()
+            else:
+                self.oracle = None
+                self.oracle_name = self.out_dtype
+                self.oracle_reason = why
+                self.f0 = self.f_native
+        self.u_oracle = tol.unit_roundoff(self.oracle_name)
+        self.h = tol.base_step(self.oracle_name)
+        self.floor = tol.ladder_floor(self.out_dtype if self.native_u > 0 else "float64", self.oracle_name)
+        self.floor = max(self.floor, tol.KINK_RESOLUTION * self.native_u)
+
+    # -- 3. directions ------------------------------------------------------------------
+    def _directions(self) -> None:
+        ev = self.ev
+        segs = [ev.values[i] for i in ev.wrt]
+        sizes = [int(s.size) for s in segs]
+        self.flat = _Flat([tuple(s.shape) for s in segs], sizes, list(np.cumsum([0] + sizes[:-1])), ev.wrt)
+        self.x = np.concatenate([s.astype(np.float64).ravel() for s in segs])
+        scale = []
+        for s in segs:
+            a = np.abs(s.astype(np.float64).ravel())
+            rms = float(np.sqrt(np.mean(a * a)))
+            scale.append(np.maximum(a, rms if rms > 0 else 1.0))
+        self.scale = np.concatenate(scale)
+        n, m = self.flat.n, self.f0.size
+        self.full = self.full_opt if self.full_opt is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
+        rng = np.random.default_rng(self.seed)
+        if self.full:
+            self.us = [self._basis(j, n) * self.scale for j in range(n)]
+            self.vs = [self._basis(i, m) for i in range(m)]
+            self.strategy = f"full Jacobian ({m}x{n})"
+        else:
+            self.us = [rng.choice((-1.0, 1.0), size=n) * self.scale for _ in range(self.k)]
+            self.vs = [rng.choice((-1.0, 1.0), size=m) for _ in range(self.k)]
+            self.strategy = f"directional ({self.k} random-sign directions, seed {self.seed})"
+        # Non-finite outputs are not checked: give them no weight.
+        self.vs = [np.where(self.out_finite, v, 0.0) for v in self.vs]
+
+    @staticmethod
+    def _basis(j: int, n: int) -> np.ndarray:
+        e = np.zeros(n)
+        e[j] = 1.0
+        return e
+
+    def F(self, u: np.ndarray) -> Callable[[float], np.ndarray]:
+        def at(t: float) -> np.ndarray:
+            points = self.flat.split(self.x + t * u)
+            return self.ev.primal(points, self.oracle).ravel()
+
+        return at
+
+    def fd(self, u: np.ndarray, ad_tol: np.ndarray, *, ladder: bool = True) -> _fd.Reference:
+        ref = _fd.reference(self.F(u), self.f0, self.h, self.floor, self.u_oracle, ad_tol, ladder=ladder)
+        ref.status[~self.out_finite] = _fd.UNRELIABLE
+        return ref
+
+    # -- 4. modes --------------------------------------------------------------------
+    def _run_jvp(self, u: np.ndarray) -> np.ndarray | None:
+        try:
+            d = self.ev.jvp(self.flat.split(u))
+        except ModeUnavailable as e:
+            self._unavailable("JVP", str(e))
+            return None
+        except CallFailed as e:
+            self._exception(e)
+            self.modes["JVP"] = "failed"
+            return None
+        problem = self._validate(d, "JVP", "output tangent", self.out_shape, self.out_dtype, None)
+        if problem:
+            self.modes["JVP"] = "failed"
+            return None
+        value = d.value.ravel()
+        bad = ~np.isfinite(value) & self.out_finite
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self.add(
+                Kind.NONFINITE_GRADIENT,
+                ERROR,
+                f"forward mode returned {value[i]} at output index {_unravel(i, self.out_shape)} "
+                f"where the output is finite ({bad.sum()} element(s))",
+                pair=("JVP", "output"),
+                output_index=_unravel(i, self.out_shape),
+                values={"JVP": float(value[i]), "output": float(self.f_native[i])},
+            )
+            self.modes["JVP"] = "failed"
+            return None
+        return np.where(self.out_finite, value, 0.0)
+
+    def _run_vjp(self, v: np.ndarray) -> np.ndarray | None:
+        ev = self.ev
+        try:
+            ds = ev.vjp(v.reshape(self.out_shape), self.out_dtype)
+        except ModeUnavailable as e:
+            self._unavailable("VJP", str(e))
+            return None
+        except BadStructure as e:
+            self.add(Kind.WRONG_SHAPE, ERROR, str(e), pair=("VJP", "inputs"))
+            self.modes["VJP"] = "failed"
+            return None
+        except CallFailed as e:
+            self._exception(e)
+            self.modes["VJP"] = "failed"
+            return None
+        parts = []
+        for k, (i, d) in enumerate(zip(ev.wrt, ds)):
+            shape = self.flat.shapes[k]
+            if d.kind == "None":
+                parts.append(np.zeros(self.flat.sizes[k]))
+                continue
+            if self._validate(d, "VJP", f"cotangent of argument {i}", shape, ev.dtypes[i], i):
+                self.modes["VJP"] = "failed"
+                return None
+            parts.append(d.value.ravel())
+        g = np.concatenate(parts)
+        bad = ~np.isfinite(g)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            arg, idx = self.flat.locate(j)
+            self.add(
+                Kind.NONFINITE_GRADIENT,
+                ERROR,
+                f"reverse mode returned {g[j]} for argument {arg} at index {idx} while the output is "
+                f"finite there ({int(bad.sum())} element(s))",
+                pair=("VJP", "output"),
+                argument=arg,
+                input_index=idx,
+                values={"VJP": float(g[j])},
+            )
+            self.modes["VJP"] = "failed"
+            return None
+        return g
+
+    def _validate(
+        self, d: Derivative, mode: str, what: str, shape: tuple[int, ...], dtype: str, arg: int | None
+    ) -> bool:
+        if d.kind not in ("array", "None"):
+            self.add(
+                Kind.WRONG_DTYPE,
+                ERROR,
+                f"{mode}: the {what} is a {d.kind}; expected a {self.ev.backend.name} array",
+                pair=(mode, "inputs" if arg is not None else "output"),
+                argument=arg,
+            )
+            return True
+        if d.kind == "None":
+            self.add(Kind.WRONG_SHAPE, ERROR, f"{mode}: the {what} is None; expected an array of shape {shape}",
+                     pair=(mode, "output"))
+            return True
+        if tuple(d.shape) != tuple(shape):
+            self.add(
+                Kind.WRONG_SHAPE,
+                ERROR,
+                f"{mode}: the {what} has shape {tuple(d.shape)}; expected {tuple(shape)}",
+                pair=(mode, "inputs" if arg is not None else "output"),
+                argument=arg,
+            )
+            return True
+        if d.dtype != dtype:
+            self.add(
+                Kind.WRONG_DTYPE,
+                ERROR,
+                f"{mode}: the {what} has dtype {d.dtype}; expected {dtype}",
+                pair=(mode, "inputs" if arg is not None else "output"),
+                argument=arg,
+            )
+            return False  # values are still comparable; keep checking them
+        return False
+
+    def _unavailable(self, mode: str, why: str) -> None:
+        if self.modes.get(mode) == "unavailable":
+            return
+        self.modes[mode] = "unavailable"
+        self.add(
+            Kind.MODE_UNAVAILABLE,
+            WARNING,
+            f"{mode} is unavailable ({why}); the other checks ran",
+            pair=(mode, "-"),
+        )
+
+    # -- 5. first order -----------------------------------------------------------------
+    def _first_order(self) -> None:
+        jvps: list[np.ndarray | None] = []
+        for u in self.us:
+            if self.modes.get("JVP") in ("unavailable", "failed"):
+                break
+            jvps.append(self._run_jvp(u))
+        if self.modes.get("JVP") in ("unavailable", "failed"):
+            jvps = []
+        vjps: list[np.ndarray | None] = []
+        for v in self.vs:
+            if self.modes.get("VJP") in ("unavailable", "failed"):
+                break
+            vjps.append(self._run_vjp(v))
+        if self.modes.get("VJP") in ("unavailable", "failed"):
+            vjps = []
+        self.jvps = [j for j in jvps if j is not None]
+        self.vjps = [g for g in vjps if g is not None]
+        if self.jvps:
+            self.modes["JVP"] = "checked"
+        if self.vjps:
+            self.modes["VJP"] = "checked"
+
+        out_tol_dtype = self.out_dtype
+        self.refs: list[_fd.Reference] = []
+        for b, u in enumerate(self.us):
+            ad_t = (
+                tol.ad_bound(self.jvps[b], out_tol_dtype, self.rtol, self.atol)
+                if self.jvps
+                else np.zeros(self.f0.size)
+            )
+            self.refs.append(self.fd(u, ad_t))
+        self.modes["FD"] = f"{self.oracle_name}" + (f" ({self.oracle_reason})" if self.oracle_reason else "")
+        self._report_kinks()
+        jvp_ok = self._compare_jvp_fd() if self.jvps else False
+        vjp_fd_ok = self._compare_vjp_fd(jvp_ok) if self.vjps else True
+        if self.jvps and self.vjps:
+            self._compare_adjoint(jvp_ok, vjp_fd_ok)
+        if not self.jvps and not self.vjps:
+            self.modes.setdefault("JVP", "unavailable")
+            self.modes.setdefault("VJP", "unavailable")
+
+    def _g_bound(self, g: np.ndarray) -> np.ndarray:
+        parts = [
+            tol.ad_bound(p, self.ev.dtypes[i], self.rtol, self.atol)
+            for p, i in zip(self.flat.split(g), self.ev.wrt)
+        ]
+        return np.concatenate([p.ravel() for p in parts])
+
+    def _report_kinks(self) -> None:
+        """One inconclusive finding per kind of non-smooth point found."""
+        for status, kind, what in (
+            (_fd.KINK, Kind.NONDIFFERENTIABLE, "non-differentiable point (a kink)"),
+            (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
+            (_fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences did not converge"),
+        ):
+            hits = [(b, i) for b, r in enumerate(self.refs) for i in np.flatnonzero((r.status == status) & self.out_finite)]
+            if not hits:
+                continue
+            b, i = hits[0]
+            r = self.refs[b]
+            where, arg, idx = self._where(b, i)
+            values = {"D-": float(r.lo[i]), "D+": float(r.hi[i])} if status == _fd.KINK else {}
+            if status == _fd.KINK:
+                values = {"left": float(self._unscale(b, r.lo[i])), "right": float(self._unscale(b, r.hi[i]))}
+            count = len({(i if not self.full else (b, i)) for b, i in hits})
+            self.add(
+                kind,
+                INFO if status == _fd.KINK else WARNING,
+                f"{what} at {count} element(s), e.g. {where}: inconclusive there; "
+                + (
+                    "AD values are accepted between the one-sided derivatives"
+                    if status == _fd.KINK
+                    else "those elements are not compared"
+                ),
+                argument=arg,
+                input_index=idx,
+                output_index=_unravel(int(i), self.out_shape),
+                values=values,
+                where=self._direction_name(b),
+            )
+
+    def _where(self, b: int, i: int) -> tuple[str, int | None, tuple[int, ...] | None]:
+        out_idx = _unravel(int(i), self.out_shape)
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            x = self.x[b]
+            return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {x:.17g})", arg, idx
+        return f"output {out_idx}", None, None
+
+    def _unscale(self, b: int, value: float) -> float:
+        return value / self.scale[b] if self.full else value
+
+    def _direction_name(self, b: int) -> str:
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            return f"column for argument {arg} {idx}"
+        return f"random direction {b + 1} of {len(self.us)} (seed {self.seed})"
+
+    # -- comparisons -----------------------------------------------------------------
+    @staticmethod
+    def _violation(ad: np.ndarray, ref: _fd.Reference, ad_tol: np.ndarray, usable: np.ndarray) -> np.ndarray:
+        over = np.maximum(ref.lo - ad, ad - ref.hi)
+        v = np.where(usable, over - ad_tol, -np.inf)
+        return v
+
+    def _usable(self, ref: _fd.Reference) -> np.ndarray:
+        return ((ref.status == _fd.SMOOTH) | (ref.status == _fd.KINK)) & self.out_finite
+
+    def _compare_jvp_fd(self) -> bool:
+        worst = None
+        count = 0
+        for b, (jv, ref) in enumerate(zip(self.jvps, self.refs)):
+            t = tol.ad_bound(jv, self.out_dtype, self.rtol, self.atol)
+            viol = self._violation(jv, ref, t, self._usable(ref))
+            bad = np.flatnonzero(viol > 0)
+            count += bad.size
+            if bad.size:
+                i = int(bad[np.argmax(viol[bad] / (t[bad] + ref.err[bad] + 1e-300))])
+                ratio = (abs(jv[i] - ref.value[i])) / (t[i] + ref.err[i] + 1e-300)
+                if worst is None or ratio > worst[0]:
+                    worst = (ratio, b, i, t[i])
+        if worst is None:
+            return True
+        _, b, i, t_i = worst
+        ref = self.refs[b]
+        jv = self.jvps[b]
+        out_idx = _unravel(i, self.out_shape)
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            s = self.scale[b]
+            ad, fdv, bound = jv[i] / s, ref.value[i] / s, (t_i + ref.err[i]) / s
+            where = self._direction_name(b)
+        else:
+            arg, idx, ad, fdv, bound = self._locate_jvp(b, i)
+            where = f"located by bisection from {self._direction_name(b)}"
+        kink = ref.status[i] == _fd.KINK
+        self.add(
+            Kind.MISMATCH,
+            ERROR,
+            f"forward mode disagrees with finite differences: d output{list(out_idx)} / d arg{arg}{list(idx)}"
+            + (" lies outside the one-sided derivatives at a kink" if kink else "")
+            + f" ({count} element(s) over the bound)",
+            pair=("JVP", "FD"),
+            argument=arg,
+            input_index=idx,
+            output_index=out_idx,
+            values={"JVP": float(ad), "FD": float(fdv)},
+            error=float(abs(ad - fdv)),
+            bound=float(bound),
+            bound_reason=self._bound_reason(kink),
+            where=where,
+        )
+        return False
+
+    def _bound_reason(self, kink: bool) -> str:
+        ad = (
+            f"user atol {self.atol or 0:g} + rtol {self.rtol or 0:g} x |AD|"
+            if (self.rtol is not None or self.atol is not None)
+            else f"AD rounding {tol.AD_ROUNDING:g} u({self.out_dtype}) x (|AD| + max|AD|)"
+        )
+        if kink:
+            return f"one-sided derivatives (FD in {self.oracle_name}) with their error bounds + {ad}"
+        return (
+            f"FD error estimate x{tol.FD_SAFETY:g} (Richardson, steps h and h/2, in {self.oracle_name}, "
+            f"plus its rounding) + {ad}"
+        )
+
+    def _ref_for_projection(self, b: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """FD reference for J u_b as (value, half-width), with unusable elements
+        replaced by the JVP's values when there is one."""
+        ref = self.refs[b]
+        usable = self._usable(ref)
+        value, err = ref.value.copy(), ref.err.copy()
+        missing = ~usable & self.out_finite
+        if missing.any():
+            if not self.jvps:
+                return None
+            value[missing] = self.jvps[b][missing]
+            err[missing] = tol.ad_bound(self.jvps[b], self.out_dtype, self.rtol, self.atol)[missing]
+        value[~self.out_finite] = 0.0
+        err[~self.out_finite] = 0.0
+        return value, err
+
+    def _compare_vjp_fd(self, jvp_ok: bool) -> bool:
+        if self.full:
+            return self._compare_vjp_full(("VJP", "FD"))
+        worst = None
+        for a, (v, g) in enumerate(zip(self.vs, self.vjps)):
+            gb = self._g_bound(g)
+            for b, u in enumerate(self.us):
+                r = self._ref_for_projection(b)
+                if r is None:
+                    continue
+                value, err = r
+                lhs = float(g @ u)
+                rhs = float(v @ value)
+                bound = tol.hoeffding(v, err) + tol.hoeffding(u, gb)
+                ratio = abs(lhs - rhs) / (bound + 1e-300)
+                if ratio > 1 and (worst is None or ratio > worst[0]):
+                    worst = (ratio, a, b, lhs, rhs, bound)
+        if worst is None:
+            return True
+        _, a, b, lhs, rhs, bound = worst
+        self._report_vjp(a, b, lhs, rhs, bound, ("VJP", "FD"), use_jvp=jvp_ok)
+        return False
+
+    def _compare_vjp_full(self, pair: tuple[str, str]) -> bool:
+        """Full Jacobian: row i from VJP(e_i) against column j from FD(e_j)."""
+        m, n = self.f0.size, self.flat.n
+        J = np.stack(self.vjps) if self.vjps else np.zeros((0, n))  # (m, n) in real units
+        worst = None
+        count = 0
+        for j, ref in enumerate(self.refs):
+            s = self.scale[j]
+            for i in range(m):
+                if not self._usable(ref)[i]:
+                    continue
+                ad = J[i, j]
+                t = tol.ad_bound(J[i], self.ev.dtypes[self.flat.locate(j)[0]], self.rtol, self.atol)[j]
+                over = max(ref.lo[i] / s - ad, ad - ref.hi[i] / s) - t
+                if over > 0:
+                    count += 1
+                    ratio = abs(ad - ref.value[i] / s) / (t + ref.err[i] / s + 1e-300)
+                    if worst is None or ratio > worst[0]:
+                        worst = (ratio, i, j, ad, ref.value[i] / s, t + ref.err[i] / s, ref.status[i] == _fd.KINK)
+        if worst is None:
+            return True
+        _, i, j, ad, fdv, bound, kink = worst
+        arg, idx = self.flat.locate(j)
+        out_idx = _unravel(i, self.out_shape)
+        self.add(
+            Kind.MISMATCH,
+            ERROR,
+            f"reverse mode disagrees with finite differences: d output{list(out_idx)} / d arg{arg}{list(idx)}"
+            + (" lies outside the one-sided derivatives at a kink" if kink else "")
+            + f" ({count} Jacobian element(s) over the bound)",
+            pair=pair,
+            argument=arg,
+            input_index=idx,
+            output_index=out_idx,
+            values={"VJP": float(ad), "FD": float(fdv)},
+            error=float(abs(ad - fdv)),
+            bound=float(bound),
+            bound_reason=self._bound_reason(bool(kink)),
+            where=f"full Jacobian, row {out_idx}",
+        )
+        return False
+
+    def _compare_adjoint(self, jvp_ok: bool, vjp_fd_ok: bool) -> None:
+        """<v, J u> from JVP against <J^T v, u> from VJP: no FD, rounding only.
+
+        Run when both modes passed against FD: it is the sharper test (its bound
+        is AD rounding alone), and when either failed it would only repeat that."""
+        if not (jvp_ok and vjp_fd_ok):
+            return
+        if self.full:
+            self._compare_adjoint_full()
+            return
+        worst = None
+        for a, (v, g) in enumerate(zip(self.vs, self.vjps)):
+            gb = self._g_bound(g)
+            for b, (u, jv) in enumerate(zip(self.us, self.jvps)):
+                lhs, rhs = float(g @ u), float(v @ jv)
+                bound = tol.hoeffding(v, tol.ad_bound(jv, self.out_dtype, self.rtol, self.atol)) + tol.hoeffding(u, gb)
+                ratio = abs(lhs - rhs) / (bound + 1e-300)
+                if ratio > 1 and (worst is None or ratio > worst[0]):
+                    worst = (ratio, a, b, lhs, rhs, bound)
+        if worst is None:
+            return
+        _, a, b, lhs, rhs, bound = worst
+        self._report_vjp(a, b, lhs, rhs, bound, ("JVP", "VJP"), use_jvp=True)
+
+    def _compare_adjoint_full(self) -> None:
+        J_r = np.stack(self.vjps)  # (m, n)
+        J_f = np.stack([jv / s for jv, s in zip(self.jvps, self.scale)], axis=1)  # (m, n)
+        t = tol.ad_bound(J_f, self.out_dtype, self.rtol, self.atol)
+        over = np.abs(J_r - J_f) - t
+        if (over <= 0).all():
+            return
+        i, j = np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape)
+        arg, idx = self.flat.locate(int(j))
+        out_idx = _unravel(int(i), self.out_shape)
+        self.add(
+            Kind.MISMATCH,
+            ERROR,
+            f"forward and reverse mode disagree: d output{list(out_idx)} / d arg{arg}{list(idx)} "
+            f"({int((over > 0).sum())} Jacobian element(s) over the bound; finite differences could not tell which is wrong)",
+            pair=("JVP", "VJP"),
+            argument=arg,
+            input_index=idx,
+            output_index=out_idx,
+            values={"JVP": float(J_f[i, j]), "VJP": float(J_r[i, j])},
+            error=float(abs(J_f[i, j] - J_r[i, j])),
+            bound=float(t[i, j]),
+            bound_reason=f"AD rounding {tol.AD_ROUNDING:g} u({self.out_dtype}) (the adjoint identity needs no FD)",
+            where="full Jacobian",
+        )
+
+    # -- localisation -------------------------------------------------------------------
+    def _report_vjp(
+        self, a: int, b: int, lhs: float, rhs: float, bound: float, pair: tuple[str, str], *, use_jvp: bool
+    ) -> None:
+        v, g, u = self.vs[a], self.vjps[a], self.us[b]
+        j, steps = self._bisect_vjp(a, b, use_jvp)
+        arg, idx = self.flat.locate(j)
+        # The exact reference for (J^T v)_j: one FD along e_j, projected on v.
+        e = self._basis(j, self.flat.n) * self.scale[j]
+        ref = self.fd(e, np.zeros(self.f0.size))
+        r = self._ref_for_column(ref, j)
+        values = {"VJP": float(g[j])}
+        if r is not None:
+            fd_val, fd_err = float(v @ r[0]) / self.scale[j], tol.hoeffding(v, r[1]) / self.scale[j]
+            values["FD"] = fd_val
+        if use_jvp and self.jvps:
+            jv = self._jvp_value(e)
+            if jv is not None:
+                values["JVP"] = float(v @ jv) / self.scale[j]
+        other = values.get("FD", values.get("JVP", float("nan")))
+        gb = float(self._g_bound(g)[j])
+        elem_bound = gb + (fd_err if r is not None else 0.0)
+        proj = (
+            f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
+            + ("JVP" if pair == ("JVP", "VJP") else "FD")
+            + f" (bound {bound:.3g}: Hoeffding {tol.HOEFFDING_K:g} sigma over random signs)"
+        )
+        self.add(
+            Kind.MISMATCH,
+            ERROR,
+            (
+                "reverse mode disagrees with finite differences"
+                if pair == ("VJP", "FD")
+                else "reverse mode disagrees with forward mode (adjoint identity <v, J u> = <J^T v, u>)"
+            )
+            + f": (J^T v) at arg{arg}{list(idx)}",
+            pair=pair,
+            argument=arg,
+            input_index=idx,
+            values=values,
+            error=float(abs(values["VJP"] - other)),
+            bound=float(elem_bound),
+            bound_reason=(
+                f"AD rounding {tol.AD_ROUNDING:g} u + FD error estimate x{tol.FD_SAFETY:g}, projected on v"
+                if self.rtol is None and self.atol is None
+                else "user rtol/atol + FD error estimate, projected on v"
+            ),
+            where=f"cotangent v {a + 1} (random signs, seed {self.seed}); {proj}; "
+            f"located in {steps} bisection steps using {'JVP' if use_jvp and self.jvps else 'FD'}",
+        )
+
+    def _ref_for_column(self, ref: _fd.Reference, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+        usable = self._usable(ref)
+        value = np.where(usable, ref.value, 0.0)
+        err = np.where(usable, ref.err, 0.0)
+        return value, err
+
+    def _jvp_value(self, u: np.ndarray) -> np.ndarray | None:
+        try:
+            d = self.ev.jvp(self.flat.split(u))
+        except (ModeUnavailable, CallFailed):
+            return None
+        return np.where(self.out_finite, d.value.ravel(), 0.0) if d.value is not None else None
+
+    def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
+        """Find the input element whose reverse-mode value is wrong: the
+        discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S, so halve
+        S toward the larger discrepancy (log2 n oracle calls)."""
+        v, g, u = self.vs[a], self.vjps[a], self.us[b]
+        use_jvp = use_jvp and bool(self.jvps)
+
+        def disc(lo: int, hi: int) -> float:
+            uS = np.zeros_like(u)
+            uS[lo:hi] = u[lo:hi]
+            if use_jvp:
+                w = self._jvp_value(uS)
+                if w is not None:
+                    return float(g[lo:hi] @ u[lo:hi] - v @ w)
+            ref = self.fd(uS, np.zeros(self.f0.size), ladder=False)
+            value, _ = self._ref_for_column(ref, 0)
+            return float(g[lo:hi] @ u[lo:hi] - v @ value)
+
+        return _bisect(self.flat.n, disc)
+
+    def _locate_jvp(self, b: int, i: int) -> tuple[int, tuple[int, ...], float, float, float]:
+        """Find the input element behind a JVP mismatch at output element i."""
+        u = self.us[b]
+        jv_t = tol.ad_bound(self.jvps[b], self.out_dtype, self.rtol, self.atol)
+
+        def disc(lo: int, hi: int) -> float:
+            uS = np.zeros_like(u)
+            uS[lo:hi] = u[lo:hi]
+            w = self._jvp_value(uS)
+            ref = self.fd(uS, jv_t, ladder=False)
+            return float((w[i] if w is not None else 0.0) - ref.value[i])
+
+        j, _ = _bisect(self.flat.n, disc)
+        arg, idx = self.flat.locate(j)
+        e = self._basis(j, self.flat.n) * self.scale[j]
+        w = self._jvp_value(e)
+        ref = self.fd(e, jv_t)
+        s = self.scale[j]
+        ad = (w[i] if w is not None else np.nan) / s
+        return arg, idx, float(ad), float(ref.value[i] / s), float((jv_t[i] + ref.err[i]) / s)
+
+    # -- 6. second order --------------------------------------------------------------
+    def _second_order(self) -> None:
+        ev = self.ev
+        if self.modes.get("VJP") != "checked" and self.modes.get("JVP") != "checked":
+            return
+        rng = np.random.default_rng([self.seed, 2])
+        m = self.f0.size
+        v = rng.choice((-1.0, 1.0), size=m)
+        u = rng.choice((-1.0, 1.0), size=self.flat.n)
+        backend = ev.backend
+        like = ev.originals[0]
+        derived: list[tuple[str, Callable]] = []
+        if self.modes.get("VJP") == "checked":
+            cot = backend.from_numpy(v.reshape(self.out_shape), like, self.out_dtype)
+            try:
+                derived.append(("the VJP x -> J(x)^T v", self._derivative_fn("vjp", cot)))
+            except ModeUnavailable as e:
+                self._unavailable("second-order VJP", str(e))
+        if self.modes.get("JVP") == "checked":
+            tans = [backend.from_numpy(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(self.flat.split(u), ev.wrt)]
+            try:
+                derived.append(("the JVP x -> J(x) u", self._derivative_fn("jvp", tans)))
+            except ModeUnavailable as e:
+                self._unavailable("second-order JVP", str(e))
+        for label, g in derived:
+            sub = check(g, *ev.originals, wrt=ev.wrt, order=1, seed=self.seed + 1, rtol=self.rtol,
+                        atol=self.atol, full=self.full_opt, directions=self.k, name=label)
+            for f in sub.findings:
+                if f.kind in (Kind.NONDETERMINISM,) or (f.kind == Kind.MUTATION):
+                    continue
+                self.findings.append(
+                    Finding(
+                        **{**f.__dict__, "order": 2, "message": f"order 2, derivative of {label}: {f.message}"}
+                    )
+                )
+            for mode, status in sub.modes.items():
+                if mode in ("JVP", "VJP"):
+                    self.modes[f"{mode} of {label.split()[1]}"] = status
+            for key, count in sub.evaluations.items():
+                ev.counts[key] += count
+
+    def _derivative_fn(self, kind: str, arg: Any) -> Callable:
+        ev = self.ev
+        rule = ev.rule
+        if rule is not None:
+            backend, wrt = ev.backend, ev.wrt
+            if kind == "vjp":
+                def vjp_rule(*xs: Any) -> Any:
+                    cs = rule.vjp(tuple(xs), arg)
+                    cs = (cs,) if len(xs) == 1 and not isinstance(cs, (tuple, list)) else cs
+                    return backend.concat_flat([cs[i] for i in wrt])
+                return vjp_rule
+
+            def jvp_rule(*xs: Any) -> Any:
+                full = [None] * len(xs)
+                for t, i in zip(arg, wrt):
+                    full[i] = t
+                return rule.jvp(tuple(xs), tuple(full))
+            return jvp_rule
+        if kind == "vjp":
+            return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
+        return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
+
+
+def _bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:
+    lo, hi = 0, n
+    total = None
+    steps = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if total is None:
+            total = disc(lo, hi)
+            steps += 1
+        left = disc(lo, mid)
+        steps += 1
+        right = total - left
+        if abs(left) >= abs(right):
+            hi, total = mid, left
+        else:
+            lo, total = mid, right
+    return lo, steps
+
+
+def _unravel(i: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(k) for k in np.unravel_index(i, shape)) if shape else ()
+
+
+def _summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> ArraySummary:
+    a = np.asarray(v)
+    finite = a[np.isfinite(a)] if np.issubdtype(a.dtype, np.floating) else a
+    lo = float(finite.min()) if finite.size else None
+    hi = float(finite.max()) if finite.size else None
+    return ArraySummary(name, tuple(int(s) for s in a.shape), dtype, lo, hi, differentiable)
+
+
+def _reproduce(label: str, nargs: int, wrt: Any, order: int, seed: int, rtol: Any, atol: Any, full: Any, k: int) -> str:
+    argnames = ", ".join(f"arg{i}" for i in range(nargs))
+    opts = [f"seed={seed}"]
+    for key, value, default in (("wrt", wrt, None), ("order", order, 1), ("rtol", rtol, None),
+                                ("atol", atol, None), ("full", full, None), ("directions", k, 2)):
+        if value != default:
+            opts.append(f"{key}={value!r}")
+    return f"gv.check({label}, {argnames}, {', '.join(opts)})"
+
+
+__all__ = ["check", "assert_gradients", "Rule"]

@@ -1,0 +1,170 @@
+"""Calls into fn and its derivatives, always on copies, in a chosen precision.
+
+The checker works on numpy float64 values; an ``Evaluator`` turns them into
+backend arrays of the right dtype, calls fn (or its rules), and turns the
+answer back. It counts every call, and wraps every exception raised by user
+code into ``CallFailed`` with the stage it happened in."""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._errors import ArgumentTypeError, ModeUnavailable, explain
+from ._rule import Rule
+from .backends import Backend, backend_name_of
+
+
+class CallFailed(Exception):
+    """User code (fn or a rule) raised. ``stage`` says where."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
+        self.stage = stage
+        self.exc = exc
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        # Keep the user's frames: drop gradverify's own plumbing from the top.
+        self.traceback = "".join(tb[-8:])
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """A derivative as returned by a mode: float64 values plus what it came as."""
+
+    value: np.ndarray | None  # None: the rule returned None (a zero cotangent)
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    kind: str  # "array" or the foreign type's name
+
+
+class Evaluator:
+    def __init__(self, fn: Callable, backend: Backend, args: Sequence[Any], wrt: Sequence[int]) -> None:
+        self.rule = fn if isinstance(fn, Rule) else None
+        self.fn = fn.fn if isinstance(fn, Rule) else fn
+        self.backend = backend
+        self.originals = tuple(args)
+        self.values = [backend.to_numpy(a) for a in args]  # never handed to user code
+        self.dtypes = [backend.dtype_name(a) for a in args]
+        self.floating = [backend.is_floating(a) for a in args]
+        self.wrt = tuple(wrt)
+        self.counts: Counter[str] = Counter()
+
+    # -- building arguments --------------------------------------------------------
+    def _args(self, points: Sequence[np.ndarray] | None, precision: str | None) -> list[Any]:
+        """Backend arrays: ``points`` (fresh arrays, handed over as they are) for the
+        wrt arguments, copies of the base values elsewhere. Floating arguments get
+        ``precision`` (None: their own dtype)."""
+        out = []
+        wrt_pos = {i: k for k, i in enumerate(self.wrt)}
+        for i, (v, like) in enumerate(zip(self.values, self.originals)):
+            dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
+            if points is not None and i in wrt_pos:
+                a = points[wrt_pos[i]]
+            else:
+                a = np.array(v, copy=True)
+            out.append(self.backend.from_numpy(a, like, dtype))
+        return out
+
+    def _tangent_args(self, tangents: Sequence[np.ndarray]) -> list[Any]:
+        return [
+            self.backend.from_numpy(np.array(t, copy=True), self.originals[i], self.dtypes[i])
+            for i, t in zip(self.wrt, tangents)
+        ]
+
+    # -- the primal -------------------------------------------------------------------
+    def primal_raw(self, precision: str | None = None) -> tuple[np.ndarray, str, list[np.ndarray]]:
+        """Evaluate at the base point on copies; return the output, its dtype, and
+        the arguments as fn left them (to detect mutation)."""
+        with self.backend.precision(precision or "native"):
+            args = self._args(None, precision)
+            out = self._call(self.fn, args, "evaluating fn")
+            self._check_output(out)
+            after = [self.backend.to_numpy(a) for a in args]
+            return self.backend.to_numpy(out), self.backend.dtype_name(out), after
+
+    def primal(self, points: Sequence[np.ndarray] | None, precision: str | None) -> np.ndarray:
+        with self.backend.precision(precision or "native"):
+            out = self._call(self.fn, self._args(points, precision), "evaluating fn")
+            self._check_output(out)
+            return self.backend.to_numpy(out).astype(np.float64, copy=False)
+
+    # -- the modes ----------------------------------------------------------------------
+    def jvp(self, tangents: Sequence[np.ndarray]) -> Derivative:
+        self.counts["jvp"] += 1
+        args = self._args(None, None)
+        tans = self._tangent_args(tangents)
+        if self.rule is not None:
+            if self.rule.jvp is None:
+                raise ModeUnavailable("the gv.Rule has no jvp rule")
+            full = []
+            for i, a in enumerate(args):
+                if i in self.wrt:
+                    full.append(tans[self.wrt.index(i)])
+                elif self.floating[i]:
+                    full.append(self.backend.from_numpy(np.zeros_like(self.values[i]), a, self.dtypes[i]))
+                else:
+                    full.append(None)
+            out = self._call(lambda: self.rule.jvp(tuple(args), tuple(full)), (), "the jvp rule")
+        else:
+            out = self._call(lambda: self.backend.jvp(self.fn, args, self.wrt, tans), (), "forward mode (JVP)")
+        return self._derivative(out)
+
+    def vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
+        self.counts["vjp"] += 1
+        args = self._args(None, None)
+        cot = self.backend.from_numpy(np.array(cotangent, copy=True), self.originals[0], out_dtype)
+        if self.rule is not None:
+            if self.rule.vjp is None:
+                raise ModeUnavailable("the gv.Rule has no vjp rule")
+            res = self._call(lambda: self.rule.vjp(tuple(args), cot), (), "the vjp rule")
+            if backend_name_of(res) is not None and len(args) == 1:
+                res = (res,)
+            if not isinstance(res, (tuple, list)) or len(res) != len(args):
+                got = f"{len(res)} items" if isinstance(res, (tuple, list)) else type(res).__name__
+                raise BadStructure(
+                    f"the vjp rule returned {got}; expected a tuple of {len(args)} cotangents, "
+                    "one per positional argument (None for a constant)"
+                )
+            return [self._derivative(res[i]) for i in self.wrt]
+        res = self._call(lambda: self.backend.vjp(self.fn, args, self.wrt, cot), (), "reverse mode (VJP)")
+        return [self._derivative(r) for r in res]
+
+    # -- helpers ---------------------------------------------------------------------
+    def _call(self, f: Callable, args: Sequence[Any], stage: str) -> Any:
+        if stage == "evaluating fn":
+            self.counts["primal"] += 1
+        try:
+            return f(*args)
+        except ModeUnavailable:
+            raise
+        except Exception as e:  # user code: report, never crash the check
+            raise CallFailed(stage, e) from e
+
+    def _check_output(self, out: Any) -> None:
+        if backend_name_of(out) != self.backend.name:
+            raise ArgumentTypeError(
+                explain(
+                    "fn's return value",
+                    f"one {self.backend.name} array (the backend of its arguments)",
+                    f"{type(out).__module__}.{type(out).__qualname__}",
+                    "return a single array; for several outputs check each "
+                    "(lambda *a: fn(*a)[k]) or concatenate them",
+                )
+            )
+
+    def _derivative(self, d: Any) -> Derivative:
+        if d is None:
+            return Derivative(None, None, None, "None")
+        if backend_name_of(d) != self.backend.name:
+            return Derivative(None, None, None, f"{type(d).__module__}.{type(d).__qualname__}")
+        v = self.backend.to_numpy(d)
+        return Derivative(v.astype(np.float64, copy=False), self.backend.dtype_name(d), tuple(v.shape), "array")
+
+
+class BadStructure(Exception):
+    """A rule returned the wrong number of cotangents."""

@@ -1,0 +1,113 @@
+"""Built-in examples: a fused swish(x + b) with hand-written rules on each
+backend, correct and with the seed bug of NNlib's bias_act! (the derivative
+evaluated at x instead of x + b: invisible when b = 0). The bundled ops of
+issue #3 replace these as the command's main targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def _swish_grad(xp: Any, z: Any) -> Any:
+    s = 1 / (1 + xp.exp(-z))
+    return s + z * s * (1 - s)
+
+
+def _sum_to(g: Any, b_shape: tuple[int, ...]) -> Any:
+    """Sum a gradient over the axes that broadcasting added to b."""
+    lead = g.ndim - len(b_shape)
+    axes = tuple(range(lead)) + tuple(lead + k for k, s in enumerate(b_shape) if s == 1)
+    return g.sum(axis=axes).reshape(b_shape)
+
+
+def numpy_swish(bug: bool) -> Callable:
+    import gradverify as gv
+
+    def f(x: np.ndarray, b: np.ndarray) -> np.ndarray:
+        z = x + b
+        return z / (1 + np.exp(-z))
+
+    def slope(x: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _swish_grad(np, x if bug else x + b)
+
+    def jvp(p: tuple, t: tuple) -> np.ndarray:
+        return slope(*p) * (t[0] + t[1])
+
+    def vjp(p: tuple, g: np.ndarray) -> tuple:
+        gz = g * slope(*p)
+        return gz, _sum_to(gz, p[1].shape)
+
+    f.__name__ = "fused_swish_seed_bug" if bug else "fused_swish"
+    return gv.Rule(f, jvp=jvp, vjp=vjp)
+
+
+def torch_swish(bug: bool) -> Callable:
+    import torch
+
+    class FusedSwish(torch.autograd.Function):
+        @staticmethod
+        def forward(x: Any, b: Any) -> Any:
+            return torch.nn.functional.silu(x + b)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            x, b = inputs
+            ctx.save_for_backward(x, b)
+            ctx.save_for_forward(x, b)
+            ctx.b_shape = tuple(b.shape)
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> tuple:
+            x, b = ctx.saved_tensors
+            gz = g * _swish_grad(torch, x if bug else x + b)
+            lead = gz.ndim - len(ctx.b_shape)
+            return gz, gz.sum(dim=tuple(range(lead))) if lead else gz
+
+        @staticmethod
+        def jvp(ctx: Any, tx: Any, tb: Any) -> Any:
+            x, b = ctx.saved_tensors
+            return _swish_grad(torch, x if bug else x + b) * (tx + tb)
+
+    FusedSwish.__name__ = "FusedSwishSeedBug" if bug else "FusedSwish"
+    return FusedSwish.apply
+
+
+def jax_swish(bug: bool) -> Callable:
+    import jax
+
+    @jax.custom_jvp
+    def fused_swish(x: Any, b: Any) -> Any:
+        return jax.nn.silu(x + b)
+
+    @fused_swish.defjvp
+    def _jvp(primals: tuple, tangents: tuple) -> tuple:
+        import jax.numpy as jnp
+
+        x, b = primals
+        tx, tb = tangents
+        return fused_swish(x, b), _swish_grad(jnp, x if bug else x + b) * (tx + tb)
+
+    return fused_swish
+
+
+BUILDERS = {"numpy": numpy_swish, "torch": torch_swish, "jax": jax_swish}
+
+
+def example_inputs(backend: str, dtype: str = "float64", seed: int = 0, zero_bias: bool = False) -> tuple:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 4)).astype(dtype)
+    b = np.zeros(4, dtype) if zero_bias else rng.standard_normal(4).astype(dtype)
+    if backend == "torch":
+        import torch
+
+        return torch.from_numpy(x), torch.from_numpy(b)
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        with jax.enable_x64(dtype == "float64"):
+            return jnp.asarray(x), jnp.asarray(b)
+    return x, b

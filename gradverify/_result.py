@@ -1,0 +1,140 @@
+"""Findings and the result of one check."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Kind:
+    """Every kind of finding (plain strings, stable: reports and tests match them)."""
+
+    MISMATCH = "mismatch"  # two of JVP / VJP / FD disagree beyond the bound
+    NONFINITE_GRADIENT = "nonfinite_gradient"  # NaN/inf derivative where the output is finite
+    WRONG_SHAPE = "wrong_shape"  # a derivative of the wrong shape (or count)
+    WRONG_DTYPE = "wrong_dtype"  # a derivative of the wrong dtype
+    NONDETERMINISM = "nondeterminism"  # two identical evaluations differ
+    MUTATION = "mutation"  # fn changed an argument in place
+    MODE_UNAVAILABLE = "mode_unavailable"  # fn has no JVP (or no VJP)
+    NONDIFFERENTIABLE = "nondifferentiable"  # a kink at the point: inconclusive
+    DISCONTINUITY = "discontinuity"  # a jump at the point: inconclusive
+    FD_UNRELIABLE = "fd_unreliable"  # finite differences did not converge: inconclusive
+    NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
+    EXCEPTION = "exception"  # fn or one of its rules raised
+
+    ALL = (
+        MISMATCH, NONFINITE_GRADIENT, WRONG_SHAPE, WRONG_DTYPE, NONDETERMINISM, MUTATION,
+        MODE_UNAVAILABLE, NONDIFFERENTIABLE, DISCONTINUITY, FD_UNRELIABLE, NONFINITE_OUTPUT,
+        EXCEPTION,
+    )
+    INCONCLUSIVE = (NONDIFFERENTIABLE, DISCONTINUITY, FD_UNRELIABLE)
+
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    level: str  # "error" | "warning" | "info"
+    message: str
+    pair: tuple[str, str] | None = None  # e.g. ("VJP", "FD"): who disagrees
+    argument: int | None = None  # positional index of the input concerned
+    input_index: tuple[int, ...] | None = None
+    output_index: tuple[int, ...] | None = None
+    values: dict[str, float] = field(default_factory=dict)  # labelled: {"VJP": .., "FD": ..}
+    error: float | None = None
+    bound: float | None = None
+    bound_reason: str | None = None
+    order: int = 1
+    where: str | None = None  # e.g. "directional: direction 1 of 2"
+    detail: str | None = None  # a traceback, a hint
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k in ("pair", "input_index", "output_index"):
+            if d[k] is not None:
+                d[k] = list(d[k])
+        return d
+
+
+@dataclass(frozen=True)
+class ArraySummary:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    min: float | None
+    max: float | None
+    differentiable: bool
+
+    def __str__(self) -> str:
+        rng = "" if self.min is None else f" in [{self.min:.4g}, {self.max:.4g}]"
+        role = "" if self.differentiable else " (constant)"
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        return f"{self.name}: {self.dtype}[{shape}]{rng}{role}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``gv.check`` found. ``ok`` is False iff an error-level finding was made."""
+
+    findings: tuple[Finding, ...]
+    function: str
+    backend: str
+    seed: int
+    order: int
+    inputs: tuple[ArraySummary, ...]
+    output: ArraySummary | None
+    oracle_dtype: str | None  # the precision finite differences ran in
+    strategy: str  # "full Jacobian" or "directional (K directions)"
+    modes: dict[str, str]  # {"JVP": "checked" | "unavailable" | ..., "VJP": ...}
+    evaluations: dict[str, int]  # calls made: primal, jvp, vjp
+    reproduce: str
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == ERROR for f in self.findings)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.level == ERROR)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.level == WARNING)
+
+    @property
+    def inconclusive(self) -> bool:
+        """True when part of the check could not decide (a kink, a jump)."""
+        return any(f.kind in Kind.INCONCLUSIVE for f in self.findings)
+
+    def by_kind(self, kind: str) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.kind == kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "inconclusive": self.inconclusive,
+            "function": self.function,
+            "backend": self.backend,
+            "seed": self.seed,
+            "order": self.order,
+            "inputs": [dataclasses.asdict(s) for s in self.inputs],
+            "output": None if self.output is None else dataclasses.asdict(self.output),
+            "oracle_dtype": self.oracle_dtype,
+            "strategy": self.strategy,
+            "modes": dict(self.modes),
+            "evaluations": dict(self.evaluations),
+            "reproduce": self.reproduce,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    def __str__(self) -> str:
+        from ._report import render_text
+
+        return render_text(self)
+
+    def __repr__(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        return f"<CheckResult {verdict} {self.function} ({self.backend}) {len(self.findings)} findings>"

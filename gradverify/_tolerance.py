@@ -1,0 +1,91 @@
+"""The tolerance model, in one place. Every constant says why it has its value.
+
+Nothing here scales with the number of elements: per-element bounds come from
+the dtype's rounding and the finite-difference error estimate; sums over many
+elements (projections <v, J u>) use Hoeffding bounds, valid because the
+directions are random signs drawn independently of the errors they weight.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Unit roundoff (half an ulp at 1) per dtype name.
+UNIT_ROUNDOFF = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+}
+
+#: A derivative computed in dtype d is trusted to AD_ROUNDING * u_d, relative to
+#: its own magnitude plus the largest magnitude in its vector. Derivative
+#: formulas chain ~10 operations of a few ulps each, and the evaluation point
+#: itself was rounded (x + b in float32 moves the point by u|x+b|, which moves
+#: f' by |f''| u |x+b|). 256 keeps correct float32 activations and short
+#: reductions passing while a wrong rule (an O(1) relative error) still fails.
+AD_ROUNDING = 256.0
+
+#: A function value is trusted to FD_EVAL_ROUNDING * u of its own magnitude plus
+#: the vector's largest magnitude (cancellation inside fn, e.g. x - tanh(x)).
+FD_EVAL_ROUNDING = 16.0
+
+#: Richardson's error estimate is an estimate; we allow 4x before calling a
+#: difference real (the estimate was checked to be within 2x on the
+#: activation table's smooth pieces).
+FD_SAFETY = 4.0
+
+#: Hoeffding multiplier: a sum of n terms with random signs exceeds
+#: HOEFFDING_K * sqrt(sum of squared bounds) with probability <= 2 exp(-K^2/2)
+#: = 3e-8 for K = 6, so a correct function raises a false alarm less than once
+#: in ten million projection comparisons.
+HOEFFDING_K = 6.0
+
+#: The finite-difference ladder near kinks shrinks the step 8x per level, down to
+#: a floor of KINK_RESOLUTION * u_native of the local scale: a kink closer to
+#: the point than the dtype under test can even represent counts as *at* the
+#: point (x + b in float32 can land on either side of it).
+LADDER_FACTOR = 8.0
+KINK_RESOLUTION = 16.0
+#: ... and above 2^18 u of the oracle dtype: the kink indicator's noise is
+#: ~2^11 u |F| / h (see _fd.estimate), so at this floor a slope jump of 1% of
+#: the function's scale is still told from rounding (2.9e-11 in float64).
+LADDER_ROUNDING_FLOOR = 2.0**18
+
+
+def unit_roundoff(dtype_name: str) -> float:
+    return UNIT_ROUNDOFF.get(dtype_name, 2.0**-24)
+
+
+def base_step(oracle_dtype: str) -> float:
+    """Central-difference step (in units of the local scale) for a 2-level
+    Richardson stencil: ~u^(1/3) balances the O(h^2) truncation of the error
+    estimate against the O(u/h) rounding, rounded to a power of two."""
+    u = unit_roundoff(oracle_dtype)
+    return 2.0 ** round(math.log2(u) / 3.0)
+
+
+def ladder_floor(native_dtype: str, oracle_dtype: str) -> float:
+    return max(
+        KINK_RESOLUTION * unit_roundoff(native_dtype),
+        LADDER_ROUNDING_FLOOR * unit_roundoff(oracle_dtype),
+    )
+
+
+def ad_bound(values: np.ndarray, dtype_name: str, rtol: float | None, atol: float | None) -> np.ndarray:
+    """Per-element bound on the rounding error of an AD result ``values``.
+
+    A user's ``rtol``/``atol`` replace the model (``atol + rtol*|value|``)."""
+    mag = np.abs(values)
+    if rtol is not None or atol is not None:
+        return (atol or 0.0) + (rtol or 0.0) * mag
+    c = AD_ROUNDING * unit_roundoff(dtype_name)
+    scale = float(np.max(mag, initial=0.0))
+    return c * (mag + scale)
+
+
+def hoeffding(weights: np.ndarray, bounds: np.ndarray) -> float:
+    """Bound on |sum_i w_i e_i| for |e_i| <= bounds_i and random-sign w."""
+    return HOEFFDING_K * float(np.sqrt(np.sum(np.square(weights * bounds))))

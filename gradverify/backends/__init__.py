@@ -1,0 +1,82 @@
+"""Backends behind one small protocol, chosen from the argument types and
+imported lazily: ``import gradverify`` never imports torch or jax. An array
+of a framework can only exist once the framework is imported, so we look the
+framework up in ``sys.modules`` instead of importing it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import ArgumentTypeError, explain
+from ._base import Backend
+
+__all__ = ["Backend", "backend_of", "backend_name_of"]
+
+
+def backend_name_of(x: Any) -> str | None:
+    """'numpy', 'torch', 'jax' or None when ``x`` is no array we know."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return "numpy"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(x, jax.Array):
+        return "jax"
+    return None
+
+
+def backend_of(args: Sequence[Any]) -> Backend:
+    if not args:
+        raise ArgumentTypeError(
+            explain(
+                "gv.check(fn, *args)",
+                "at least one array argument",
+                "no arguments",
+                "pass the inputs of fn after it: gv.check(fn, x, b)",
+            )
+        )
+    names = []
+    for i, a in enumerate(args):
+        name = backend_name_of(a)
+        if name is None:
+            raise ArgumentTypeError(
+                explain(
+                    f"argument {i}",
+                    "a numpy array, a torch tensor or a jax array",
+                    f"{type(a).__module__}.{type(a).__qualname__} ({a!r:.40})",
+                    "wrap it as an array (np.asarray, torch.as_tensor or jnp.asarray); "
+                    "close over non-array parameters with functools.partial or a lambda",
+                )
+            )
+        names.append(name)
+    distinct = sorted(set(names))
+    if len(distinct) > 1:
+        where = ", ".join(f"argument {i}: {n}" for i, n in enumerate(names))
+        raise ArgumentTypeError(
+            explain(
+                "gv.check arguments",
+                "arrays of one backend",
+                f"{' and '.join(distinct)} mixed ({where})",
+                f"convert every argument to one backend, e.g. all {names[0]}",
+            )
+        )
+    return _load(distinct[0])
+
+
+def _load(name: str) -> Backend:
+    if name == "numpy":
+        from ._numpy import NumpyBackend
+
+        return NumpyBackend()
+    if name == "torch":
+        from ._torch import TorchBackend
+
+        return TorchBackend()
+    from ._jax import JaxBackend
+
+    return JaxBackend()

@@ -1,0 +1,60 @@
+"""The protocol every backend implements. The checker works on numpy copies
+(float64 where it can) and crosses into the backend only to call ``fn`` and
+its derivatives; everything here is that crossing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class Backend:
+    name: str = "?"
+
+    # -- arrays ---------------------------------------------------------------
+    def dtype_name(self, x: Any) -> str:
+        raise NotImplementedError
+
+    def is_floating(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def is_complex(self, x: Any) -> bool:
+        return False
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A fresh numpy copy (low-precision floats widened to float32)."""
+        raise NotImplementedError
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        """A backend array with ``like``'s placement and dtype ``dtype_name``; it may
+        share memory with ``a`` (the caller copies when it must)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def precision(self, dtype_name: str) -> Iterator[None]:
+        """Context in which arrays of ``dtype_name`` can be made and used."""
+        yield
+
+    # -- modes ----------------------------------------------------------------
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        """Output tangent of fn at args along ``tangents`` (one per wrt index)."""
+        raise NotImplementedError
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        """Input cotangents for the wrt indices (None where fn ignores one)."""
+        raise NotImplementedError
+
+    # -- derivative functions, for order=2 --------------------------------------
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        """x -> concat(flatten(J(x)^T v)) as a function this backend can differentiate."""
+        raise NotImplementedError
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        """x -> J(x) u as a function this backend can differentiate."""
+        raise NotImplementedError
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        raise NotImplementedError

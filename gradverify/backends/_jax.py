@@ -1,0 +1,85 @@
+"""JAX: ``jax.jvp`` and ``jax.vjp``. float64 needs x64, which we enable only
+inside ``precision('float64')`` so that the user's global setting is untouched."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import ModeUnavailable
+from ._base import Backend
+
+
+class JaxBackend(Backend):
+    name = "jax"
+
+    def dtype_name(self, x: Any) -> str:
+        return str(x.dtype)
+
+    def is_floating(self, x: Any) -> bool:
+        return bool(jnp.issubdtype(x.dtype, jnp.floating))
+
+    def is_complex(self, x: Any) -> bool:
+        return bool(jnp.issubdtype(x.dtype, jnp.complexfloating))
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        a = np.asarray(x)
+        if a.dtype.name == "bfloat16":
+            a = a.astype(np.float32)
+        return np.array(a, copy=True)
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        return jnp.asarray(a, dtype=dtype_name)
+
+    @contextlib.contextmanager
+    def precision(self, dtype_name: str) -> Iterator[None]:
+        if dtype_name in ("float64", "int64", "uint64"):
+            with jax.enable_x64(True):
+                yield
+        else:
+            yield
+
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        try:
+            return jax.jvp(_on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), tuple(tangents))[1]
+        except TypeError as e:
+            if "custom_vjp" in str(e):
+                raise ModeUnavailable(f"jax: {e}") from e
+            raise
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        out, pullback = jax.vjp(_on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+        return list(pullback(cotangent.astype(out.dtype)))
+
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        def vjp_of_fn(*args: Any) -> Any:
+            out, pullback = jax.vjp(_on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+            return self.concat_flat(pullback(jnp.asarray(cotangent, dtype=out.dtype)))
+
+        return vjp_of_fn
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        def jvp_of_fn(*args: Any) -> Any:
+            primals = tuple(args[i] for i in wrt)
+            tans = tuple(jnp.asarray(t, dtype=p.dtype) for t, p in zip(tangents, primals))
+            return jax.jvp(_on_wrt(fn, args, wrt), primals, tans)[1]
+
+        return jvp_of_fn
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        return jnp.concatenate([jnp.ravel(p) for p in parts])
+
+
+def _on_wrt(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> Callable:
+    def f(*w: Any) -> Any:
+        inputs = list(args)
+        for i, x in zip(wrt, w):
+            inputs[i] = x
+        return fn(*inputs)
+
+    return f

@@ -1,0 +1,116 @@
+"""PyTorch: reverse mode through ``torch.autograd.grad``, forward mode through
+``torch.autograd.forward_ad`` (dual tensors), which works for old-style and
+``setup_context`` ``autograd.Function``s alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from .._errors import ModeUnavailable
+from ._base import Backend
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def dtype_name(self, x: Any) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    def is_floating(self, x: Any) -> bool:
+        return bool(x.is_floating_point())
+
+    def is_complex(self, x: Any) -> bool:
+        return bool(x.is_complex())
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        t = x.detach()
+        if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+            t = t.float()
+        return np.array(t.cpu().numpy(), copy=True)
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        dtype = getattr(torch, dtype_name)
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        return t.to(device=like.device, dtype=dtype)
+
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        try:
+            with fwAD.dual_level():
+                inputs = list(args)
+                for i, t in zip(wrt, tangents):
+                    inputs[i] = fwAD.make_dual(args[i], t)
+                out = fn(*inputs)
+                _require_tensor(out)
+                tangent = fwAD.unpack_dual(out).tangent
+                result = torch.zeros_like(out) if tangent is None else tangent.clone()
+        except NotImplementedError as e:
+            # torch's words for "this autograd.Function (or op) has no forward-mode rule"
+            raise ModeUnavailable(f"torch forward-mode AD: {e}") from e
+        except RuntimeError as e:
+            # forward-over-forward (order=2): a limitation of torch, not of fn
+            if "Nested forward mode AD is not supported" in str(e):
+                raise ModeUnavailable(f"torch: {e}") from e
+            raise
+        return result
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        inputs = list(args)
+        for i in wrt:
+            inputs[i] = args[i].detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = fn(*inputs)
+        _require_tensor(out)
+        if not out.requires_grad:
+            # fn cut every input out of the graph: its reverse-mode gradient is zero.
+            return [torch.zeros_like(inputs[i]) for i in wrt]
+        grads = torch.autograd.grad(
+            out, [inputs[i] for i in wrt], grad_outputs=cotangent.to(out.dtype), allow_unused=True
+        )
+        return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
+
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        def vjp_of_fn(*args: Any) -> Any:
+            # Differentiate through a zero offset rather than the arguments
+            # themselves, so the result stays differentiable whatever the caller
+            # made of args (leaves, dual tensors, plain tensors).
+            with torch.enable_grad():
+                offsets = [torch.zeros_like(args[i], requires_grad=True) for i in wrt]
+                inputs = list(args)
+                for i, z in zip(wrt, offsets):
+                    inputs[i] = args[i] + z
+                out = fn(*inputs)
+                grads = torch.autograd.grad(
+                    out, offsets, cotangent.to(out.dtype), create_graph=True, allow_unused=True
+                )
+            return self.concat_flat(
+                [g if g is not None else torch.zeros_like(z) for g, z in zip(grads, offsets)]
+            )
+
+        return vjp_of_fn
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        def jvp_of_fn(*args: Any) -> Any:
+            def on_wrt(*w: Any) -> Any:
+                inputs = list(args)
+                for i, x in zip(wrt, w):
+                    inputs[i] = x
+                return fn(*inputs)
+
+            primals = tuple(args[i] for i in wrt)
+            tans = tuple(t.to(p.dtype) for t, p in zip(tangents, primals))
+            return torch.func.jvp(on_wrt, primals, tans)[1]
+
+        return jvp_of_fn
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        return torch.cat([p.reshape(-1) for p in parts])
+
+
+def _require_tensor(out: Any) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"fn returned {type(out).__name__}, expected one torch.Tensor")
