@@ -839,14 +839,15 @@ class _Run:
         backend = ev.backend
         like = ev.originals[0]
         derived: list[tuple[str, Callable]] = []
-        if self.modes.get("VJP") == "checked":
+        with backend.precision(ev.native_precision):
             cot = backend.from_numpy(v.reshape(self.out_shape), like, self.out_dtype)
+            tans = [backend.from_numpy(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(self.flat.split(u), ev.wrt)]
+        if self.modes.get("VJP") == "checked":
             try:
                 derived.append(("the VJP x -> J(x)^T v", self._derivative_fn("vjp", cot)))
             except ModeUnavailable as e:
                 self._unavailable("second-order VJP", str(e))
         if self.modes.get("JVP") == "checked":
-            tans = [backend.from_numpy(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(self.flat.split(u), ev.wrt)]
             try:
                 derived.append(("the JVP x -> J(x) u", self._derivative_fn("jvp", tans)))
             except ModeUnavailable as e:

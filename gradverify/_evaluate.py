@@ -53,6 +53,10 @@ class Evaluator:
         self.floating = [backend.is_floating(a) for a in args]
         self.wrt = tuple(wrt)
         self.counts: Counter[str] = Counter()
+        # jax makes float64 arrays only under x64: calls at the arguments' own
+        # dtypes need it whenever one of them is 64-bit.
+        wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
+        self.native_precision = "float64" if wide else "native"
 
     # -- building arguments --------------------------------------------------------
     def _args(self, points: Sequence[np.ndarray] | None, precision: str | None) -> list[Any]:
@@ -80,7 +84,7 @@ class Evaluator:
     def primal_raw(self, precision: str | None = None) -> tuple[np.ndarray, str, list[np.ndarray]]:
         """Evaluate at the base point on copies; return the output, its dtype, and
         the arguments as fn left them (to detect mutation)."""
-        with self.backend.precision(precision or "native"):
+        with self.backend.precision(precision or self.native_precision):
             args = self._args(None, precision)
             out = self._call(self.fn, args, "evaluating fn")
             self._check_output(out)
@@ -88,13 +92,21 @@ class Evaluator:
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
 
     def primal(self, points: Sequence[np.ndarray] | None, precision: str | None) -> np.ndarray:
-        with self.backend.precision(precision or "native"):
+        with self.backend.precision(precision or self.native_precision):
             out = self._call(self.fn, self._args(points, precision), "evaluating fn")
             self._check_output(out)
             return self.backend.to_numpy(out).astype(np.float64, copy=False)
 
     # -- the modes ----------------------------------------------------------------------
     def jvp(self, tangents: Sequence[np.ndarray]) -> Derivative:
+        with self.backend.precision(self.native_precision):
+            return self._jvp(tangents)
+
+    def vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
+        with self.backend.precision(self.native_precision):
+            return self._vjp(cotangent, out_dtype)
+
+    def _jvp(self, tangents: Sequence[np.ndarray]) -> Derivative:
         self.counts["jvp"] += 1
         args = self._args(None, None)
         tans = self._tangent_args(tangents)
@@ -114,7 +126,7 @@ class Evaluator:
             out = self._call(lambda: self.backend.jvp(self.fn, args, self.wrt, tans), (), "forward mode (JVP)")
         return self._derivative(out)
 
-    def vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
+    def _vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
         self.counts["vjp"] += 1
         args = self._args(None, None)
         cot = self.backend.from_numpy(np.array(cotangent, copy=True), self.originals[0], out_dtype)

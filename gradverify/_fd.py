@@ -70,7 +70,13 @@ def estimate(s: Stencil, f0: np.ndarray, u_oracle: float, ad_tol: np.ndarray) ->
         mag = np.maximum.reduce([np.abs(f0), np.abs(s.fp1), np.abs(s.fm1)])
         finite = np.isfinite(mag) & np.isfinite(value)
         scale = float(np.max(np.where(finite, mag, 0.0), initial=0.0))
-        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * (mag + scale)  # error of one F value
+        # Error of one F value: fn's own rounding (relative to |F| and, for
+        # cancellation inside fn, to the vector's scale) plus the rounding of the
+        # point x + t u itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u
+        # (directions are scaled so that |u_j| >= |x_j|).
+        slope = np.abs(np.where(finite, value, 0.0))
+        slope_scale = float(np.max(slope, initial=0.0))
+        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * (mag + scale + slope + slope_scale)
         # R = (4 D(h/2) - D(h)) / 3 weighs F errors by 3/h in total (see module doc).
         err = tol.FD_SAFETY * (np.abs(d2 - d1) / 3.0 + 3.0 * eps_f / h)
         right = (4 * s.fp2 - 3 * f0 - s.fp1) / h

@@ -1,0 +1,46 @@
+"""Helpers shared by the tests: make arrays of each backend from numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+BACKENDS = ("numpy", "torch", "jax")
+
+
+def make(backend: str, a: np.ndarray):
+    """A backend array with a's values and dtype (jax float64 made under x64)."""
+    a = np.asarray(a)
+    if backend == "torch":
+        import torch
+
+        return torch.from_numpy(np.array(a, copy=True))
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        with jax.enable_x64(a.dtype.itemsize == 8):
+            return jnp.asarray(a)
+    return np.array(a, copy=True)
+
+
+def xp_of(backend: str):
+    if backend == "torch":
+        import torch
+
+        return torch
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        return jnp
+    return np
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

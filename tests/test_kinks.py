@@ -1,0 +1,181 @@
+"""Kinks are detected, not flagged: correct kinked ops pass with inputs exactly
+on each kink and a hair beside it; wrong rules near kinks are still caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+
+from .conftest import make
+
+# name: (kinks, numpy forward, numpy derivative with JAX's conventions at kinks)
+TABLE = {
+    "relu": ([0.0], lambda z: np.maximum(z, 0), lambda z: (z > 0) * 1.0),
+    "relu6": ([0.0, 6.0], lambda z: np.clip(z, 0, 6), lambda z: ((z > 0) & (z < 6)) * 1.0),
+    "hardtanh": ([-1.0, 1.0], lambda z: np.clip(z, -1, 1), lambda z: ((z > -1) & (z < 1)) * 1.0),
+    "hardsigmoid": (
+        [-3.0, 3.0],
+        lambda z: np.clip((z + 3) / 6, 0, 1),
+        lambda z: ((z > -3) & (z < 3)) / 6.0,
+    ),
+    "hardswish": (
+        [-3.0, 3.0],
+        lambda z: z * np.clip((z + 3) / 6, 0, 1),
+        lambda z: np.where(z < -3, 0.0, np.where(z > 3, 1.0, z / 3 + 0.5)),
+    ),
+    "softshrink": (
+        [-0.5, 0.5],
+        lambda z: np.where(z > 0.5, z - 0.5, np.where(z < -0.5, z + 0.5, 0.0)),
+        lambda z: (np.abs(z) > 0.5) * 1.0,
+    ),
+    "leakyrelu": ([0.0], lambda z: np.where(z > 0, z, 0.01 * z), lambda z: np.where(z > 0, 1.0, 0.01)),
+}
+
+
+def torch_op(name):
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "relu": F.relu,
+        "relu6": F.relu6,
+        "hardtanh": F.hardtanh,
+        # F.hardsigmoid's derivative is float32(1/6) even in float64 (see the
+        # test below): use the plain formula, whose autograd is exact.
+        "hardsigmoid": lambda z: torch.clamp((z + 3) / 6, 0, 1),
+        "hardswish": F.hardswish,
+        "softshrink": F.softshrink,
+        "leakyrelu": F.leaky_relu,
+    }[name]
+
+
+def jax_op(name):
+    import jax
+    import jax.numpy as jnp
+
+    return {
+        "relu": jax.nn.relu,
+        "relu6": jax.nn.relu6,
+        "hardtanh": jax.nn.hard_tanh,
+        "hardsigmoid": jax.nn.hard_sigmoid,
+        "hardswish": jax.nn.hard_swish,
+        "softshrink": lambda z: jnp.where(z > 0.5, z - 0.5, jnp.where(z < -0.5, z + 0.5, 0.0)),
+        "leakyrelu": jax.nn.leaky_relu,
+    }[name]
+
+
+def numpy_rule(name, derivative=None):
+    _, fwd, der = TABLE[name]
+    der = derivative or der
+    return gv.Rule(
+        lambda z: fwd(z),
+        jvp=lambda p, t: (der(p[0]) * t[0]).astype(p[0].dtype),
+        vjp=lambda p, g: ((der(p[0]) * g).astype(p[0].dtype),),
+    )
+
+
+def op_for(backend, name):
+    return {"numpy": numpy_rule, "torch": torch_op, "jax": jax_op}[backend](name)
+
+
+def kink_inputs(name, dtype):
+    delta = 1e-9 if dtype == "float64" else 1e-6
+    pts = []
+    for k in TABLE[name][0]:
+        pts += [k, k + delta, k - delta]
+    pts += [-7.0, -2.0, 0.3, 2.5, 7.0]
+    return np.array(pts, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", sorted(TABLE))
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+def test_correct_kinked_op_passes_on_and_beside_kinks(backend, name, dtype):
+    x = make(backend, kink_inputs(name, dtype))
+    result = gv.check(op_for(backend, name), x)
+    assert result.ok, str(result)
+    # Exactly on a kink: reported, as inconclusive, not as a mismatch.
+    kinks = result.by_kind(gv.Kind.NONDIFFERENTIABLE)
+    assert kinks and all(f.level == "info" for f in kinks)
+    assert result.inconclusive
+    assert "inconclusive" in str(result).splitlines()[0]
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_smooth_points_beside_kinks_are_not_inconclusive(name):
+    """1e-9 beside a kink (float64) is resolved: checked on its own side."""
+    delta = 1e-9
+    pts = np.array([k + s * delta for k in TABLE[name][0] for s in (1, -1)])
+    result = gv.check(numpy_rule(name), pts)
+    assert result.ok, str(result)
+    assert not result.inconclusive, str(result)
+
+
+def test_ad_value_outside_one_sided_derivatives_is_a_mismatch():
+    rule = numpy_rule("relu", derivative=lambda z: np.where(z > 0, 1.0, np.where(z == 0, 2.0, 0.0)))
+    result = gv.check(rule, np.array([0.0, 1.0, -1.0]))
+    assert not result.ok
+    f = result.by_kind(gv.Kind.MISMATCH)[0]
+    assert "outside the one-sided derivatives" in f.message
+    assert f.input_index == (0,)
+    assert f.values["JVP" if f.pair[0] == "JVP" else "VJP"] == 2.0
+
+
+@pytest.mark.parametrize("dtype,delta", [("float64", 1e-9), ("float32", 1e-5)])
+def test_wrong_rule_a_hair_beside_a_kink_is_caught(dtype, delta):
+    """A rule whose cut-off sits at 1e-8 instead of 0 is wrong at x = delta > 0:
+    the one-sided differences on x's own side say so."""
+    rule = numpy_rule("relu", derivative=lambda z: (z > 2 * delta) * 1.0)
+    result = gv.check(rule, np.array([delta, 1.0, -1.0], dtype=dtype))
+    assert not result.ok, str(result)
+    f = result.by_kind(gv.Kind.MISMATCH)[0]
+    assert f.input_index == (0,)
+    assert f.values["FD"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_hardsigmoid_saturation_bug_is_caught(dtype):
+    """NNlib's flaky test: slope 1 instead of 0 in the saturated region."""
+    wrong = lambda z: np.where((z > -3) & (z < 3), 1 / 6, 1.0)  # noqa: E731
+    x = np.array([4.0, -5.0, 0.5, 1.0], dtype=dtype)
+    result = gv.check(numpy_rule("hardsigmoid", derivative=wrong), x)
+    assert not result.ok
+    f = result.by_kind(gv.Kind.MISMATCH)[0]
+    assert f.input_index in ((0,), (1,))
+    assert f.values["FD"] == pytest.approx(0.0, abs=1e-6)
+    assert gv.check(numpy_rule("hardsigmoid"), x).ok
+
+
+def test_relu6_rule_ignoring_the_cap_is_caught():
+    result = gv.check(numpy_rule("relu6", derivative=lambda z: (z > 0) * 1.0), np.array([7.0, 3.0]))
+    assert not result.ok
+    assert result.by_kind(gv.Kind.MISMATCH)[0].input_index == (0,)
+
+
+def test_jump_is_reported_as_discontinuity():
+    """Thresholded relu at theta = 1: a jump from 0 to 1, not a kink."""
+    trelu = lambda z: np.where(z > 1.0, z, 0.0)  # noqa: E731
+    rule = gv.Rule(trelu, jvp=lambda p, t: (p[0] > 1.0) * t[0], vjp=lambda p, g: ((p[0] > 1.0) * g,))
+    result = gv.check(rule, np.array([1.0, 2.0, 0.5]))
+    assert result.ok, str(result)
+    (d,) = result.by_kind(gv.Kind.DISCONTINUITY)
+    assert d.level == "warning"
+    assert d.input_index == (0,)
+    assert "jump" in d.message
+    assert result.inconclusive
+
+
+def test_torch_builtin_hardsigmoid_float64_derivative_is_only_float32_accurate():
+    """A real finding: torch 2.13's hardsigmoid derivative in float64 is
+    float32(1/6) = 0.16666667163, off by 5e-9 (3e-8 relative), which
+    gradcheck's atol=1e-5 cannot see."""
+    import torch
+
+    result = gv.check(torch.nn.functional.hardsigmoid, torch.tensor([-2.0, 0.3, 2.5], dtype=torch.float64))
+    assert not result.ok
+    f = result.by_kind(gv.Kind.MISMATCH)[0]
+    ad = f.values.get("JVP", f.values.get("VJP"))
+    assert ad == pytest.approx(float(np.float32(1 / 6)), abs=1e-15)
+    assert f.values["FD"] == pytest.approx(1 / 6, abs=1e-11)
