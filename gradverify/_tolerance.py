@@ -74,15 +74,27 @@ def ladder_floor(native_dtype: str, oracle_dtype: str) -> float:
     )
 
 
-def ad_bound(values: np.ndarray, dtype_name: str, rtol: float | None, atol: float | None) -> np.ndarray:
+def ad_bound(
+    values: np.ndarray,
+    dtype_name: str,
+    rtol: float | None,
+    atol: float | None,
+    scale: float | None = None,
+) -> np.ndarray:
     """Per-element bound on the rounding error of an AD result ``values``.
 
+    ``scale`` is the magnitude the absolute part is relative to: by default the
+    largest element of ``values`` (a whole J u or J^T v vector); a single
+    Jacobian column or row passes the largest Jacobian element instead, since
+    a derivative formula cancels terms of the derivative's overall size
+    (1 - tanh^2 near saturation loses u relative to 1, not to the result).
     A user's ``rtol``/``atol`` replace the model (``atol + rtol*|value|``)."""
     mag = np.abs(values)
     if rtol is not None or atol is not None:
         return (atol or 0.0) + (rtol or 0.0) * mag
     c = AD_ROUNDING * unit_roundoff(dtype_name)
-    scale = float(np.max(mag, initial=0.0))
+    if scale is None:
+        scale = float(np.max(mag, initial=0.0))
     return c * (mag + scale)
 
 

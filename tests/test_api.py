@@ -1,0 +1,193 @@
+"""The public contract: signatures, results, errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+
+from .conftest import make
+
+
+def tanh_rule(bug=False):
+    def d(p):
+        return 1 - np.tanh(p[0]) ** 2
+
+    return gv.Rule(
+        np.tanh,
+        jvp=lambda p, t: d(p) * t[0],
+        vjp=lambda p, g: ((-1 if bug else 1) * d(p) * g,),
+    )
+
+
+def test_import_loads_no_backend():
+    code = "import sys, gradverify; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_names():
+    assert set(gv.__all__) >= {"check", "assert_gradients", "Rule", "CheckResult", "GradientError"}
+    assert issubclass(gv.GradientError, AssertionError)
+    assert issubclass(gv.ArgumentTypeError, TypeError) and issubclass(gv.ArgumentValueError, ValueError)
+
+
+def test_check_signature_keywords():
+    r = gv.check(tanh_rule(), np.array([0.1, 0.2]), wrt=None, order=1, seed=0, rtol=None, atol=None)
+    assert isinstance(r, gv.CheckResult) and r.ok and r.seed == 0
+
+
+def test_assert_gradients_raises_gradient_error_with_report():
+    x = np.array([0.1, 0.2, 0.3])
+    assert gv.assert_gradients(tanh_rule(), x).ok
+    with pytest.raises(gv.GradientError) as info:
+        gv.assert_gradients(tanh_rule(bug=True), x, seed=3)
+    assert isinstance(info.value, AssertionError)
+    assert not info.value.result.ok
+    assert str(info.value).startswith("gradverify FAILED")
+    assert "seed=3" in str(info.value)
+
+
+def test_same_seed_same_result_and_seed_reported(rng):
+    x = rng.standard_normal(500)
+    a = gv.check(tanh_rule(bug=True), x, seed=7)
+    b = gv.check(tanh_rule(bug=True), x, seed=7)
+    assert a.to_dict() == b.to_dict()
+    assert a.seed == 7 and "seed 7" in a.strategy and "seed=7" in a.reproduce
+
+
+def test_caller_tensor_with_requires_grad_untouched():
+    import torch
+
+    x = torch.tensor([0.1, -0.4, 2.0], dtype=torch.float64, requires_grad=True)
+    r = gv.check(torch.tanh, x)
+    assert r.ok
+    assert x.grad is None and x.requires_grad
+
+
+def test_integer_arguments_are_constants(backend):
+    x = make(backend, np.array([0.5, -1.0, 2.0]))
+    k = make(backend, np.array([1, 2, 3]))
+    xp = {"numpy": np, "torch": None, "jax": None}[backend]
+
+    def scaled(x, k):
+        return x * k if xp is None else x * k.astype(x.dtype)
+
+    if backend == "numpy":
+        fn = gv.Rule(scaled, jvp=lambda p, t: t[0] * p[1], vjp=lambda p, g: (g * p[1], None))
+    else:
+        fn = scaled
+    r = gv.check(fn, x, k)
+    assert r.ok, str(r)
+    assert [s.differentiable for s in r.inputs] == [True, False]
+
+
+def test_wrt_selects_arguments():
+    rule = gv.Rule(lambda x, y: x * y, jvp=lambda p, t: p[1] * t[0] + p[0] * t[1],
+                   vjp=lambda p, g: (p[1] * g, np.zeros_like(p[0])))  # wrong for y
+    x, y = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    assert gv.check(rule, x, y, wrt=0).ok
+    assert not gv.check(rule, x, y, wrt=1).ok
+    assert not gv.check(rule, x, y).ok
+
+
+# -- bad input ------------------------------------------------------------------------------
+def test_mixed_backends_error():
+    import torch
+
+    with pytest.raises(gv.ArgumentTypeError) as e:
+        gv.check(lambda a, b: a, np.ones(2), torch.ones(2))
+    msg = str(e.value)
+    assert "expected arrays of one backend" in msg and "numpy and torch mixed" in msg
+    assert "argument 1: torch" in msg and "Fix:" in msg
+    assert isinstance(e.value, TypeError)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_input_error(backend, bad):
+    x = make(backend, np.array([1.0, bad, 2.0]))
+    with pytest.raises(gv.ArgumentValueError) as e:
+        gv.check(lambda a: a, x)
+    assert "argument 0: expected finite values" in str(e.value)
+    assert "1 non-finite element(s)" in str(e.value) and "index (1,)" in str(e.value)
+
+
+def test_empty_array_error(backend):
+    with pytest.raises(gv.ArgumentValueError, match=r"argument 0: expected a non-empty array; found an empty array of shape \(0, 3\)"):
+        gv.check(lambda a: a, make(backend, np.zeros((0, 3))))
+
+
+@pytest.mark.parametrize("bad", [1.5, [1.0, 2.0], None, "x"])
+def test_non_array_argument_error(bad):
+    with pytest.raises(gv.ArgumentTypeError) as e:
+        gv.check(lambda a, b: a, np.ones(2), bad)
+    assert "argument 1: expected a numpy array, a torch tensor or a jax array" in str(e.value)
+    assert "np.asarray" in str(e.value)
+
+
+def test_no_arguments_error():
+    with pytest.raises(gv.ArgumentTypeError, match="at least one array argument"):
+        gv.check(lambda: 1.0)
+
+
+def test_fn_not_callable():
+    with pytest.raises(gv.ArgumentTypeError, match="a callable as the first argument"):
+        gv.check(np.ones(2), np.ones(2))
+
+
+def test_fn_returning_tuple_error():
+    with pytest.raises(gv.ArgumentTypeError) as e:
+        gv.check(lambda a: (a, a), np.ones(2))
+    assert "fn's return value: expected one numpy array" in str(e.value) and "found builtins.tuple" in str(e.value)
+
+
+def test_fn_returning_integer_array_error():
+    with pytest.raises(gv.ArgumentTypeError, match="expected a floating-point array"):
+        gv.check(lambda a: (a > 0).astype(np.int64), np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,text",
+    [
+        ({"wrt": 5}, gv.ArgumentValueError, "wrt: expected indices in range(-2, 2); found 5"),
+        ({"wrt": 1}, gv.ArgumentTypeError, "argument 1 of dtype int64"),
+        ({"wrt": "x"}, gv.ArgumentTypeError, "wrt: expected positional argument indices"),
+        ({"wrt": (0, 0)}, gv.ArgumentValueError, "wrt: expected distinct indices"),
+        ({"order": 3}, gv.ArgumentValueError, "order: expected 1 or 2; found 3"),
+        ({"seed": -1}, gv.ArgumentValueError, "seed: expected a non-negative int"),
+        ({"rtol": -1.0}, gv.ArgumentValueError, "rtol: expected None or a finite number >= 0"),
+        ({"directions": 0}, gv.ArgumentValueError, "directions: expected an int >= 1"),
+    ],
+)
+def test_option_errors(kwargs, exc, text):
+    with pytest.raises(exc) as e:
+        gv.check(lambda a, k: a, np.ones(2), np.arange(2), **kwargs)
+    assert text in str(e.value)
+
+
+def test_only_integer_arguments_error():
+    with pytest.raises(gv.ArgumentTypeError, match="at least one floating-point array to differentiate"):
+        gv.check(lambda k: k * 1.0, np.arange(3))
+
+
+def test_complex_argument_error():
+    with pytest.raises(gv.ArgumentTypeError, match="complex dtype complex128"):
+        gv.check(lambda a: a.real, np.ones(2, complex))
+
+
+def test_rule_validates_its_parts():
+    with pytest.raises(gv.ArgumentTypeError, match=r"gv.Rule\(jvp=...\): expected a callable"):
+        gv.Rule(np.tanh, jvp=3)
+
+
+def test_user_tolerances_replace_the_model():
+    # A 1e-6 relative error in the rule: caught by the float64 model, accepted by rtol=1e-4.
+    rule = gv.Rule(np.tanh, jvp=lambda p, t: (1 - np.tanh(p[0]) ** 2) * t[0] * (1 + 1e-6),
+                   vjp=lambda p, g: ((1 - np.tanh(p[0]) ** 2) * g * (1 + 1e-6),))
+    x = np.array([0.1, 0.7, -1.2])
+    assert not gv.check(rule, x).ok
+    assert gv.check(rule, x, rtol=1e-4).ok

@@ -1,0 +1,194 @@
+"""Large inputs: random signed directions, element-wise J u, projected J^T v, the
+adjoint identity, and bisection to the wrong element. Cost independent of n."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+
+from .conftest import make
+
+
+def flipped_tanh_bias(backend, n_cols, flip_at, mode="vjp"):
+    """tanh(x + b) with one sign-flipped element of the rule's x-gradient."""
+    if backend == "numpy":
+        def d(p):
+            return 1 - np.tanh(p[0] + p[1]) ** 2
+
+        def flip(a):
+            a = a.copy()
+            a.reshape(-1)[flip_at] *= -1
+            return a
+
+        jvp = (lambda p, t: flip(d(p) * t[0]) + d(p) * t[1]) if mode == "jvp" else (lambda p, t: d(p) * (t[0] + t[1]))
+
+        def vjp(p, g):
+            gz = d(p) * g
+            gx = flip(gz) if mode == "vjp" else gz
+            return gx, gz.sum(0)
+
+        return gv.Rule(lambda x, b: np.tanh(x + b), jvp=jvp, vjp=vjp)
+    if backend == "torch":
+        import torch
+
+        class Tanh(torch.autograd.Function):
+            @staticmethod
+            def forward(x, b):
+                return torch.tanh(x + b)
+
+            @staticmethod
+            def setup_context(ctx, inputs, out):
+                ctx.save_for_backward(out)
+                ctx.save_for_forward(out)
+
+            @staticmethod
+            def backward(ctx, g):
+                (y,) = ctx.saved_tensors
+                gz = g * (1 - y * y)
+                gx = gz.clone()
+                gx.view(-1)[flip_at] *= -1
+                return gx, gz.sum(0)
+
+            @staticmethod
+            def jvp(ctx, tx, tb):
+                (y,) = ctx.saved_tensors
+                return (1 - y * y) * (tx + tb)
+
+        return Tanh.apply
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def f(x, b):
+        return jnp.tanh(x + b)
+
+    def fwd(x, b):
+        y = jnp.tanh(x + b)
+        return y, y
+
+    def bwd(y, g):
+        gz = g * (1 - y * y)
+        gx = gz.reshape(-1).at[flip_at].multiply(-1).reshape(gz.shape)
+        return gx, gz.sum(0)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("n_rows", [100, 1000])
+def test_one_flipped_reverse_element_is_found_and_located(backend, n_rows):
+    rng = np.random.default_rng(n_rows)
+    n_cols = 10
+    flip_at = int(rng.integers(n_rows * n_cols))
+    x = make(backend, rng.standard_normal((n_rows, n_cols)))
+    b = make(backend, rng.standard_normal(n_cols))
+    r = gv.check(flipped_tanh_bias(backend, n_cols, flip_at), x, b)
+    assert not r.ok, str(r)
+    assert r.strategy.startswith("directional")
+    (f,) = r.by_kind(gv.Kind.MISMATCH)
+    assert f.pair == ("VJP", "FD")
+    assert f.argument == 0
+    assert f.input_index == np.unravel_index(flip_at, (n_rows, n_cols))
+    assert f.values["VJP"] == pytest.approx(-f.values["FD"], rel=1e-6)
+    # Cost independent of n: a handful of evaluations plus log2(n) for the bisection.
+    calls = sum(r.evaluations.values())
+    assert calls <= 30 + 2 * np.log2(n_rows * n_cols + 10), r.evaluations
+
+
+@pytest.mark.parametrize("n_rows", [100, 1000])
+def test_correct_rule_passes_large(backend, n_rows):
+    rng = np.random.default_rng(5)
+    x = make(backend, rng.standard_normal((n_rows, 10)))
+    b = make(backend, rng.standard_normal(10))
+    fn = flipped_tanh_bias(backend, 10, flip_at=0)
+    if backend == "numpy":
+        fn = gv.Rule(fn.fn, jvp=lambda p, t: (1 - np.tanh(p[0] + p[1]) ** 2) * (t[0] + t[1]),
+                     vjp=lambda p, g: ((1 - np.tanh(p[0] + p[1]) ** 2) * g, ((1 - np.tanh(p[0] + p[1]) ** 2) * g).sum(0)))
+        r = gv.check(fn, x, b)
+    elif backend == "torch":
+        import torch
+
+        r = gv.check(lambda x, b: torch.tanh(x + b), x, b)
+    else:
+        import jax.numpy as jnp
+
+        r = gv.check(lambda x, b: jnp.tanh(x + b), x, b)
+    assert r.ok, str(r)
+    assert r.strategy.startswith("directional")
+
+
+def test_one_flipped_forward_element_is_located():
+    rng = np.random.default_rng(3)
+    flip_at = 4321
+    x, b = rng.standard_normal((1000, 10)), rng.standard_normal(10)
+    r = gv.check(flipped_tanh_bias("numpy", 10, flip_at, mode="jvp"), x, b)
+    assert not r.ok
+    f = [f for f in r.by_kind(gv.Kind.MISMATCH) if f.pair == ("JVP", "FD")][0]
+    assert f.output_index == (432, 1) and f.input_index == (432, 1) and f.argument == 0
+    assert f.values["JVP"] == pytest.approx(-f.values["FD"], rel=1e-6)
+
+
+def test_adjoint_identity_catches_what_float32_fd_cannot_resolve():
+    """A function that only runs in float32 (FD in float32 is coarse): a VJP
+    off by 1e-3 relative in one element still breaks <v, J u> = <J^T v, u>."""
+    import torch
+
+    class Tanh(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            if x.dtype != torch.float32:
+                raise TypeError("float32 only")
+            return torch.tanh(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, out):
+            ctx.save_for_backward(out)
+            ctx.save_for_forward(out)
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            gx = g * (1 - y * y)
+            gx[17] *= 1.05
+            return gx
+
+        @staticmethod
+        def jvp(ctx, t):
+            (y,) = ctx.saved_tensors
+            return (1 - y * y) * t
+
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal(4096).astype(np.float32))
+    r = gv.check(Tanh.apply, x)
+    assert "float32" in r.modes["FD"] and "float32 only" in r.modes["FD"] or r.oracle_dtype == "float32"
+    assert not r.ok, str(r)
+    f = r.by_kind(gv.Kind.MISMATCH)[0]
+    assert f.input_index == (17,)
+
+
+def test_dense_jacobian_directional():
+    """A non-elementwise function (softmax): correct passes, a wrong rule fails."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 8))
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def jvp(p, t):
+        s = softmax(p[0])
+        return s * (t[0] - (s * t[0]).sum(-1, keepdims=True))
+
+    def vjp_ok(p, g):
+        s = softmax(p[0])
+        return (s * (g - (s * g).sum(-1, keepdims=True)),)
+
+    def vjp_bad(p, g):  # forgets the normalisation term
+        return (softmax(p[0]) * g,)
+
+    assert gv.check(gv.Rule(softmax, jvp=jvp, vjp=vjp_ok), x).ok
+    bad = gv.check(gv.Rule(softmax, jvp=jvp, vjp=vjp_bad), x)
+    assert not bad.ok
+    assert bad.by_kind(gv.Kind.MISMATCH)[0].pair == ("VJP", "FD")
