@@ -22,7 +22,6 @@ from . import _tolerance as tol
 from ._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
 from ._evaluate import BadStructure, CallFailed, Derivative, Evaluator
 from ._result import ERROR, INFO, WARNING, ArraySummary, CheckResult, Finding, Kind
-from ._rule import Rule
 from ._validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
 from .backends import backend_of
 
@@ -31,6 +30,8 @@ from .backends import backend_of
 #: which is cheap there and names the exact (output, input) pair.
 FULL_MAX_IN = 32
 FULL_MAX_OUT = 128
+#: Directional checks run FD along this many of their directions (see _first_order).
+FD_DIRECTIONS = 1
 
 
 def check(
@@ -120,7 +121,9 @@ class _ModeState:
 
 
 class _Run:
-    def __init__(self, ev: Evaluator, *, seed: int, rtol: float | None, atol: float | None, full: bool | None, k: int) -> None:
+    def __init__(
+        self, ev: Evaluator, *, seed: int, rtol: float | None, atol: float | None, full: bool | None, k: int
+    ) -> None:
         self.ev = ev
         self.seed = seed
         self.rtol, self.atol = rtol, atol
@@ -183,9 +186,7 @@ class _Run:
         self.output_summary = _summary("output", out1, out_dtype, True)
         for i, (before, now) in enumerate(zip(ev.values, after)):
             if before.shape != now.shape or not np.array_equal(before, now, equal_nan=True):
-                changed = (
-                    np.argwhere(before != now) if before.shape == now.shape else np.zeros((1, before.ndim), int)
-                )
+                changed = np.argwhere(before != now) if before.shape == now.shape else np.zeros((1, before.ndim), int)
                 first = tuple(int(k) for k in changed[0]) if len(changed) else ()
                 self.add(
                     Kind.MUTATION,
@@ -279,8 +280,8 @@ class _Run:
             self.vs = [self._basis(i, m) for i in range(m)]
             self.strategy = f"full Jacobian ({m}x{n})"
         else:
-            self.us = [rng.choice((-1.0, 1.0), size=n) * self.scale for _ in range(self.k)]
-            self.vs = [rng.choice((-1.0, 1.0), size=m) for _ in range(self.k)]
+            self.us = [_signs(rng, n, self.scale) for _ in range(self.k)]
+            self.vs = [_signs(rng, m) for _ in range(self.k)]
             self.strategy = f"directional ({self.k} random-sign directions, seed {self.seed})"
         # Non-finite outputs are not checked: give them no weight.
         self.vs = [np.where(self.out_finite, v, 0.0) for v in self.vs]
@@ -392,8 +393,12 @@ class _Run:
             )
             return True
         if d.kind == "None":
-            self.add(Kind.WRONG_SHAPE, ERROR, f"{mode}: the {what} is None; expected an array of shape {shape}",
-                     pair=(mode, "output"))
+            self.add(
+                Kind.WRONG_SHAPE,
+                ERROR,
+                f"{mode}: the {what} is None; expected an array of shape {shape}",
+                pair=(mode, "output"),
+            )
             return True
         if tuple(d.shape) != tuple(shape):
             self.add(
@@ -458,7 +463,12 @@ class _Run:
             if self.vjps:
                 self.jmax_vjp = max(float(np.max(np.abs(g))) for g in self.vjps)
         self.refs: list[_fd.Reference] = []
-        for b, u in enumerate(self.us):
+        # FD along the first direction only when directional: it checks all of
+        # J u_1 element by element and, projected, every J^T v_a; the other
+        # directions meet the VJP through the adjoint identity, which needs no
+        # FD and is sharper. A full Jacobian needs every column.
+        fd_us = self.us if self.full else self.us[:FD_DIRECTIONS]
+        for b, u in enumerate(fd_us):
             ad_t = self._jvp_bound(self.jvps[b], b) if self.jvps else np.zeros(self.f0.size)
             self.refs.append(self.fd(u, ad_t))
         self.modes["FD"] = f"{self.oracle_name}" + (f" ({self.oracle_reason})" if self.oracle_reason else "")
@@ -481,8 +491,14 @@ class _Run:
 
     def _jvp_bound(self, jv: np.ndarray, b: int) -> np.ndarray:
         """AD rounding bound of the JVP along direction b (that direction's units)."""
+        cache = self.__dict__.setdefault("_jvp_bounds", {})
+        if b < len(self.jvps) and jv is self.jvps[b] and b in cache:
+            return cache[b]
         scale = None if self.jmax_jvp is None else self.jmax_jvp * self.scale[b]
-        return tol.ad_bound(jv, self.out_dtype, self.rtol, self.atol, scale)
+        bound = tol.ad_bound(jv, self.out_dtype, self.rtol, self.atol, scale)
+        if b < len(self.jvps) and jv is self.jvps[b]:
+            cache[b] = bound
+        return bound
 
     def _report_kinks(self) -> None:
         """One inconclusive finding per kind of non-smooth point found."""
@@ -491,14 +507,16 @@ class _Run:
             (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
             (_fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences did not converge"),
         ):
-            hits = [(b, i) for b, r in enumerate(self.refs) for i in np.flatnonzero((r.status == status) & self.out_finite)]
+            hits = [
+                (b, i) for b, r in enumerate(self.refs) for i in np.flatnonzero((r.status == status) & self.out_finite)
+            ]
             if not hits:
                 continue
             b, i = hits[0]
             r = self.refs[b]
             where, arg, idx = self._where(b, i)
-            values = {"D-": float(r.lo[i]), "D+": float(r.hi[i])} if status == _fd.KINK else {}
-            if status == _fd.KINK:
+            values = {}
+            if status == _fd.KINK:  # the hull of the one-sided derivatives
                 values = {"left": float(self._unscale(b, r.lo[i])), "right": float(self._unscale(b, r.hi[i]))}
             count = len({(i if not self.full else (b, i)) for b, i in hits})
             self.add(
@@ -619,27 +637,46 @@ class _Run:
         err[~self.out_finite] = 0.0
         return value, err
 
-    def _compare_vjp_fd(self, jvp_ok: bool) -> bool:
-        if self.full:
-            return self._compare_vjp_full(("VJP", "FD"))
+    def _projection_terms(self) -> None:
+        """What every projection comparison shares, computed once: <J^T v_a, u_b>
+        and the Hoeffding term of the VJP's rounding. Directions are random signs
+        times the local scale, so |u_b| = scale and (u_b g)^2 = (scale g)^2."""
+        self.lhs = [[float(g @ u) for u in self.us] for g in self.vjps]
+        self.gbs = [self._g_bound(g) for g in self.vjps]
+        self.g_terms = [tol.hoeffding(self.scale, gb) for gb in self.gbs]
+
+    def _worst_projection(self, rhs_and_bound: Callable[[int, int], tuple[float, float] | None]) -> tuple | None:
         worst = None
-        for a, (v, g) in enumerate(zip(self.vs, self.vjps)):
-            gb = self._g_bound(g)
-            for b, u in enumerate(self.us):
-                r = self._ref_for_projection(b)
-                if r is None:
+        for a in range(len(self.vjps)):
+            for b in range(len(self.us)):
+                rb = rhs_and_bound(a, b)
+                if rb is None:
                     continue
-                value, err = r
-                lhs = float(g @ u)
-                rhs = float(v @ value)
-                bound = tol.hoeffding(v, err) + tol.hoeffding(u, gb)
+                rhs, bound = rb
+                lhs = self.lhs[a][b]
+                bound += self.g_terms[a]
                 ratio = abs(lhs - rhs) / (bound + 1e-300)
                 if ratio > 1 and (worst is None or ratio > worst[0]):
                     worst = (ratio, a, b, lhs, rhs, bound)
+        return worst
+
+    def _compare_vjp_fd(self, jvp_ok: bool) -> bool:
+        if self.full:
+            return self._compare_vjp_full(("VJP", "FD"))
+        self._projection_terms()
+        refs = [self._ref_for_projection(b) for b in range(len(self.refs))]
+        # v is +-1 on finite outputs and err is 0 elsewhere: (v err)^2 = err^2
+        fd_terms = [None if r is None else tol.hoeffding(1.0, r[1]) for r in refs]
+
+        def rhs(a: int, b: int) -> tuple[float, float] | None:
+            r = refs[b] if b < len(refs) else None
+            return None if r is None else (float(self.vs[a] @ r[0]), fd_terms[b])
+
+        worst = self._worst_projection(rhs)
         if worst is None:
             return True
-        _, a, b, lhs, rhs, bound = worst
-        self._report_vjp(a, b, lhs, rhs, bound, ("VJP", "FD"), use_jvp=jvp_ok)
+        _, a, b, lhs, rhs_v, bound = worst
+        self._report_vjp(a, b, lhs, rhs_v, bound, ("VJP", "FD"), use_jvp=jvp_ok)
         return False
 
     def _compare_vjp_full(self, pair: tuple[str, str]) -> bool:
@@ -694,15 +731,10 @@ class _Run:
         if self.full:
             self._compare_adjoint_full()
             return
-        worst = None
-        for a, (v, g) in enumerate(zip(self.vs, self.vjps)):
-            gb = self._g_bound(g)
-            for b, (u, jv) in enumerate(zip(self.us, self.jvps)):
-                lhs, rhs = float(g @ u), float(v @ jv)
-                bound = tol.hoeffding(v, self._jvp_bound(jv, b)) + tol.hoeffding(u, gb)
-                ratio = abs(lhs - rhs) / (bound + 1e-300)
-                if ratio > 1 and (worst is None or ratio > worst[0]):
-                    worst = (ratio, a, b, lhs, rhs, bound)
+        jv_terms = [
+            tol.hoeffding(np.where(self.out_finite, 1.0, 0.0), self._jvp_bound(jv, b)) for b, jv in enumerate(self.jvps)
+        ]
+        worst = self._worst_projection(lambda a, b: (float(self.vs[a] @ self.jvps[b]), jv_terms[b]))
         if worst is None:
             return
         _, a, b, lhs, rhs, bound = worst
@@ -724,7 +756,8 @@ class _Run:
             Kind.MISMATCH,
             ERROR,
             f"forward and reverse mode disagree: d output{list(out_idx)} / d arg{arg}{list(idx)} "
-            f"({int((over > 0).sum())} Jacobian element(s) over the bound; finite differences could not tell which is wrong)",
+            f"({int((over > 0).sum())} Jacobian element(s) over the bound; "
+            "finite differences could not tell which is wrong)",
             pair=("JVP", "VJP"),
             argument=arg,
             input_index=idx,
@@ -737,27 +770,70 @@ class _Run:
         )
 
     # -- localisation -------------------------------------------------------------------
+    def _column(self, j: int) -> dict[str, Any]:
+        """Column j of the Jacobian (along e_j, in e_j's scaled units) by FD, with
+        its error: the independent witness for a located element."""
+        e = self._basis(j, self.flat.n) * self.scale[j]
+        ref = self.fd(e, np.zeros(self.f0.size))
+        value, err = self._ref_for_column(ref, j)
+        return {"FD": value, "FD_err": err}
+
+    def _vjp_element(self, a: int, j: int, col: dict[str, Any]) -> tuple[dict[str, float], float, bool]:
+        """(J^T v)_j from VJP against <v, J e_j> from FD (and JVP): the labelled
+        values, the bound, and whether the element is confirmed wrong."""
+        v, g, s = self.vs[a], self.vjps[a], self.scale[j]
+        values = {"VJP": float(g[j]), "FD": float(v @ col["FD"]) / s}
+        bound = float(self.gbs[a][j]) + tol.hoeffding(v, col["FD_err"]) / s
+        return values, bound, abs(values["VJP"] - values["FD"]) > bound
+
+    def _diagonal_guess(self, a: int, b: int, use_jvp: bool) -> int | None:
+        """If fn were elementwise in an input shaped like the output, its element
+        j would feed output j alone: (J^T v)_j u_j = v_j (J u_k)_j with u_k the
+        direction restricted to that input (one oracle call). The worst
+        violation is the candidate; it is confirmed along e_j before use, so a
+        wrong guess costs one column and falls back to bisection."""
+        v, g, u = self.vs[a], self.vjps[a], self.us[b]
+        best: tuple[float, int] | None = None
+        for off, size, shape in zip(self.flat.offsets, self.flat.sizes, self.flat.shapes):
+            if tuple(shape) != self.out_shape:
+                continue
+            uk = np.zeros_like(u)
+            uk[off : off + size] = u[off : off + size]
+            w = self._oracle(uk, use_jvp=False)  # ranking needs no precision: 2 evaluations
+            r = np.abs(g[off : off + size] * u[off : off + size] - v * w)
+            k = int(np.argmax(r))
+            if best is None or r[k] > best[0]:
+                best = (float(r[k]), off + k)
+        return None if best is None else best[1]
+
+    def _oracle(self, u: np.ndarray, use_jvp: bool) -> np.ndarray:
+        """J u from the trusted JVP, or from one central difference (2 evaluations)."""
+        if use_jvp:
+            w = self._jvp_value(u)
+            if w is not None:
+                return w
+        F = self.F(u)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = (F(self.h) - F(-self.h)) / (2 * self.h)
+        return np.where(np.isfinite(d) & self.out_finite, d, 0.0)
+
     def _report_vjp(
         self, a: int, b: int, lhs: float, rhs: float, bound: float, pair: tuple[str, str], *, use_jvp: bool
     ) -> None:
-        v, g, u = self.vs[a], self.vjps[a], self.us[b]
-        j, steps = self._bisect_vjp(a, b, use_jvp)
+        use_jvp = use_jvp and bool(self.jvps)
+        oracle = "JVP" if use_jvp else "FD"
+        j = self._diagonal_guess(a, b, use_jvp)
+        confirmed = False
+        if j is not None:
+            col = self._column(j)
+            values, elem_bound, confirmed = self._vjp_element(a, j, col)
+            how = "found by the elementwise guess, confirmed along e_j"
+        if not confirmed:
+            j, steps = self._bisect_vjp(a, b, use_jvp)
+            col = self._column(j)
+            values, elem_bound, _ = self._vjp_element(a, j, col)
+            how = f"located in {steps} bisection steps using {oracle}"
         arg, idx = self.flat.locate(j)
-        # The exact reference for (J^T v)_j: one FD along e_j, projected on v.
-        e = self._basis(j, self.flat.n) * self.scale[j]
-        ref = self.fd(e, np.zeros(self.f0.size))
-        r = self._ref_for_column(ref, j)
-        values = {"VJP": float(g[j])}
-        if r is not None:
-            fd_val, fd_err = float(v @ r[0]) / self.scale[j], tol.hoeffding(v, r[1]) / self.scale[j]
-            values["FD"] = fd_val
-        if use_jvp and self.jvps:
-            jv = self._jvp_value(e)
-            if jv is not None:
-                values["JVP"] = float(v @ jv) / self.scale[j]
-        other = values.get("FD", values.get("JVP", float("nan")))
-        gb = float(self._g_bound(g)[j])
-        elem_bound = gb + (fd_err if r is not None else 0.0)
         proj = (
             f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
             + ("JVP" if pair == ("JVP", "VJP") else "FD")
@@ -776,18 +852,17 @@ class _Run:
             argument=arg,
             input_index=idx,
             values=values,
-            error=float(abs(values["VJP"] - other)),
+            error=float(abs(values["VJP"] - values["FD"])),
             bound=float(elem_bound),
             bound_reason=(
                 f"AD rounding {tol.AD_ROUNDING:g} u + FD error estimate x{tol.FD_SAFETY:g}, projected on v"
                 if self.rtol is None and self.atol is None
                 else "user rtol/atol + FD error estimate, projected on v"
             ),
-            where=f"cotangent v {a + 1} (random signs, seed {self.seed}); {proj}; "
-            f"located in {steps} bisection steps using {'JVP' if use_jvp and self.jvps else 'FD'}",
+            where=f"cotangent v {a + 1} (random signs, seed {self.seed}); {proj}; {how}",
         )
 
-    def _ref_for_column(self, ref: _fd.Reference, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _ref_for_column(self, ref: _fd.Reference, j: int) -> tuple[np.ndarray, np.ndarray]:
         usable = self._usable(ref)
         value = np.where(usable, ref.value, 0.0)
         err = np.where(usable, ref.err, 0.0)
@@ -808,25 +883,35 @@ class _Run:
         use_jvp = use_jvp and bool(self.jvps)
 
         def disc(lo: int, hi: int) -> float:
+            # Choosing a half needs no precision: the wrong element's share of
+            # the discrepancy is large, so one central difference does.
             uS = np.zeros_like(u)
             uS[lo:hi] = u[lo:hi]
-            if use_jvp:
-                w = self._jvp_value(uS)
-                if w is not None:
-                    return float(g[lo:hi] @ u[lo:hi] - v @ w)
-            # Choosing a half needs no precision: the wrong element's share of the
-            # discrepancy is large. One central difference (2 evaluations) does.
-            F = self.F(uS)
-            with np.errstate(invalid="ignore", over="ignore"):
-                d = (F(self.h) - F(-self.h)) / (2 * self.h)
-            return float(g[lo:hi] @ u[lo:hi] - v @ np.where(np.isfinite(d) & self.out_finite, d, 0.0))
+            return float(g[lo:hi] @ u[lo:hi] - v @ self._oracle(uS, use_jvp))
 
         return _bisect(self.flat.n, disc)
 
     def _locate_jvp(self, b: int, i: int) -> tuple[int, tuple[int, ...], float, float, float]:
-        """Find the input element behind a JVP mismatch at output element i."""
+        """Find the input element behind a JVP mismatch at output element i:
+        first the elementwise guess (the same index in an input shaped like the
+        output), confirmed along e_j; otherwise bisection."""
         u = self.us[b]
         jv_t = self._jvp_bound(self.jvps[b], b)
+
+        def element(j: int) -> tuple[float, float, float]:
+            e = self._basis(j, self.flat.n) * self.scale[j]
+            w = self._jvp_value(e)
+            ref = self.fd(e, np.zeros(self.f0.size))
+            s = self.scale[j]
+            ad = (w[i] if w is not None else np.nan) / s
+            return float(ad), float(ref.value[i] / s), float((jv_t[i] + ref.err[i]) / s)
+
+        for off, shape in zip(self.flat.offsets, self.flat.shapes):
+            if tuple(shape) == self.out_shape:
+                ad, fdv, bound = element(off + i)
+                if abs(ad - fdv) > bound:
+                    arg, idx = self.flat.locate(off + i)
+                    return arg, idx, ad, fdv, bound
 
         def disc(lo: int, hi: int) -> float:
             uS = np.zeros_like(u)
@@ -837,12 +922,7 @@ class _Run:
 
         j, _ = _bisect(self.flat.n, disc)
         arg, idx = self.flat.locate(j)
-        e = self._basis(j, self.flat.n) * self.scale[j]
-        w = self._jvp_value(e)
-        ref = self.fd(e, jv_t)
-        s = self.scale[j]
-        ad = (w[i] if w is not None else np.nan) / s
-        return arg, idx, float(ad), float(ref.value[i] / s), float((jv_t[i] + ref.err[i]) / s)
+        return (arg, idx, *element(j))
 
     # -- 6. second order --------------------------------------------------------------
     def _second_order(self) -> None:
@@ -851,8 +931,8 @@ class _Run:
             return
         rng = np.random.default_rng([self.seed, 2])
         m = self.f0.size
-        v = rng.choice((-1.0, 1.0), size=m)
-        u = rng.choice((-1.0, 1.0), size=self.flat.n)
+        v = _signs(rng, m)
+        u = _signs(rng, self.flat.n)
         backend = ev.backend
         like = ev.originals[0]
         derived: list[tuple[str, Callable]] = []
@@ -870,14 +950,26 @@ class _Run:
             except ModeUnavailable as e:
                 self._unavailable("second-order JVP", str(e))
         for label, g in derived:
-            sub = check(g, *ev.originals, wrt=ev.wrt, order=1, seed=self.seed + 1, rtol=self.rtol,
-                        atol=self.atol, full=self.full_opt, directions=self.k, name=label)
+            sub = check(
+                g,
+                *ev.originals,
+                wrt=ev.wrt,
+                order=1,
+                seed=self.seed + 1,
+                rtol=self.rtol,
+                atol=self.atol,
+                full=self.full_opt,
+                directions=self.k,
+                name=label,
+            )
             for f in sub.findings:
                 if f.kind in (Kind.NONDETERMINISM,) or (f.kind == Kind.MUTATION):
                     continue
+                of = label.split()[1]  # "VJP" or "JVP": whose derivative this is
+                pair = None if f.pair is None else (f"{f.pair[0]} of {of}", f.pair[1])
                 self.findings.append(
                     Finding(
-                        **{**f.__dict__, "order": 2, "message": f"order 2, derivative of {label}: {f.message}"}
+                        **{**f.__dict__, "order": 2, "pair": pair, "message": f"derivative of {label}: {f.message}"}
                     )
                 )
             for mode, status in sub.modes.items():
@@ -892,10 +984,12 @@ class _Run:
         if rule is not None:
             backend, wrt = ev.backend, ev.wrt
             if kind == "vjp":
+
                 def vjp_rule(*xs: Any) -> Any:
                     cs = rule.vjp(tuple(xs), arg)
                     cs = (cs,) if len(xs) == 1 and not isinstance(cs, (tuple, list)) else cs
                     return backend.concat_flat([cs[i] for i in wrt])
+
                 return vjp_rule
 
             def jvp_rule(*xs: Any) -> Any:
@@ -903,10 +997,18 @@ class _Run:
                 for t, i in zip(arg, wrt):
                     full[i] = t
                 return rule.jvp(tuple(xs), tuple(full))
+
             return jvp_rule
         if kind == "vjp":
             return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
         return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
+
+
+def _signs(rng: np.random.Generator, n: int, scale: np.ndarray | None = None) -> np.ndarray:
+    """n random signs (Rademacher) times ``scale``, float64."""
+    s = np.ones(n) if scale is None else scale
+    bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n).view(bool)
+    return np.where(bits, -s, s)
 
 
 def _bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:
@@ -943,11 +1045,14 @@ def _summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> Arra
 def _reproduce(label: str, nargs: int, wrt: Any, order: int, seed: int, rtol: Any, atol: Any, full: Any, k: int) -> str:
     argnames = ", ".join(f"arg{i}" for i in range(nargs))
     opts = [f"seed={seed}"]
-    for key, value, default in (("wrt", wrt, None), ("order", order, 1), ("rtol", rtol, None),
-                                ("atol", atol, None), ("full", full, None), ("directions", k, 2)):
+    for key, value, default in (
+        ("wrt", wrt, None),
+        ("order", order, 1),
+        ("rtol", rtol, None),
+        ("atol", atol, None),
+        ("full", full, None),
+        ("directions", k, 2),
+    ):
         if value != default:
             opts.append(f"{key}={value!r}")
     return f"gv.check({label}, {argnames}, {', '.join(opts)})"
-
-
-__all__ = ["check", "assert_gradients", "Rule"]

@@ -64,6 +64,7 @@ class Evaluator:
         wrt arguments, copies of the base values elsewhere. Floating arguments get
         ``precision`` (None: their own dtype)."""
         out = []
+        self.last_buffers = []
         wrt_pos = {i: k for k, i in enumerate(self.wrt)}
         for i, (v, like) in enumerate(zip(self.values, self.originals)):
             dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
@@ -71,6 +72,7 @@ class Evaluator:
                 a = points[wrt_pos[i]]
             else:
                 a = np.array(v, copy=True)
+            self.last_buffers.append(a)
             out.append(self.backend.from_numpy(a, like, dtype))
         return out
 
@@ -88,7 +90,7 @@ class Evaluator:
             args = self._args(None, precision)
             out = self._call(self.fn, args, "evaluating fn")
             self._check_output(out)
-            after = [self.backend.to_numpy(a) for a in args]
+            after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
 
     def primal(self, points: Sequence[np.ndarray] | None, precision: str | None) -> np.ndarray:
@@ -164,8 +166,7 @@ class Evaluator:
                     "fn's return value",
                     f"one {self.backend.name} array (the backend of its arguments)",
                     f"{type(out).__module__}.{type(out).__qualname__}",
-                    "return a single array; for several outputs check each "
-                    "(lambda *a: fn(*a)[k]) or concatenate them",
+                    "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
                 )
             )
 

@@ -44,55 +44,87 @@ class Stencil:
 
 @dataclass
 class Estimate:
-    """What one level says about F'(0), element by element."""
+    """What one level says about F'(0), element by element. The one-sided
+    quantities are computed on demand, for the few flagged elements only: the
+    whole-vector work stays at a dozen array operations."""
 
+    stencil: Stencil
+    f0: np.ndarray
     value: np.ndarray  # Richardson-extrapolated central difference
     err: np.ndarray  # its error bound (safety factor and rounding included)
-    right: np.ndarray  # one-sided D+
-    left: np.ndarray  # one-sided D-
-    side_err: np.ndarray  # error bound of D+ and D-
-    kink: np.ndarray  # bool: the kink indicator exceeds its noise
+    kink: np.ndarray  # bool: the kink indicator exceeds its noise (or not finite)
     finite: np.ndarray  # bool: every stencil value finite
-    step_f: np.ndarray  # max(|F(h) - F(0)|, |F(-h) - F(0)|), for jump detection
-    noise_f: np.ndarray  # rounding level of F values
+    eps_f: np.ndarray  # error of one F value (one element: the same for all)
+
+    def sides(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One-sided second-order D+ and D- at ``idx`` and their error bound."""
+        s, h, f0 = self.stencil, self.stencil.h, self.f0[idx]
+        fp1, fp2, fm1, fm2 = s.fp1[idx], s.fp2[idx], s.fm1[idx], s.fm2[idx]
+        with np.errstate(invalid="ignore", over="ignore"):
+            right = (4 * fp2 - 3 * f0 - fp1) / h
+            left = (3 * f0 - 4 * fm2 + fm1) / h
+            first_r = (fp2 - f0) / (h / 2)
+            first_l = (f0 - fm2) / (h / 2)
+            err = tol.FD_SAFETY * (
+                np.maximum(np.abs(right - first_r), np.abs(left - first_l)) + 8.0 * self.eps_f[0] / h
+            )
+        return right, left, err
+
+    def step_f(self, idx: np.ndarray) -> np.ndarray:
+        """max(|F(h) - F(0)|, |F(-h) - F(0)|): shrinks with h unless F jumps."""
+        s, f0 = self.stencil, self.f0[idx]
+        return np.maximum(np.abs(s.fp1[idx] - f0), np.abs(s.fm1[idx] - f0))
 
 
 def evaluate_level(F: Callable[[float], np.ndarray], h: float) -> Stencil:
     return Stencil(h, F(-h), F(-h / 2), F(h / 2), F(h))
 
 
-def estimate(s: Stencil, f0: np.ndarray, u_oracle: float, ad_tol: np.ndarray) -> Estimate:
+def estimate(
+    s: Stencil, f0: np.ndarray, u_oracle: float, ad_tol: np.ndarray, f0_scale: float | None = None
+) -> Estimate:
+    """Central Richardson value, its error bound and the kink flags; about twenty
+    whole-vector operations (this runs on every direction of every check)."""
     h = s.h
     with np.errstate(invalid="ignore", over="ignore"):
-        d1 = (s.fp1 - s.fm1) / (2 * h)
-        d2 = (s.fp2 - s.fm2) / h
-        value = d2 + (d2 - d1) / 3.0
-        mag = np.maximum.reduce([np.abs(f0), np.abs(s.fp1), np.abs(s.fm1)])
-        finite = np.isfinite(mag) & np.isfinite(value)
-        scale = float(np.max(np.where(finite, mag, 0.0), initial=0.0))
-        # Error of one F value: fn's own rounding (relative to |F| and, for
-        # cancellation inside fn, to the vector's scale) plus the rounding of the
-        # point x + t u itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u
-        # (directions are scaled so that |u_j| >= |x_j|).
-        slope = np.abs(np.where(finite, value, 0.0))
-        slope_scale = float(np.max(slope, initial=0.0))
-        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * (mag + scale + slope + slope_scale)
-        # R = (4 D(h/2) - D(h)) / 3 weighs F errors by 3/h in total (see module doc).
-        err = tol.FD_SAFETY * (np.abs(d2 - d1) / 3.0 + 3.0 * eps_f / h)
-        right = (4 * s.fp2 - 3 * f0 - s.fp1) / h
-        left = (3 * f0 - 4 * s.fm2 + s.fm1) / h
-        first_r = (s.fp2 - f0) / (h / 2)
-        first_l = (f0 - s.fm2) / (h / 2)
-        side_err = tol.FD_SAFETY * (
-            np.maximum(np.abs(right - first_r), np.abs(left - first_l)) + 8.0 * eps_f / h
-        )
-        sd1 = (s.fp1 - 2 * f0 + s.fm1) / h**2
-        sd2 = (s.fp2 - 2 * f0 + s.fm2) / (h / 2) ** 2
-        kappa = h * np.abs(sd2 - sd1)
-        # h |SD(h/2) - SD(h)| sums F errors with weights (4+8+16+1+2+1)/h = 32/h.
-        kink = ~finite | (kappa > tol.FD_SAFETY * 32.0 * eps_f / h + ad_tol)
-        step_f = np.maximum(np.abs(s.fp1 - f0), np.abs(s.fm1 - f0))
-    return Estimate(value, err, right, left, side_err, kink, finite, step_f, eps_f)
+        d1 = s.fp1 - s.fm1  # 2h D(h)
+        d2 = s.fp2 - s.fm2  # h D(h/2)
+        d2 *= 2.0  # 2h D(h/2)
+        # Richardson: D(h/2) + (D(h/2) - D(h))/3 = (4 (2h D(h/2)) - 2h D(h)) / (6h)
+        value = d2 * 4.0
+        value -= d1
+        value *= 1.0 / (6.0 * h)
+        finite = np.isfinite(value)
+        everywhere = bool(finite.all())
+        slope_scale = float(np.max(np.abs(value)) if everywhere else np.max(np.abs(value), where=finite, initial=0.0))
+        if f0_scale is None:
+            f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
+        # Error of one F value, relative to the vector's scale: fn's own rounding
+        # (cancellation inside fn included) plus the rounding of the point
+        # x + t u itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u
+        # (directions are scaled so that |u_j| >= |x_j|). |F(+-h)| <= |F0| + h max|F'|.
+        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (f0_scale + (1.0 + h) * slope_scale)
+        # err: |D(h/2) - D(h)|/3 (the error of D(h/2), a safe bound for R's)
+        # plus rounding; R = (4 D(h/2) - D(h))/3 weighs F errors by 3/h.
+        err = d2 - d1
+        np.abs(err, out=err)
+        err *= tol.FD_SAFETY / (6.0 * h)
+        err += tol.FD_SAFETY * 3.0 * eps_f / h
+        # Kink indicator h |SD(h/2) - SD(h)| = |4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F0| / h:
+        # O(h^3) where F is smooth, the slope jump at a kink. It sums F errors
+        # with weights (4+4+1+1+6)/h = 16/h; we allow 32/h times the safety.
+        kappa = s.fp2 + s.fm2
+        kappa *= 4.0
+        kappa -= s.fp1
+        kappa -= s.fm1
+        kappa -= 6.0 * f0
+        np.abs(kappa, out=kappa)
+        threshold = ad_tol * h
+        threshold += tol.FD_SAFETY * 32.0 * eps_f
+        kink = kappa > threshold
+        if not everywhere:
+            kink |= ~finite
+    return Estimate(s, f0, value, err, kink, finite, np.full(1, eps_f))
 
 
 @dataclass
@@ -118,28 +150,30 @@ def reference(
     ladder: bool = True,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements."""
-    level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol)
+    f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
+    level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol, f0_scale)
     evaluations = 4
-    value = level0.value.copy()
-    err = level0.err.copy()
-    status = np.full(value.shape, SMOOTH, dtype=np.int8)
-    lo, hi = value - err, value + err
+    value = level0.value
+    err = level0.err
+    status = np.zeros(value.shape, dtype=np.int8)  # SMOOTH
     suspects = np.flatnonzero(level0.kink)
-    if suspects.size:
-        # At a kink the interval is the hull of the one-sided derivatives.
-        r, le, se = level0.right[suspects], level0.left[suspects], level0.side_err[suspects]
-        lo[suspects] = np.minimum(r, le) - se
-        hi[suspects] = np.maximum(r, le) + se
-        status[suspects] = KINK
-        bad = ~np.isfinite(lo[suspects]) | ~np.isfinite(hi[suspects])
-        status[suspects[bad]] = UNRELIABLE
-    if suspects.size and ladder:
-        prev_step = level0.step_f[suspects]
+    if not suspects.size:
+        return Reference(value, value - err, value + err, status, err, evaluations)
+    lo, hi = value - err, value + err
+    # At a kink the interval is the hull of the one-sided derivatives.
+    r, le, se = level0.sides(suspects)
+    lo[suspects] = np.minimum(r, le) - se
+    hi[suspects] = np.maximum(r, le) + se
+    status[suspects] = KINK
+    bad = ~np.isfinite(lo[suspects]) | ~np.isfinite(hi[suspects])
+    status[suspects[bad]] = UNRELIABLE
+    if ladder:
+        prev_step = level0.step_f(suspects)
         k = h
         open_ = suspects
         while open_.size and k / tol.LADDER_FACTOR >= floor:
             k /= tol.LADDER_FACTOR
-            est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol)
+            est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
             evaluations += 4
             sub = est.kink[open_]
             smooth = open_[~sub]
@@ -148,10 +182,10 @@ def reference(
             lo[smooth], hi[smooth] = value[smooth] - err[smooth], value[smooth] + err[smooth]
             status[smooth] = SMOOTH
             keep = open_[sub]
-            step = est.step_f[keep]
+            step = est.step_f(keep)
             # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump.
             prev = prev_step[sub]
-            jump = (step > 0.5 * prev) & (step > 1e3 * est.noise_f[keep]) & est.finite[keep]
+            jump = (step > 0.5 * prev) & (step > 1e3 * est.eps_f[0]) & est.finite[keep]
             status[keep] = np.where(status[keep] == UNRELIABLE, UNRELIABLE, KINK)
             status[keep[jump]] = JUMP
             prev_step = step

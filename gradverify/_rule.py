@@ -40,9 +40,7 @@ class Rule:
                     )
                 )
         if fn is None:
-            raise ArgumentTypeError(
-                explain("gv.Rule(fn)", "the primal function", "None", "pass the function first")
-            )
+            raise ArgumentTypeError(explain("gv.Rule(fn)", "the primal function", "None", "pass the function first"))
         self.fn = fn
         self.jvp = jvp
         self.vjp = vjp

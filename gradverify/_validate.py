@@ -82,9 +82,7 @@ def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tu
     out = []
     for w in items:
         if not isinstance(w, numbers.Integral) or isinstance(w, bool):
-            raise ArgumentTypeError(
-                explain("wrt", "positional argument indices (ints)", repr(w), "e.g. wrt=(0, 1)")
-            )
+            raise ArgumentTypeError(explain("wrt", "positional argument indices (ints)", repr(w), "e.g. wrt=(0, 1)"))
         k = int(w) + n if w < 0 else int(w)
         if not 0 <= k < n:
             raise ArgumentValueError(
@@ -125,7 +123,7 @@ def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: An
 
 def function_name(fn: Callable) -> str:
     owner = getattr(fn, "__self__", None)
-    if isinstance(owner, type):  # e.g. MyFunction.apply of a torch autograd.Function
-        return f"{owner.__name__}.{fn.__name__}"
+    if isinstance(owner, type) and not owner.__name__.startswith("_"):
+        return f"{owner.__name__}.{fn.__name__}"  # e.g. MyFunction.apply of an autograd.Function
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return (name or type(fn).__name__).rpartition("<locals>.")[2]

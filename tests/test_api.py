@@ -87,8 +87,9 @@ def test_integer_arguments_are_constants(backend):
 
 
 def test_wrt_selects_arguments():
-    rule = gv.Rule(lambda x, y: x * y, jvp=lambda p, t: p[1] * t[0] + p[0] * t[1],
-                   vjp=lambda p, g: (p[1] * g, np.zeros_like(p[0])))  # wrong for y
+    rule = gv.Rule(
+        lambda x, y: x * y, jvp=lambda p, t: p[1] * t[0] + p[0] * t[1], vjp=lambda p, g: (p[1] * g, np.zeros_like(p[0]))
+    )  # wrong for y
     x, y = np.array([1.0, 2.0]), np.array([3.0, 4.0])
     assert gv.check(rule, x, y, wrt=0).ok
     assert not gv.check(rule, x, y, wrt=1).ok
@@ -117,7 +118,9 @@ def test_nonfinite_input_error(backend, bad):
 
 
 def test_empty_array_error(backend):
-    with pytest.raises(gv.ArgumentValueError, match=r"argument 0: expected a non-empty array; found an empty array of shape \(0, 3\)"):
+    with pytest.raises(
+        gv.ArgumentValueError, match=r"argument 0: expected a non-empty array; found an empty array of shape \(0, 3\)"
+    ):
         gv.check(lambda a: a, make(backend, np.zeros((0, 3))))
 
 
@@ -186,8 +189,11 @@ def test_rule_validates_its_parts():
 
 def test_user_tolerances_replace_the_model():
     # A 1e-6 relative error in the rule: caught by the float64 model, accepted by rtol=1e-4.
-    rule = gv.Rule(np.tanh, jvp=lambda p, t: (1 - np.tanh(p[0]) ** 2) * t[0] * (1 + 1e-6),
-                   vjp=lambda p, g: ((1 - np.tanh(p[0]) ** 2) * g * (1 + 1e-6),))
+    rule = gv.Rule(
+        np.tanh,
+        jvp=lambda p, t: (1 - np.tanh(p[0]) ** 2) * t[0] * (1 + 1e-6),
+        vjp=lambda p, g: ((1 - np.tanh(p[0]) ** 2) * g * (1 + 1e-6),),
+    )
     x = np.array([0.1, 0.7, -1.2])
     assert not gv.check(rule, x).ok
     assert gv.check(rule, x, rtol=1e-4).ok

@@ -14,6 +14,7 @@ from .conftest import make
 def flipped_tanh_bias(backend, n_cols, flip_at, mode="vjp"):
     """tanh(x + b) with one sign-flipped element of the rule's x-gradient."""
     if backend == "numpy":
+
         def d(p):
             return 1 - np.tanh(p[0] + p[1]) ** 2
 
@@ -105,8 +106,11 @@ def test_correct_rule_passes_large(backend, n_rows):
     b = make(backend, rng.standard_normal(10))
     fn = flipped_tanh_bias(backend, 10, flip_at=0)
     if backend == "numpy":
-        fn = gv.Rule(fn.fn, jvp=lambda p, t: (1 - np.tanh(p[0] + p[1]) ** 2) * (t[0] + t[1]),
-                     vjp=lambda p, g: ((1 - np.tanh(p[0] + p[1]) ** 2) * g, ((1 - np.tanh(p[0] + p[1]) ** 2) * g).sum(0)))
+        fn = gv.Rule(
+            fn.fn,
+            jvp=lambda p, t: (1 - np.tanh(p[0] + p[1]) ** 2) * (t[0] + t[1]),
+            vjp=lambda p, g: ((1 - np.tanh(p[0] + p[1]) ** 2) * g, ((1 - np.tanh(p[0] + p[1]) ** 2) * g).sum(0)),
+        )
         r = gv.check(fn, x, b)
     elif backend == "torch":
         import torch

@@ -147,8 +147,10 @@ def test_rule_without_vjp_does_not_fall_back_to_torch_autograd():
 
 
 def test_nondifferentiable_point_is_info_and_inconclusive():
-    r = gv.check(gv.Rule(np.abs, jvp=lambda p, t: np.sign(p[0]) * t[0], vjp=lambda p, g: (np.sign(p[0]) * g,)),
-                 np.array([0.0, 1.0]))
+    r = gv.check(
+        gv.Rule(np.abs, jvp=lambda p, t: np.sign(p[0]) * t[0], vjp=lambda p, g: (np.sign(p[0]) * g,)),
+        np.array([0.0, 1.0]),
+    )
     assert r.ok and r.inconclusive
     (f,) = r.by_kind(gv.Kind.NONDIFFERENTIABLE)
     assert f.level == "info" and f.input_index == (0,)
@@ -166,8 +168,9 @@ def test_fd_unreliable_where_fn_is_undefined_beside_the_point():
 
 def test_nonfinite_output_is_excluded():
     with np.errstate(divide="ignore"):
-        r = gv.check(gv.Rule(np.log, jvp=lambda p, t: t[0] / p[0], vjp=lambda p, g: (g / p[0],)),
-                     np.array([0.0, 1.0, 2.0]))
+        r = gv.check(
+            gv.Rule(np.log, jvp=lambda p, t: t[0] / p[0], vjp=lambda p, g: (g / p[0],)), np.array([0.0, 1.0, 2.0])
+        )
     (f,) = r.by_kind(gv.Kind.NONFINITE_OUTPUT)
     assert f.level == "warning" and "NaN/inf at 1 element(s)" in f.message
 

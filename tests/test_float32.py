@@ -11,29 +11,61 @@ import gradverify as gv
 from .conftest import make
 from .test_directional import flipped_tanh_bias
 
-TORCH = ["tanh", "sigmoid", "gelu", "gelu_tanh", "silu", "softplus", "elu", "mish", "logsigmoid",
-         "softsign", "selu", "celu", "tanhshrink"]
-JAX = ["tanh", "sigmoid", "gelu", "gelu_erf", "silu", "softplus", "elu", "log_sigmoid", "soft_sign",
-       "selu", "celu"]
+TORCH = [
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "softplus",
+    "elu",
+    "mish",
+    "logsigmoid",
+    "softsign",
+    "selu",
+    "celu",
+    "tanhshrink",
+]
+JAX = ["tanh", "sigmoid", "gelu", "gelu_erf", "silu", "softplus", "elu", "log_sigmoid", "soft_sign", "selu", "celu"]
 
 
 def torch_act(name):
     import torch
     import torch.nn.functional as F
 
-    return {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "gelu": F.gelu,
-            "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu, "softplus": F.softplus,
-            "elu": F.elu, "mish": F.mish, "logsigmoid": F.logsigmoid, "softsign": F.softsign,
-            "selu": F.selu, "celu": F.celu, "tanhshrink": F.tanhshrink}[name]
+    return {
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "gelu": F.gelu,
+        "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+        "silu": F.silu,
+        "softplus": F.softplus,
+        "elu": F.elu,
+        "mish": F.mish,
+        "logsigmoid": F.logsigmoid,
+        "softsign": F.softsign,
+        "selu": F.selu,
+        "celu": F.celu,
+        "tanhshrink": F.tanhshrink,
+    }[name]
 
 
 def jax_act(name):
     import jax
 
-    return {"tanh": jax.numpy.tanh, "sigmoid": jax.nn.sigmoid, "gelu": jax.nn.gelu,
-            "gelu_erf": lambda z: jax.nn.gelu(z, approximate=False), "silu": jax.nn.silu,
-            "softplus": jax.nn.softplus, "elu": jax.nn.elu, "log_sigmoid": jax.nn.log_sigmoid,
-            "soft_sign": jax.nn.soft_sign, "selu": jax.nn.selu, "celu": jax.nn.celu}[name]
+    return {
+        "tanh": jax.numpy.tanh,
+        "sigmoid": jax.nn.sigmoid,
+        "gelu": jax.nn.gelu,
+        "gelu_erf": lambda z: jax.nn.gelu(z, approximate=False),
+        "silu": jax.nn.silu,
+        "softplus": jax.nn.softplus,
+        "elu": jax.nn.elu,
+        "log_sigmoid": jax.nn.log_sigmoid,
+        "soft_sign": jax.nn.soft_sign,
+        "selu": jax.nn.selu,
+        "celu": jax.nn.celu,
+    }[name]
 
 
 def cases():

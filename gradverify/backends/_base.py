@@ -33,6 +33,11 @@ class Backend:
         share memory with ``a`` (the caller copies when it must)."""
         raise NotImplementedError
 
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        """The values of argument ``x`` after fn ran, where ``buffer`` is the numpy
+        array it was made from: ``buffer`` itself when they share memory."""
+        return self.to_numpy(x)
+
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:
         """Context in which arrays of ``dtype_name`` can be made and used."""

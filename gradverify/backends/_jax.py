@@ -33,6 +33,9 @@ class JaxBackend(Backend):
             a = a.astype(np.float32)
         return np.array(a, copy=True)
 
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        return buffer  # jax arrays are immutable: fn cannot have changed x
+
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         return jnp.asarray(a, dtype=dtype_name)
 

@@ -31,6 +31,9 @@ class NumpyBackend(Backend):
     def to_numpy(self, x: Any) -> np.ndarray:
         return np.array(x, copy=True)
 
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        return buffer if x is buffer else np.array(x, copy=True)
+
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         return np.asarray(a, dtype=dtype_name)
 

@@ -1,0 +1,59 @@
+"""The human report: verdict first, the worst element, inputs, a reproduction;
+it fits on a screen."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gradverify as gv
+
+from .test_directional import flipped_tanh_bias
+
+
+def test_failure_report_fits_a_screen_and_names_the_element():
+    rng = np.random.default_rng(0)
+    x, b = rng.standard_normal((500, 10)), rng.standard_normal(10)
+    r = gv.check(flipped_tanh_bias("numpy", 10, 1234), x, b, seed=5)
+    text = str(r)
+    lines = text.splitlines()
+    assert lines[0].startswith("gradverify FAILED:") and "1 error(s)" in lines[0]
+    assert len(lines) <= 30 and max(map(len, lines)) <= 400
+    assert "arg0[123, 4]" in text
+    assert "VJP = " in text and "FD = " in text
+    assert "arg0: float64[500x10] in [" in text
+    assert lines[-1] == "  reproduce: gv.check(<lambda>, arg0, arg1, seed=5)" or lines[-1].startswith(
+        "  reproduce: gv.check("
+    )
+    assert "seed=5" in lines[-1]
+    assert "bound:" in text and "Hoeffding" in text
+
+
+def test_passing_report_is_short():
+    rule = gv.Rule(np.sin, jvp=lambda p, t: np.cos(p[0]) * t[0], vjp=lambda p, g: (np.cos(p[0]) * g,))
+    lines = str(gv.check(rule, np.array([0.1, 0.2]))).splitlines()
+    assert lines[0].startswith("gradverify PASSED: ")
+    assert len(lines) <= 6
+
+
+def test_traceback_is_trimmed():
+    def deep(n):
+        if n == 0:
+            raise ValueError("bottom")
+        return deep(n - 1)
+
+    r = gv.check(lambda x: deep(30), np.ones(2))
+    text = str(r)
+    assert "ValueError: bottom" in text
+    assert len(text.splitlines()) <= 25
+
+
+def test_to_dict_is_plain_json():
+    import json
+
+    r = gv.check(
+        gv.Rule(np.abs, jvp=lambda p, t: np.sign(p[0]) * t[0], vjp=lambda p, g: (np.sign(p[0]) * g,)),
+        np.array([0.0, 1.0]),
+    )
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["ok"] is True and d["inconclusive"] is True
+    assert d["findings"][0]["kind"] == "nondifferentiable"
