@@ -134,6 +134,7 @@ class _Run:
         self.output_summary: ArraySummary | None = None
         self.oracle_name: str | None = None
         self.strategy = "not run"
+        self._jvp_bounds: dict[int, np.ndarray] = {}
 
     # -- top level ------------------------------------------------------------------
     def run(self, order: int) -> list[Finding]:
@@ -219,6 +220,7 @@ class _Run:
                 else "within rounding noise",
             )
         self.out_finite = np.isfinite(self.f_native)
+        self.all_finite = bool(self.out_finite.all())
         if not self.out_finite.all():
             bad = np.flatnonzero(~self.out_finite)
             self.add(
@@ -284,7 +286,8 @@ class _Run:
             self.vs = [_signs(rng, m) for _ in range(self.k)]
             self.strategy = f"directional ({self.k} random-sign directions, seed {self.seed})"
         # Non-finite outputs are not checked: give them no weight.
-        self.vs = [np.where(self.out_finite, v, 0.0) for v in self.vs]
+        if not self.all_finite:
+            self.vs = [np.where(self.out_finite, v, 0.0) for v in self.vs]
 
     @staticmethod
     def _basis(j: int, n: int) -> np.ndarray:
@@ -334,7 +337,7 @@ class _Run:
             )
             self.modes["JVP"] = "failed"
             return None
-        return np.where(self.out_finite, value, 0.0)
+        return value if self.all_finite else np.where(self.out_finite, value, 0.0)
 
     def _run_vjp(self, v: np.ndarray) -> np.ndarray | None:
         ev = self.ev
@@ -491,7 +494,7 @@ class _Run:
 
     def _jvp_bound(self, jv: np.ndarray, b: int) -> np.ndarray:
         """AD rounding bound of the JVP along direction b (that direction's units)."""
-        cache = self.__dict__.setdefault("_jvp_bounds", {})
+        cache = self._jvp_bounds
         if b < len(self.jvps) and jv is self.jvps[b] and b in cache:
             return cache[b]
         scale = None if self.jmax_jvp is None else self.jmax_jvp * self.scale[b]
@@ -873,7 +876,9 @@ class _Run:
             d = self.ev.jvp(self.flat.split(u))
         except (ModeUnavailable, CallFailed):
             return None
-        return np.where(self.out_finite, d.value.ravel(), 0.0) if d.value is not None else None
+        if d.value is None:
+            return None
+        return d.value.ravel() if self.all_finite else np.where(self.out_finite, d.value.ravel(), 0.0)
 
     def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
         """Find the input element whose reverse-mode value is wrong: the
