@@ -27,53 +27,17 @@ import torch
 from jax.test_util import check_grads
 
 import gradverify as gv
+from gradverify._examples import tanh_bias_flipped
 
 COLS = 10
 
 
 def torch_fn(flip_at: int):
-    class Tanh(torch.autograd.Function):
-        @staticmethod
-        def forward(x, b):
-            return torch.tanh(x + b)
-
-        @staticmethod
-        def setup_context(ctx, inputs, out):
-            ctx.save_for_backward(out)
-            ctx.save_for_forward(out)
-
-        @staticmethod
-        def backward(ctx, g):
-            (y,) = ctx.saved_tensors
-            gz = g * (1 - y * y)
-            gx = gz.clone()
-            gx.view(-1)[flip_at] *= -1
-            return gx, gz.sum(0)
-
-        @staticmethod
-        def jvp(ctx, tx, tb):
-            (y,) = ctx.saved_tensors
-            return (1 - y * y) * (tx + tb)
-
-    return Tanh.apply
+    return tanh_bias_flipped("torch", flip_at)
 
 
 def jax_fn(flip_at: int):
-    @jax.custom_vjp
-    def f(x, b):
-        return jnp.tanh(x + b)
-
-    def fwd(x, b):
-        y = jnp.tanh(x + b)
-        return y, y
-
-    def bwd(y, g):
-        gz = g * (1 - y * y)
-        gx = gz.reshape(-1).at[flip_at].multiply(-1).reshape(gz.shape)
-        return gx, gz.sum(0)
-
-    f.defvjp(fwd, bwd)
-    return f
+    return tanh_bias_flipped("jax", flip_at)
 
 
 def timed(f):

@@ -1,7 +1,12 @@
-"""Built-in examples: a fused swish(x + b) with hand-written rules on each
-backend, correct and with the seed bug of NNlib's bias_act! (the derivative
-evaluated at x instead of x + b: invisible when b = 0). The bundled ops of
-issue #3 replace these as the command's main targets."""
+"""Built-in examples, shared by the command, the tests and the benchmarks:
+
+* a fused swish(x + b) with hand-written rules on each backend, correct and with
+  the seed bug of NNlib's bias_act! (the derivative evaluated at x instead of
+  x + b: invisible when b = 0);
+* tanh(x + b) whose rule flips the sign of one element of the x-gradient (the
+  detection benchmark's injected bug; ``flip_at=None`` is the correct rule).
+
+The bundled ops of issue #3 replace the first as the command's main targets."""
 
 from __future__ import annotations
 
@@ -94,6 +99,84 @@ def jax_swish(bug: bool) -> Callable:
 
 
 BUILDERS = {"numpy": numpy_swish, "torch": torch_swish, "jax": jax_swish}
+
+
+def tanh_bias_flipped(backend: str, flip_at: int | None, mode: str = "vjp") -> Callable:
+    """tanh(x + b), x of shape (N, C) and b of shape (C,), with one sign-flipped
+    element (flat index ``flip_at`` of x) in the reverse-mode rule (``mode="vjp"``)
+    or the forward-mode rule (``mode="jvp"``, numpy only). torch: an
+    autograd.Function with both rules; jax: a custom_vjp (no forward mode)."""
+
+    def flip_np(a: np.ndarray) -> np.ndarray:
+        if flip_at is None:
+            return a
+        a = a.copy()
+        a.reshape(-1)[flip_at] *= -1
+        return a
+
+    if backend == "numpy":
+        import gradverify as gv
+
+        def d(p: tuple) -> np.ndarray:
+            return 1 - np.tanh(p[0] + p[1]) ** 2
+
+        def jvp(p: tuple, t: tuple) -> np.ndarray:
+            tx = flip_np(d(p) * t[0]) if mode == "jvp" else d(p) * t[0]
+            return tx + d(p) * t[1]
+
+        def vjp(p: tuple, g: np.ndarray) -> tuple:
+            gz = d(p) * g
+            return (flip_np(gz) if mode == "vjp" else gz), gz.sum(0)
+
+        return gv.Rule(lambda x, b: np.tanh(x + b), jvp=jvp, vjp=vjp)
+    if mode != "vjp":
+        raise ValueError("mode='jvp' is built for numpy only")
+    if backend == "torch":
+        import torch
+
+        class TanhBias(torch.autograd.Function):
+            @staticmethod
+            def forward(x: Any, b: Any) -> Any:
+                return torch.tanh(x + b)
+
+            @staticmethod
+            def setup_context(ctx: Any, inputs: tuple, out: Any) -> None:
+                ctx.save_for_backward(out)
+                ctx.save_for_forward(out)
+
+            @staticmethod
+            def backward(ctx: Any, g: Any) -> tuple:
+                (y,) = ctx.saved_tensors
+                gz = g * (1 - y * y)
+                gx = gz.clone()
+                if flip_at is not None:
+                    gx.view(-1)[flip_at] *= -1
+                return gx, gz.sum(0)
+
+            @staticmethod
+            def jvp(ctx: Any, tx: Any, tb: Any) -> Any:
+                (y,) = ctx.saved_tensors
+                return (1 - y * y) * (tx + tb)
+
+        return TanhBias.apply
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def tanh_bias(x: Any, b: Any) -> Any:
+        return jnp.tanh(x + b)
+
+    def fwd(x: Any, b: Any) -> tuple:
+        y = jnp.tanh(x + b)
+        return y, y
+
+    def bwd(y: Any, g: Any) -> tuple:
+        gz = g * (1 - y * y)
+        gx = gz if flip_at is None else gz.reshape(-1).at[flip_at].multiply(-1).reshape(gz.shape)
+        return gx, gz.sum(0)
+
+    tanh_bias.defvjp(fwd, bwd)
+    return tanh_bias
 
 
 def example_inputs(backend: str, dtype: str = "float64", seed: int = 0, zero_bias: bool = False) -> tuple:

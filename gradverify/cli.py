@@ -46,13 +46,7 @@ def _run_check(args: argparse.Namespace) -> int:
             fn = BUILDERS[backend](bug)
             for dtype in args.dtype:
                 inputs = example_inputs(backend, dtype, seed=args.seed)
-                if backend == "jax" and dtype == "float64":
-                    import jax
-
-                    with jax.enable_x64(True):
-                        result = check(fn, *inputs, seed=args.seed, order=args.order)
-                else:
-                    result = check(fn, *inputs, seed=args.seed, order=args.order)
+                result = check(fn, *inputs, seed=args.seed, order=args.order)
                 print(f"-- {backend} {dtype}")
                 print(result)
                 if result.ok:

@@ -7,75 +7,13 @@ import numpy as np
 import pytest
 
 import gradverify as gv
+from gradverify._examples import tanh_bias_flipped
 
 from .conftest import make
 
 
 def flipped_tanh_bias(backend, n_cols, flip_at, mode="vjp"):
-    """tanh(x + b) with one sign-flipped element of the rule's x-gradient."""
-    if backend == "numpy":
-
-        def d(p):
-            return 1 - np.tanh(p[0] + p[1]) ** 2
-
-        def flip(a):
-            a = a.copy()
-            a.reshape(-1)[flip_at] *= -1
-            return a
-
-        jvp = (lambda p, t: flip(d(p) * t[0]) + d(p) * t[1]) if mode == "jvp" else (lambda p, t: d(p) * (t[0] + t[1]))
-
-        def vjp(p, g):
-            gz = d(p) * g
-            gx = flip(gz) if mode == "vjp" else gz
-            return gx, gz.sum(0)
-
-        return gv.Rule(lambda x, b: np.tanh(x + b), jvp=jvp, vjp=vjp)
-    if backend == "torch":
-        import torch
-
-        class Tanh(torch.autograd.Function):
-            @staticmethod
-            def forward(x, b):
-                return torch.tanh(x + b)
-
-            @staticmethod
-            def setup_context(ctx, inputs, out):
-                ctx.save_for_backward(out)
-                ctx.save_for_forward(out)
-
-            @staticmethod
-            def backward(ctx, g):
-                (y,) = ctx.saved_tensors
-                gz = g * (1 - y * y)
-                gx = gz.clone()
-                gx.view(-1)[flip_at] *= -1
-                return gx, gz.sum(0)
-
-            @staticmethod
-            def jvp(ctx, tx, tb):
-                (y,) = ctx.saved_tensors
-                return (1 - y * y) * (tx + tb)
-
-        return Tanh.apply
-    import jax
-    import jax.numpy as jnp
-
-    @jax.custom_vjp
-    def f(x, b):
-        return jnp.tanh(x + b)
-
-    def fwd(x, b):
-        y = jnp.tanh(x + b)
-        return y, y
-
-    def bwd(y, g):
-        gz = g * (1 - y * y)
-        gx = gz.reshape(-1).at[flip_at].multiply(-1).reshape(gz.shape)
-        return gx, gz.sum(0)
-
-    f.defvjp(fwd, bwd)
-    return f
+    return tanh_bias_flipped(backend, flip_at, mode)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
@@ -104,22 +42,7 @@ def test_correct_rule_passes_large(backend, n_rows):
     rng = np.random.default_rng(5)
     x = make(backend, rng.standard_normal((n_rows, 10)))
     b = make(backend, rng.standard_normal(10))
-    fn = flipped_tanh_bias(backend, 10, flip_at=0)
-    if backend == "numpy":
-        fn = gv.Rule(
-            fn.fn,
-            jvp=lambda p, t: (1 - np.tanh(p[0] + p[1]) ** 2) * (t[0] + t[1]),
-            vjp=lambda p, g: ((1 - np.tanh(p[0] + p[1]) ** 2) * g, ((1 - np.tanh(p[0] + p[1]) ** 2) * g).sum(0)),
-        )
-        r = gv.check(fn, x, b)
-    elif backend == "torch":
-        import torch
-
-        r = gv.check(lambda x, b: torch.tanh(x + b), x, b)
-    else:
-        import jax.numpy as jnp
-
-        r = gv.check(lambda x, b: jnp.tanh(x + b), x, b)
+    r = gv.check(tanh_bias_flipped(backend, None), x, b)
     assert r.ok, str(r)
     assert r.strategy.startswith("directional")
 
