@@ -366,6 +366,21 @@ class _Run:
             parts.append(d.value.ravel())
         g = np.concatenate(parts)
         bad = ~np.isfinite(g)
+        if bad.any() and not self.all_finite:
+            # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
+            # inputs feed those outputs is unknown, so say so and skip them.
+            j = int(np.flatnonzero(bad)[0])
+            arg, idx = self.flat.locate(j)
+            self.add(
+                Kind.NONFINITE_GRADIENT,
+                WARNING,
+                f"reverse mode returned NaN/inf at {int(bad.sum())} input element(s) (the first: argument "
+                f"{arg} at {idx}), which may feed the NaN/inf outputs; those elements are not compared",
+                pair=("VJP", "output"),
+                argument=arg,
+                input_index=idx,
+            )
+            return np.where(bad, 0.0, g)
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             arg, idx = self.flat.locate(j)

@@ -119,3 +119,40 @@ def test_dense_jacobian_directional():
     bad = gv.check(gv.Rule(softmax, jvp=jvp, vjp=vjp_bad), x)
     assert not bad.ok
     assert bad.by_kind(gv.Kind.MISMATCH)[0].pair == ("VJP", "FD")
+
+
+def test_kinks_in_a_large_array_are_inconclusive_not_failures():
+    import torch
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(20000)
+    x[::1000] = 0.0  # twenty exact kinks
+    x[5] = 1e-9  # and one a hair beside
+    r = gv.check(torch.relu, torch.tensor(x))
+    assert r.ok, str(r)
+    (f,) = r.by_kind(gv.Kind.NONDIFFERENTIABLE)
+    assert "at 20 element(s)" in f.message
+    # A wrong rule is still caught among them, and located.
+    rule = gv.Rule(
+        lambda z: np.maximum(z, 0),
+        jvp=lambda p, t: (p[0] > 0) * t[0],
+        vjp=lambda p, g: ((p[0] > 0.5) * g,),  # wrong on (0, 0.5]
+    )
+    bad = gv.check(rule, x)
+    (m,) = bad.by_kind(gv.Kind.MISMATCH)
+    j = m.input_index[0]
+    assert 0 < x[j] <= 0.5 and m.values["VJP"] == 0 and abs(m.values["FD"]) == pytest.approx(1.0)
+
+
+def test_nonfinite_outputs_in_a_large_array_are_skipped():
+    rng = np.random.default_rng(1)
+    x = np.abs(rng.standard_normal(5000))
+    x[10] = 0.0  # log(0) = -inf
+    rule = gv.Rule(np.log, jvp=lambda p, t: t[0] / p[0], vjp=lambda p, g: (g / p[0],))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = gv.check(rule, x)
+    assert r.ok, str(r)
+    assert r.by_kind(gv.Kind.NONFINITE_OUTPUT) and r.by_kind(gv.Kind.NONFINITE_GRADIENT)[0].level == "warning"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wrong = gv.check(gv.Rule(np.log, jvp=lambda p, t: t[0] / p[0], vjp=lambda p, g: (-g / p[0],)), x)
+    assert not wrong.ok
