@@ -183,7 +183,7 @@ class _Run:
             )
         self.out_dtype = out_dtype
         self.out_shape = tuple(out1.shape)
-        self.f_native = out1.astype(np.float64).ravel()
+        self.f_native = out1.astype(np.float64, copy=False).ravel()
         self.output_summary = _summary("output", out1, out_dtype, True)
         for i, (before, now) in enumerate(zip(ev.values, after)):
             if before.shape != now.shape or not np.array_equal(before, now, equal_nan=True):
@@ -256,6 +256,7 @@ class _Run:
                 self.oracle_name = self.out_dtype
                 self.oracle_reason = why
                 self.f0 = self.f_native
+        self.f0_scale = float(np.max(np.abs(self.f0), where=np.isfinite(self.f0), initial=0.0))
         self.u_oracle = tol.unit_roundoff(self.oracle_name)
         self.h = tol.base_step(self.oracle_name)
         self.floor = tol.ladder_floor(self.out_dtype if self.native_u > 0 else "float64", self.oracle_name)
@@ -271,7 +272,7 @@ class _Run:
         scale = []
         for s in segs:
             a = np.abs(s.astype(np.float64).ravel())
-            rms = float(np.sqrt(np.mean(a * a)))
+            rms = float(np.sqrt(a @ a / a.size))
             scale.append(np.maximum(a, rms if rms > 0 else 1.0))
         self.scale = np.concatenate(scale)
         n, m = self.flat.n, self.f0.size
@@ -302,9 +303,13 @@ class _Run:
 
         return at
 
-    def fd(self, u: np.ndarray, ad_tol: np.ndarray, *, ladder: bool = True) -> _fd.Reference:
-        ref = _fd.reference(self.F(u), self.f0, self.h, self.floor, self.u_oracle, ad_tol, ladder=ladder)
-        ref.status[~self.out_finite] = _fd.UNRELIABLE
+    def fd(self, u: np.ndarray, ad_tol: np.ndarray | float, *, ladder: bool = True) -> _fd.Reference:
+        ref = _fd.reference(
+            self.F(u), self.f0, self.h, self.floor, self.u_oracle, ad_tol, ladder=ladder, f0_scale=self.f0_scale
+        )
+        if not self.all_finite:
+            ref.status[~self.out_finite] = _fd.UNRELIABLE
+            ref.all_smooth = False
         return ref
 
     # -- 4. modes --------------------------------------------------------------------
@@ -487,7 +492,7 @@ class _Run:
         # FD and is sharper. A full Jacobian needs every column.
         fd_us = self.us if self.full else self.us[:FD_DIRECTIONS]
         for b, u in enumerate(fd_us):
-            ad_t = self._jvp_bound(self.jvps[b], b) if self.jvps else np.zeros(self.f0.size)
+            ad_t = self._jvp_bound(self.jvps[b], b) if self.jvps else 0.0
             self.refs.append(self.fd(u, ad_t))
         self.modes["FD"] = f"{self.oracle_name}" + (f" ({self.oracle_reason})" if self.oracle_reason else "")
         self._report_kinks()
@@ -571,21 +576,25 @@ class _Run:
         return f"random direction {b + 1} of {len(self.us)} (seed {self.seed})"
 
     # -- comparisons -----------------------------------------------------------------
-    @staticmethod
-    def _violation(ad: np.ndarray, ref: _fd.Reference, ad_tol: np.ndarray, usable: np.ndarray) -> np.ndarray:
-        over = np.maximum(ref.lo - ad, ad - ref.hi)
-        v = np.where(usable, over - ad_tol, -np.inf)
-        return v
+    def _violation(self, ad: np.ndarray, ref: _fd.Reference, ad_tol: np.ndarray) -> np.ndarray:
+        """By how much ``ad`` lies outside the reference interval widened by its
+        rounding bound (positive: a mismatch); -inf where nothing is compared."""
+        over = np.abs(ad - ref.value)
+        over -= ref.err
+        over -= ad_tol
+        return over if ref.all_smooth else np.where(self._usable(ref), over, -np.inf)
 
-    def _usable(self, ref: _fd.Reference) -> np.ndarray:
-        return ((ref.status == _fd.SMOOTH) | (ref.status == _fd.KINK)) & self.out_finite
+    def _usable(self, ref: _fd.Reference) -> np.ndarray | bool:
+        if ref.all_smooth:
+            return True
+        return (ref.status <= _fd.KINK) & self.out_finite
 
     def _compare_jvp_fd(self) -> bool:
         worst = None
         count = 0
         for b, (jv, ref) in enumerate(zip(self.jvps, self.refs)):
             t = self._jvp_bound(jv, b)
-            viol = self._violation(jv, ref, t, self._usable(ref))
+            viol = self._violation(jv, ref, t)
             bad = np.flatnonzero(viol > 0)
             count += bad.size
             if bad.size:
@@ -643,6 +652,8 @@ class _Run:
         """FD reference for J u_b as (value, half-width), with unusable elements
         replaced by the JVP's values when there is one."""
         ref = self.refs[b]
+        if ref.all_smooth:
+            return ref.value, ref.err
         usable = self._usable(ref)
         value, err = ref.value.copy(), ref.err.copy()
         missing = ~usable & self.out_finite
@@ -705,8 +716,9 @@ class _Run:
         count = 0
         for j, ref in enumerate(self.refs):
             s = self.scale[j]
+            usable = np.broadcast_to(self._usable(ref), (m,))
             for i in range(m):
-                if not self._usable(ref)[i]:
+                if not usable[i]:
                     continue
                 ad = J[i, j]
                 t = self._g_bound(J[i])[j]
@@ -792,7 +804,7 @@ class _Run:
         """Column j of the Jacobian (along e_j, in e_j's scaled units) by FD, with
         its error: the independent witness for a located element."""
         e = self._basis(j, self.flat.n) * self.scale[j]
-        ref = self.fd(e, np.zeros(self.f0.size))
+        ref = self.fd(e, 0.0)
         value, err = self._ref_for_column(ref, j)
         return {"FD": value, "FD_err": err}
 
@@ -881,6 +893,8 @@ class _Run:
         )
 
     def _ref_for_column(self, ref: _fd.Reference, j: int) -> tuple[np.ndarray, np.ndarray]:
+        if ref.all_smooth:
+            return ref.value, ref.err
         usable = self._usable(ref)
         value = np.where(usable, ref.value, 0.0)
         err = np.where(usable, ref.err, 0.0)
@@ -921,7 +935,7 @@ class _Run:
         def element(j: int) -> tuple[float, float, float]:
             e = self._basis(j, self.flat.n) * self.scale[j]
             w = self._jvp_value(e)
-            ref = self.fd(e, np.zeros(self.f0.size))
+            ref = self.fd(e, 0.0)
             s = self.scale[j]
             ad = (w[i] if w is not None else np.nan) / s
             return float(ad), float(ref.value[i] / s), float((jv_t[i] + ref.err[i]) / s)
@@ -1026,9 +1040,13 @@ class _Run:
 
 def _signs(rng: np.random.Generator, n: int, scale: np.ndarray | None = None) -> np.ndarray:
     """n random signs (Rademacher) times ``scale``, float64."""
-    s = np.ones(n) if scale is None else scale
-    bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n).view(bool)
-    return np.where(bits, -s, s)
+    bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n)
+    signs = bits.astype(np.float64)
+    signs *= -2.0
+    signs += 1.0
+    if scale is not None:
+        signs *= scale
+    return signs
 
 
 def _bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:
@@ -1056,9 +1074,10 @@ def _unravel(i: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> ArraySummary:
     a = np.asarray(v)
-    finite = a[np.isfinite(a)] if np.issubdtype(a.dtype, np.floating) else a
-    lo = float(finite.min()) if finite.size else None
-    hi = float(finite.max()) if finite.size else None
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+        a = a[np.isfinite(a)]
+    lo = float(a.min()) if a.size else None
+    hi = float(a.max()) if a.size else None
     return ArraySummary(name, tuple(int(s) for s in a.shape), dtype, lo, hi, differentiable)
 
 

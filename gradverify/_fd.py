@@ -119,8 +119,11 @@ def estimate(
         kappa -= s.fm1
         kappa -= 6.0 * f0
         np.abs(kappa, out=kappa)
-        threshold = ad_tol * h
-        threshold += tol.FD_SAFETY * 32.0 * eps_f
+        if np.ndim(ad_tol):
+            threshold = ad_tol * h
+            threshold += tol.FD_SAFETY * 32.0 * eps_f
+        else:
+            threshold = float(ad_tol) * h + tol.FD_SAFETY * 32.0 * eps_f
         kink = kappa > threshold
         if not everywhere:
             kink |= ~finite
@@ -129,14 +132,24 @@ def estimate(
 
 @dataclass
 class Reference:
-    """The FD reference for J u: an interval per element, and why."""
+    """The FD reference for J u: an interval value +- err per element, and why.
 
-    value: np.ndarray  # best point estimate (midpoint of the interval)
-    lo: np.ndarray
-    hi: np.ndarray
-    status: np.ndarray  # SMOOTH / KINK / JUMP / UNRELIABLE per element
+    Where F is smooth the interval is the estimate with its error bound; at a
+    kink it is the hull of the one-sided derivatives (value its midpoint)."""
+
+    value: np.ndarray
     err: np.ndarray  # half-width of the interval
+    status: np.ndarray  # SMOOTH / KINK / JUMP / UNRELIABLE per element
     evaluations: int
+    all_smooth: bool  # no element was flagged: every status is SMOOTH
+
+    @property
+    def lo(self) -> np.ndarray:
+        return self.value - self.err
+
+    @property
+    def hi(self) -> np.ndarray:
+        return self.value + self.err
 
 
 def reference(
@@ -145,12 +158,14 @@ def reference(
     h: float,
     floor: float,
     u_oracle: float,
-    ad_tol: np.ndarray,
+    ad_tol: np.ndarray | float,
     *,
     ladder: bool = True,
+    f0_scale: float | None = None,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements."""
-    f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
+    if f0_scale is None:
+        f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
     level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol, f0_scale)
     evaluations = 4
     value = level0.value
@@ -158,15 +173,14 @@ def reference(
     status = np.zeros(value.shape, dtype=np.int8)  # SMOOTH
     suspects = np.flatnonzero(level0.kink)
     if not suspects.size:
-        return Reference(value, value - err, value + err, status, err, evaluations)
-    lo, hi = value - err, value + err
+        return Reference(value, err, status, evaluations, True)
     # At a kink the interval is the hull of the one-sided derivatives.
     r, le, se = level0.sides(suspects)
-    lo[suspects] = np.minimum(r, le) - se
-    hi[suspects] = np.maximum(r, le) + se
-    status[suspects] = KINK
-    bad = ~np.isfinite(lo[suspects]) | ~np.isfinite(hi[suspects])
-    status[suspects[bad]] = UNRELIABLE
+    lo = np.minimum(r, le) - se
+    hi = np.maximum(r, le) + se
+    status[suspects] = np.where(np.isfinite(lo) & np.isfinite(hi), KINK, UNRELIABLE)
+    value[suspects] = (lo + hi) / 2
+    err[suspects] = (hi - lo) / 2
     if ladder:
         prev_step = level0.step_f(suspects)
         k = h
@@ -179,7 +193,6 @@ def reference(
             smooth = open_[~sub]
             # The kink was beside the point: at this step both sides agree.
             value[smooth], err[smooth] = est.value[smooth], est.err[smooth]
-            lo[smooth], hi[smooth] = value[smooth] - err[smooth], value[smooth] + err[smooth]
             status[smooth] = SMOOTH
             keep = open_[sub]
             step = est.step_f(keep)
@@ -192,6 +205,4 @@ def reference(
             open_ = keep
         # Whatever is still open at the floor is a kink at the point (hull kept)
         # unless its last level called it a jump.
-    value = np.where(status == KINK, (lo + hi) / 2, value)
-    half = np.where(status == SMOOTH, err, (hi - lo) / 2)
-    return Reference(value, lo, hi, status, half, evaluations)
+    return Reference(value, err, status, evaluations, False)
