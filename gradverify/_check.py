@@ -204,7 +204,7 @@ class _Run:
             d = np.where(np.isnan(d), np.inf, d)
             worst = np.unravel_index(int(np.argmax(d)), out1.shape) if out1.ndim else ()
             scale = float(np.max(np.abs(np.where(np.isfinite(out1), out1, 0)), initial=0.0))
-            noise = tol.AD_ROUNDING * tol.unit_roundoff(out_dtype) * scale
+            noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
             level = ERROR if float(np.max(d)) > noise else WARNING
             self.add(
                 Kind.NONDETERMINISM,
@@ -215,7 +215,7 @@ class _Run:
                 values={"first": float(out1[worst]), "second": float(out2[worst])},
                 error=float(np.max(d)),
                 bound=noise,
-                bound_reason=f"{tol.AD_ROUNDING:g} u({out_dtype}) x max|output|: beyond rounding noise"
+                bound_reason=f"{tol.ad_rounding(out_dtype):g} u({out_dtype}) x max|output|: beyond rounding noise"
                 if level == ERROR
                 else "within rounding noise",
             )
@@ -639,7 +639,7 @@ class _Run:
         ad = (
             f"user atol {self.atol or 0:g} + rtol {self.rtol or 0:g} x |AD|"
             if (self.rtol is not None or self.atol is not None)
-            else f"AD rounding {tol.AD_ROUNDING:g} u({self.out_dtype}) x (|AD| + max|AD|)"
+            else f"AD rounding {tol.ad_rounding(self.out_dtype):g} u({self.out_dtype}) x (|AD| + max|AD|)"
         )
         if kink:
             return f"one-sided derivatives (FD in {self.oracle_name}) with their error bounds + {ad}"
@@ -795,7 +795,8 @@ class _Run:
             values={"JVP": float(J_f[i, j]), "VJP": float(J_r[i, j])},
             error=float(abs(J_f[i, j] - J_r[i, j])),
             bound=float(t[i, j]),
-            bound_reason=f"AD rounding {tol.AD_ROUNDING:g} u({self.out_dtype}) (the adjoint identity needs no FD)",
+            bound_reason=f"AD rounding {tol.ad_rounding(self.out_dtype):g} u({self.out_dtype}) "
+            "(the adjoint identity needs no FD)",
             where="full Jacobian",
         )
 
@@ -885,7 +886,8 @@ class _Run:
             error=float(abs(values["VJP"] - values["FD"])),
             bound=float(elem_bound),
             bound_reason=(
-                f"AD rounding {tol.AD_ROUNDING:g} u + FD error estimate x{tol.FD_SAFETY:g}, projected on v"
+                f"AD rounding {tol.ad_rounding(self.out_dtype):g} u + FD error estimate x{tol.FD_SAFETY:g}, "
+                "projected on v"
                 if self.rtol is None and self.atol is None
                 else "user rtol/atol + FD error estimate, projected on v"
             ),
