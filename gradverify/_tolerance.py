@@ -40,6 +40,7 @@ def ad_rounding(dtype_name: str) -> float:
     """The AD rounding factor (in units of u) for results of ``dtype_name``."""
     return AD_ROUNDING_LOW.get(dtype_name, AD_ROUNDING)
 
+
 #: A function value is trusted to FD_EVAL_ROUNDING * u of the output's scale
 #: (its largest magnitude plus the step's share of the slope). With FD_SAFETY
 #: and the 3/h weight of the Richardson stencil, evaluation errors up to ~50 ulps

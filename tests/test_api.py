@@ -197,3 +197,56 @@ def test_user_tolerances_replace_the_model():
     x = np.array([0.1, 0.7, -1.2])
     assert not gv.check(rule, x).ok
     assert gv.check(rule, x, rtol=1e-4).ok
+
+
+def test_scalar_inputs_and_outputs(backend):
+    """0-d arguments and scalar outputs (a loss) keep their shapes on every backend."""
+    xp = {"numpy": np, "torch": None, "jax": None}[backend]
+    x = make(backend, np.array(0.5))
+    v = make(backend, np.linspace(-1.0, 1.0, 50))
+    if xp is np:
+        sq = gv.Rule(lambda a: a * a, jvp=lambda p, t: 2 * p[0] * t[0], vjp=lambda p, g: (2 * p[0] * g,))
+        loss = gv.Rule(
+            lambda a: np.sum(a * a), jvp=lambda p, t: np.sum(2 * p[0] * t[0]), vjp=lambda p, g: (2 * p[0] * g,)
+        )
+    else:
+
+        def sq(a):
+            return a * a
+
+        def loss(a):
+            return (a * a).sum()
+
+    r = gv.check(sq, x)
+    assert r.ok, str(r)
+    assert r.inputs[0].shape == () and r.output.shape == ()
+    r = gv.check(loss, v)
+    assert r.ok, str(r)
+    assert r.output.shape == () and r.strategy.startswith("directional")
+
+
+def test_wrong_element_in_the_gradient_of_a_loss_is_located():
+    import torch
+
+    class Loss(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return (x * x).sum()
+
+        @staticmethod
+        def setup_context(ctx, inputs, out):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            gx = 2 * x * g
+            gx[37] *= 3
+            return gx
+
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal(100))
+    r = gv.check(Loss.apply, x)
+    (f,) = r.by_kind(gv.Kind.MISMATCH)
+    assert f.input_index == (37,)
+    assert f.values["VJP"] == pytest.approx(3 * f.values["FD"], rel=1e-6)
+    assert "bisection" in f.where  # a loss has no input shaped like its output

@@ -40,7 +40,8 @@ class TorchBackend(Backend):
 
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         dtype = getattr(torch, dtype_name)
-        t = torch.from_numpy(np.ascontiguousarray(a))
+        # ascontiguousarray makes 0-d arrays 1-d: put the shape back.
+        t = torch.from_numpy(np.ascontiguousarray(a).reshape(np.shape(a)))
         return t.to(device=like.device, dtype=dtype)
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
