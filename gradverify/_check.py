@@ -371,11 +371,13 @@ class _Run:
             parts.append(d.value.ravel())
         g = np.concatenate(parts)
         bad = ~np.isfinite(g)
-        if bad.any() and not self.all_finite:
+        if not bad.any():
+            return g
+        j = int(np.flatnonzero(bad)[0])
+        arg, idx = self.flat.locate(j)
+        if not self.all_finite:
             # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
             # inputs feed those outputs is unknown, so say so and skip them.
-            j = int(np.flatnonzero(bad)[0])
-            arg, idx = self.flat.locate(j)
             self.add(
                 Kind.NONFINITE_GRADIENT,
                 WARNING,
@@ -386,22 +388,18 @@ class _Run:
                 input_index=idx,
             )
             return np.where(bad, 0.0, g)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            arg, idx = self.flat.locate(j)
-            self.add(
-                Kind.NONFINITE_GRADIENT,
-                ERROR,
-                f"reverse mode returned {g[j]} for argument {arg} at index {idx} while the output is "
-                f"finite there ({int(bad.sum())} element(s))",
-                pair=("VJP", "output"),
-                argument=arg,
-                input_index=idx,
-                values={"VJP": float(g[j])},
-            )
-            self.modes["VJP"] = "failed"
-            return None
-        return g
+        self.add(
+            Kind.NONFINITE_GRADIENT,
+            ERROR,
+            f"reverse mode returned {g[j]} for argument {arg} at index {idx} while every output is "
+            f"finite ({int(bad.sum())} element(s))",
+            pair=("VJP", "output"),
+            argument=arg,
+            input_index=idx,
+            values={"VJP": float(g[j])},
+        )
+        self.modes["VJP"] = "failed"
+        return None
 
     def _validate(
         self, d: Derivative, mode: str, what: str, shape: tuple[int, ...], dtype: str, arg: int | None
