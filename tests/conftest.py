@@ -44,3 +44,14 @@ def backend(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def precise(backend: str):
+    """Context for computing on float64 arrays directly: jax needs x64 on."""
+    import contextlib
+
+    if backend == "jax":
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()

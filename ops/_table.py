@@ -1,0 +1,469 @@
+"""The activation table: one row per activation, written once against the
+array namespace (array-api-compat) and bound per backend by ``_xp``. Every
+rule, strategy and kink list is derived from these rows; no code elsewhere
+branches on an activation's name.
+
+Conventions at kinks follow JAX where JAX has the function (relu'(0) = 0,
+relu6/hard_sigmoid' = 0 at their kinks, leaky_relu' = 1 at 0, elu'(0) = alpha,
+hard_swish' = 0 at -3 and 1 at 3) and NNlib's rules otherwise (softshrink, trelu,
+rrelu, and hardtanh, where JAX's slope 1 at +-1 cannot be read from the output).
+Each reference formula is written with ``where`` so that the framework's AD of
+it picks the same value as the hand-written derivative.
+
+Numerically stable forms: softplus, logsigmoid and logcosh use
+log1p(exp(-|z|)) and never overflow; sigmoid uses exp(-|z|).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+SQRT_8_OVER_PI = math.sqrt(8.0 / math.pi)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+GELU_C = 0.044715
+LOG2 = math.log(2.0)
+SELU_LAMBDA = 1.0507009873554804934193349852946
+SELU_ALPHA = 1.6732632423543772848170429916717
+
+Fn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Kink:
+    """A non-smooth point: its location, the one-sided derivatives there, and the
+    value the rules use at it (all functions of the parameters). ``jump``: the
+    function itself jumps (from ``left_value`` to ``right_value``)."""
+
+    at: Callable[[dict], float]
+    left: Callable[[dict], float]
+    right: Callable[[dict], float]
+    chosen: Callable[[dict], float]
+    jump: bool = False
+
+
+@dataclass(frozen=True)
+class Activation:
+    name: str
+    aliases: tuple[str, ...]
+    forward: Fn  # (xp, z, **params) -> y
+    derivative: Fn  # (xp, z, y, **params) -> dy/dz, valid everywhere
+    from_output: Fn | None = None  # (xp, y, **params) -> dy/dz where that is mathematically true
+    params: dict[str, float] = field(default_factory=dict)
+    kinks: tuple[Kink, ...] = ()
+    random: bool = False  # rrelu: a random slope per call; checked in its fixed-slope mode
+    torch: str | None = None  # torch.nn.functional name (same function, same defaults)
+    jax: str | None = None  # jax.nn name
+    doc: str = ""
+
+    def with_params(self, **params: float) -> Activation:
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise TypeError(
+                f"activation {self.name!r}: expected parameters from {sorted(self.params) or 'none'}; "
+                f"found {sorted(unknown)}. Fix: pass only those, e.g. "
+                + (f"{next(iter(self.params))}={next(iter(self.params.values()))}" if self.params else "no keywords")
+            )
+        return replace(self, params={**self.params, **params})
+
+    def kink_points(self) -> list[tuple[float, Kink]]:
+        return [(k.at(self.params), k) for k in self.kinks]
+
+    @property
+    def saves_output(self) -> bool:
+        """Whether the fused rules keep only the output (else they keep x + b)."""
+        return self.from_output is not None
+
+
+def _const(v: float) -> Callable[[dict], float]:
+    return lambda p: v
+
+
+def _sigmoid(xp: Any, z: Any) -> Any:
+    e = xp.exp(-xp.abs(z))  # never overflows
+    return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softplus(xp: Any, z: Any) -> Any:
+    return xp.where(z > 0, z, 0 * z) + xp.log1p(xp.exp(-xp.abs(z)))
+
+
+def _tanh_d(xp: Any, z: Any, y: Any) -> Any:
+    t = xp.tanh(z)
+    return 1 - t * t
+
+
+def _gelu_tanh(xp: Any, z: Any) -> Any:
+    return 0.5 * z * (1 + xp.tanh(SQRT_2_OVER_PI * (z + GELU_C * z * z * z)))
+
+
+def _gelu_tanh_d(xp: Any, z: Any, y: Any) -> Any:
+    t = xp.tanh(SQRT_2_OVER_PI * (z + GELU_C * z * z * z))
+    return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * z * z)
+
+
+def _gelu_erf(xp: Any, z: Any) -> Any:
+    return 0.5 * z * (1 + xp.erf(z * INV_SQRT_2))
+
+
+def _gelu_erf_d(xp: Any, z: Any, y: Any) -> Any:
+    return 0.5 * (1 + xp.erf(z * INV_SQRT_2)) + z * INV_SQRT_2PI * xp.exp(-0.5 * z * z)
+
+
+def _gelu_sigmoid(xp: Any, z: Any) -> Any:
+    return z * _sigmoid(xp, SQRT_8_OVER_PI * z * (1 + GELU_C * z * z))
+
+
+def _gelu_sigmoid_d(xp: Any, z: Any, y: Any) -> Any:
+    s = _sigmoid(xp, SQRT_8_OVER_PI * z * (1 + GELU_C * z * z))
+    return s + z * s * (1 - s) * SQRT_8_OVER_PI * (1 + 3 * GELU_C * z * z)
+
+
+def _swish_d(xp: Any, z: Any, y: Any) -> Any:
+    s = _sigmoid(xp, z)
+    return s + z * s * (1 - s)
+
+
+def _mish(xp: Any, z: Any) -> Any:
+    return z * xp.tanh(_softplus(xp, z))
+
+
+def _mish_d(xp: Any, z: Any, y: Any) -> Any:
+    t = xp.tanh(_softplus(xp, z))
+    return t + z * _sigmoid(xp, z) * (1 - t * t)
+
+
+def _elu(xp: Any, z: Any, alpha: float) -> Any:
+    return xp.where(z > 0, z, alpha * xp.expm1(xp.where(z > 0, 0 * z, z)))
+
+
+def _elu_d(xp: Any, z: Any, alpha: float) -> Any:
+    return xp.where(z > 0, 1 + 0 * z, alpha * xp.exp(xp.where(z > 0, 0 * z, z)))
+
+
+ACTIVATIONS: tuple[Activation, ...] = (
+    Activation(
+        "identity",
+        ("id", "linear"),
+        forward=lambda xp, z: z,
+        derivative=lambda xp, z, y: 1 + 0 * z,
+        from_output=lambda xp, y: 1 + 0 * y,
+        doc="y = z",
+    ),
+    Activation(
+        "sigmoid",
+        ("σ", "logistic"),
+        forward=lambda xp, z: _sigmoid(xp, z),
+        derivative=lambda xp, z, y: y * (1 - y),
+        from_output=lambda xp, y: y * (1 - y),
+        torch="sigmoid",
+        jax="sigmoid",
+        doc="1 / (1 + exp(-z)), stable by sign",
+    ),
+    Activation(
+        "hardsigmoid",
+        ("hardσ", "hard_sigmoid"),
+        forward=lambda xp, z: xp.where(z >= 3, 1 + 0 * z, xp.where(z <= -3, 0 * z, (z + 3) / 6)),
+        derivative=lambda xp, z, y: xp.where((z > -3) & (z < 3), 1 / 6 + 0 * z, 0 * z),
+        from_output=lambda xp, y: xp.where((y > 0) & (y < 1), 1 / 6 + 0 * y, 0 * y),
+        kinks=(
+            Kink(_const(-3.0), _const(0.0), _const(1 / 6), _const(0.0)),
+            Kink(_const(3.0), _const(1 / 6), _const(0.0), _const(0.0)),
+        ),
+        jax="hard_sigmoid",
+        doc="clamp((z + 3) / 6, 0, 1)",
+    ),
+    Activation(
+        "logsigmoid",
+        ("logσ", "log_sigmoid"),
+        forward=lambda xp, z: xp.where(z < 0, z, 0 * z) - xp.log1p(xp.exp(-xp.abs(z))),
+        derivative=lambda xp, z, y: _sigmoid(xp, -z),
+        from_output=lambda xp, y: -xp.expm1(y),
+        torch="logsigmoid",
+        jax="log_sigmoid",
+        doc="-softplus(-z); derivative sigmoid(-z) = 1 - exp(y)",
+    ),
+    Activation(
+        "hardtanh",
+        ("hard_tanh",),
+        forward=lambda xp, z: xp.where(z >= 1, 1 + 0 * z, xp.where(z <= -1, -1 + 0 * z, z)),
+        derivative=lambda xp, z, y: xp.where((z > -1) & (z < 1), 1 + 0 * z, 0 * z),
+        from_output=lambda xp, y: xp.where((y > -1) & (y < 1), 1 + 0 * y, 0 * y),
+        kinks=(
+            Kink(_const(-1.0), _const(0.0), _const(1.0), _const(0.0)),
+            Kink(_const(1.0), _const(1.0), _const(0.0), _const(0.0)),
+        ),
+        torch="hardtanh",
+        jax="hard_tanh",
+        doc="clamp(z, -1, 1); slope 0 at +-1 as NNlib and torch (JAX's 1 there cannot be read "
+        "from the output, which is +-1 on the whole saturated side)",
+    ),
+    Activation(
+        "relu",
+        (),
+        forward=lambda xp, z: xp.where(z > 0, z, 0 * z),
+        derivative=lambda xp, z, y: xp.where(z > 0, 1 + 0 * z, 0 * z),
+        from_output=lambda xp, y: xp.where(y > 0, 1 + 0 * y, 0 * y),
+        kinks=(Kink(_const(0.0), _const(0.0), _const(1.0), _const(0.0)),),
+        torch="relu",
+        jax="relu",
+        doc="max(z, 0); relu'(0) = 0",
+    ),
+    Activation(
+        "leakyrelu",
+        ("leaky_relu",),
+        forward=lambda xp, z, a: xp.where(z >= 0, z, a * z),
+        derivative=lambda xp, z, y, a: xp.where(z >= 0, 1 + 0 * z, a + 0 * z),
+        from_output=None,  # set below: only for a > 0
+        params={"a": 0.01},
+        kinks=(Kink(_const(0.0), lambda p: p["a"], _const(1.0), _const(1.0)),),
+        jax="leaky_relu",
+        doc="z >= 0 ? z : a z (JAX's convention: slope 1 at 0)",
+    ),
+    Activation(
+        "relu6",
+        (),
+        forward=lambda xp, z: xp.where(z >= 6, 6 + 0 * z, xp.where(z <= 0, 0 * z, z)),
+        derivative=lambda xp, z, y: xp.where((z > 0) & (z < 6), 1 + 0 * z, 0 * z),
+        from_output=lambda xp, y: xp.where((y > 0) & (y < 6), 1 + 0 * y, 0 * y),
+        kinks=(
+            Kink(_const(0.0), _const(0.0), _const(1.0), _const(0.0)),
+            Kink(_const(6.0), _const(1.0), _const(0.0), _const(0.0)),
+        ),
+        torch="relu6",
+        jax="relu6",
+        doc="clamp(z, 0, 6)",
+    ),
+    Activation(
+        "rrelu",
+        (),
+        forward=lambda xp, z, lo, hi: xp.where(z > 0, z, 0.5 * (lo + hi) * z),
+        derivative=lambda xp, z, y, lo, hi: xp.where(z > 0, 1 + 0 * z, 0.5 * (lo + hi) + 0 * z),
+        params={"lo": 1 / 8, "hi": 1 / 3},
+        kinks=(
+            Kink(_const(0.0), lambda p: 0.5 * (p["lo"] + p["hi"]), _const(1.0), lambda p: 0.5 * (p["lo"] + p["hi"])),
+        ),
+        random=True,
+        doc="leaky relu with a slope drawn from U(lo, hi) per call; here its fixed-slope "
+        "(evaluation) mode, slope (lo + hi) / 2, so that it can be checked",
+    ),
+    Activation(
+        "elu",
+        (),
+        forward=lambda xp, z, alpha: _elu(xp, z, alpha),
+        derivative=lambda xp, z, y, alpha: _elu_d(xp, z, alpha),
+        from_output=lambda xp, y, alpha: xp.where(y > 0, 1 + 0 * y, y + alpha),
+        params={"alpha": 1.0},
+        kinks=(Kink(_const(0.0), lambda p: p["alpha"], _const(1.0), lambda p: p["alpha"]),),
+        torch="elu",
+        jax="elu",
+        doc="z > 0 ? z : alpha (exp(z) - 1); a kink at 0 unless alpha = 1",
+    ),
+    Activation(
+        "gelu",
+        ("gelu_tanh",),
+        forward=lambda xp, z: _gelu_tanh(xp, z),
+        derivative=lambda xp, z, y: _gelu_tanh_d(xp, z, y),
+        jax="gelu",
+        doc="z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))",
+    ),
+    Activation(
+        "gelu_erf",
+        ("gelu_exact",),
+        forward=lambda xp, z: _gelu_erf(xp, z),
+        derivative=lambda xp, z, y: _gelu_erf_d(xp, z, y),
+        torch="gelu",
+        doc="z Phi(z)",
+    ),
+    Activation(
+        "gelu_sigmoid",
+        (),
+        forward=lambda xp, z: _gelu_sigmoid(xp, z),
+        derivative=lambda xp, z, y: _gelu_sigmoid_d(xp, z, y),
+        doc="z sigmoid(sqrt(8/pi) z (1 + 0.044715 z^2))",
+    ),
+    Activation(
+        "swish",
+        ("silu",),
+        forward=lambda xp, z: z * _sigmoid(xp, z),
+        derivative=lambda xp, z, y: _swish_d(xp, z, y),
+        torch="silu",
+        jax="silu",
+        doc="z sigmoid(z); its derivative needs z (the seed bug evaluated it at x, not x + b)",
+    ),
+    Activation(
+        "hardswish",
+        ("hard_swish",),
+        forward=lambda xp, z: z * xp.where(z >= 3, 1 + 0 * z, xp.where(z <= -3, 0 * z, (z + 3) / 6)),
+        derivative=lambda xp, z, y: xp.where(z <= -3, 0 * z, xp.where(z >= 3, 1 + 0 * z, z / 3 + 0.5)),
+        kinks=(
+            Kink(_const(-3.0), _const(0.0), _const(-0.5), _const(0.0)),
+            Kink(_const(3.0), _const(1.5), _const(1.0), _const(1.0)),
+        ),
+        torch="hardswish",
+        jax="hard_swish",
+        doc="z hardsigmoid(z); JAX's convention at +-3",
+    ),
+    Activation(
+        "lisht",
+        (),
+        forward=lambda xp, z: z * xp.tanh(z),
+        derivative=lambda xp, z, y: xp.tanh(z) + z * _tanh_d(xp, z, y),
+        doc="z tanh(z)",
+    ),
+    Activation(
+        "selu",
+        (),
+        forward=lambda xp, z: SELU_LAMBDA * _elu(xp, z, SELU_ALPHA),
+        derivative=lambda xp, z, y: SELU_LAMBDA * _elu_d(xp, z, SELU_ALPHA),
+        from_output=lambda xp, y: xp.where(y > 0, SELU_LAMBDA + 0 * y, y + SELU_LAMBDA * SELU_ALPHA),
+        kinks=(
+            Kink(_const(0.0), _const(SELU_LAMBDA * SELU_ALPHA), _const(SELU_LAMBDA), _const(SELU_LAMBDA * SELU_ALPHA)),
+        ),
+        torch="selu",
+        jax="selu",
+        doc="lambda elu(z, alpha) with the self-normalising constants",
+    ),
+    Activation(
+        "celu",
+        (),
+        forward=lambda xp, z, alpha: xp.where(z > 0, z, alpha * xp.expm1(xp.where(z > 0, 0 * z, z) / alpha)),
+        derivative=lambda xp, z, y, alpha: xp.where(z > 0, 1 + 0 * z, xp.exp(xp.where(z > 0, 0 * z, z) / alpha)),
+        from_output=lambda xp, y, alpha: xp.where(y > 0, 1 + 0 * y, y / alpha + 1),
+        params={"alpha": 1.0},
+        torch="celu",
+        jax="celu",
+        doc="z > 0 ? z : alpha (exp(z/alpha) - 1); C1 for every alpha",
+    ),
+    Activation(
+        "softplus",
+        (),
+        forward=lambda xp, z: _softplus(xp, z),
+        derivative=lambda xp, z, y: _sigmoid(xp, z),
+        from_output=lambda xp, y: -xp.expm1(-y),
+        torch="softplus",
+        jax="softplus",
+        doc="log(1 + exp(z)), stable: max(z, 0) + log1p(exp(-|z|))",
+    ),
+    Activation(
+        "softsign",
+        ("soft_sign",),
+        forward=lambda xp, z: z / (1 + xp.abs(z)),
+        derivative=lambda xp, z, y: 1 / ((1 + xp.abs(z)) * (1 + xp.abs(z))),
+        from_output=lambda xp, y: (1 - xp.abs(y)) * (1 - xp.abs(y)),
+        torch="softsign",
+        jax="soft_sign",
+        doc="z / (1 + |z|)",
+    ),
+    Activation(
+        "logcosh",
+        (),
+        forward=lambda xp, z: xp.abs(z) + xp.log1p(xp.exp(-xp.abs(z)) ** 2) - LOG2,
+        derivative=lambda xp, z, y: xp.tanh(z),
+        doc="log(cosh(z)), stable: |z| + log1p(exp(-|z|)^2) - log 2 (2|z| would overflow at the dtype's max)",
+    ),
+    Activation(
+        "mish",
+        (),
+        forward=lambda xp, z: _mish(xp, z),
+        derivative=lambda xp, z, y: _mish_d(xp, z, y),
+        torch="mish",
+        jax="mish",
+        doc="z tanh(softplus(z))",
+    ),
+    Activation(
+        "tanhshrink",
+        (),
+        forward=lambda xp, z: z - xp.tanh(z),
+        derivative=lambda xp, z, y: xp.tanh(z) * xp.tanh(z),
+        torch="tanhshrink",
+        doc="z - tanh(z); monotone, but its derivative tanh(z)^2 has no closed form in y",
+    ),
+    Activation(
+        "softshrink",
+        (),
+        forward=lambda xp, z, lambd: xp.where(z > lambd, z - lambd, xp.where(z < -lambd, z + lambd, 0 * z)),
+        derivative=lambda xp, z, y, lambd: xp.where(xp.abs(z) > lambd, 1 + 0 * z, 0 * z),
+        from_output=lambda xp, y, lambd: xp.where(y != 0, 1 + 0 * y, 0 * y),
+        params={"lambd": 0.5},
+        kinks=(
+            Kink(lambda p: -p["lambd"], _const(1.0), _const(0.0), _const(0.0)),
+            Kink(lambda p: p["lambd"], _const(0.0), _const(1.0), _const(0.0)),
+        ),
+        torch="softshrink",
+        doc="z > l ? z - l : z < -l ? z + l : 0",
+    ),
+    Activation(
+        "trelu",
+        ("threshold", "thresholded_relu"),
+        forward=lambda xp, z, theta: xp.where(z > theta, z, 0 * z),
+        derivative=lambda xp, z, y, theta: xp.where(z > theta, 1 + 0 * z, 0 * z),
+        from_output=None,  # set below: only for theta >= 0
+        params={"theta": 1.0},
+        kinks=(Kink(lambda p: p["theta"], _const(0.0), _const(1.0), _const(0.0), jump=True),),
+        doc="z > theta ? z : 0; a jump from 0 to theta at theta",
+    ),
+    Activation(
+        "tanh",
+        (),
+        forward=lambda xp, z: xp.tanh(z),
+        derivative=lambda xp, z, y: 1 - y * y,
+        from_output=lambda xp, y: 1 - y * y,
+        torch="tanh",
+        jax="tanh",
+        doc="tanh(z)",
+    ),
+)
+
+# Derivatives from the output that hold only for some parameters.
+_CONDITIONAL_FROM_OUTPUT: dict[str, tuple[Callable[[dict], bool], Fn]] = {
+    "leakyrelu": (lambda p: p["a"] > 0, lambda xp, y, a: xp.where(y >= 0, 1 + 0 * y, a + 0 * y)),
+    "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: xp.where(y > 0, 1 + 0 * y, 0 * y)),
+}
+
+
+def output_rule(act: Activation) -> Fn | None:
+    """The derivative as a function of the output, where that is true for
+    these parameters (leakyrelu needs a > 0, trelu theta >= 0)."""
+    cond = _CONDITIONAL_FROM_OUTPUT.get(act.name)
+    if cond is not None:
+        return cond[1] if cond[0](act.params) else None
+    return act.from_output
+
+
+_BY_NAME: dict[str, Activation] = {}
+for _a in ACTIVATIONS:
+    for _n in (_a.name, *_a.aliases):
+        _BY_NAME[_n.lower()] = _a
+
+
+def activation(name: str | Activation, **params: float) -> Activation:
+    """The table row for ``name`` (any alias, case-insensitive), with ``params``
+    replacing its defaults."""
+    if isinstance(name, Activation):
+        return name.with_params(**params) if params else name
+    if not isinstance(name, str):
+        raise TypeError(
+            f"activation: expected a name such as 'relu' or an Activation; found {type(name).__name__}. "
+            "Fix: pass the name as a string (see gradverify.ops.names())"
+        )
+    act = _BY_NAME.get(name.lower())
+    if act is None:
+        import difflib
+
+        close = difflib.get_close_matches(name.lower(), _BY_NAME, n=3)
+        raise ValueError(
+            f"activation: expected one of the table's names; found {name!r}. Fix: "
+            + (f"did you mean {', '.join(map(repr, close))}? " if close else "")
+            + "gradverify.ops.names() lists them all"
+        )
+    return act.with_params(**params) if params else act
+
+
+def names() -> list[str]:
+    """The canonical names, in table order."""
+    return [a.name for a in ACTIVATIONS]

@@ -1,0 +1,71 @@
+"""Binding the table's formulas to a backend: the array-api-compat namespace
+of the array, plus ``erf`` (outside the array API standard; gelu_erf needs it).
+A backend gets its own code only here, and only for what the standard lacks."""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from typing import Any
+
+import array_api_compat
+
+
+class _Namespace:
+    def __init__(self, base: Any, erf: Any) -> None:
+        self._base = base
+        self.erf = erf
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
+def backend_name(x: Any) -> str:
+    if array_api_compat.is_torch_array(x):
+        return "torch"
+    if array_api_compat.is_jax_array(x):
+        return "jax"
+    if array_api_compat.is_numpy_array(x):
+        return "numpy"
+    raise TypeError(
+        f"expected a numpy array, a torch tensor or a jax array; found {type(x).__module__}.{type(x).__qualname__}. "
+        "Fix: convert it with np.asarray, torch.as_tensor or jnp.asarray"
+    )
+
+
+@cache
+def _namespace(name: str) -> _Namespace:
+    if name == "torch":
+        import torch
+
+        return _Namespace(array_api_compat.array_namespace(torch.zeros(0)), torch.special.erf)
+    if name == "jax":
+        import jax.numpy as jnp
+        import jax.scipy.special
+
+        return _Namespace(jnp, jax.scipy.special.erf)
+    import numpy as np
+
+    return _Namespace(array_api_compat.array_namespace(np.zeros(0)), _numpy_erf())
+
+
+def _numpy_erf() -> Any:
+    try:
+        from scipy.special import erf  # scipy is a dependency of jax; optional here
+    except ImportError:  # pragma: no cover - exercised only without scipy
+        import math
+
+        import numpy as np
+
+        def erf(x: Any) -> Any:
+            return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
+
+    return erf
+
+
+def namespace(x: Any) -> _Namespace:
+    return _namespace(backend_name(x))
+
+
+def loaded(name: str) -> bool:
+    return name in sys.modules

@@ -1,0 +1,148 @@
+"""The activation table: names, conventions, kinks, stable forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gradverify.ops import _xp
+
+from gradverify import ops
+
+from .conftest import make, precise
+
+NNLIB = [
+    "sigmoid",
+    "hardsigmoid",
+    "logsigmoid",
+    "hardtanh",
+    "relu",
+    "leakyrelu",
+    "relu6",
+    "rrelu",
+    "elu",
+    "gelu",
+    "gelu_erf",
+    "gelu_sigmoid",
+    "swish",
+    "hardswish",
+    "lisht",
+    "selu",
+    "celu",
+    "softplus",
+    "softsign",
+    "logcosh",
+    "mish",
+    "tanhshrink",
+    "softshrink",
+    "trelu",
+]
+NOT_FROM_OUTPUT = ["swish", "gelu", "gelu_erf", "gelu_sigmoid", "mish", "hardswish", "lisht", "logcosh", "tanhshrink"]
+
+
+def test_table_holds_nnlibs_list_plus_tanh_and_identity():
+    assert set(NNLIB + ["tanh", "identity"]) <= set(ops.names())
+
+
+@pytest.mark.parametrize(
+    "alias,name",
+    [
+        ("σ", "sigmoid"),
+        ("hardσ", "hardsigmoid"),
+        ("hard_sigmoid", "hardsigmoid"),
+        ("logσ", "logsigmoid"),
+        ("log_sigmoid", "logsigmoid"),
+        ("silu", "swish"),
+        ("leaky_relu", "leakyrelu"),
+        ("threshold", "trelu"),
+        ("SiLU", "swish"),
+    ],
+)
+def test_aliases(alias, name):
+    assert ops.activation(alias).name == name
+
+
+def test_unknown_name_and_parameter_errors():
+    with pytest.raises(ValueError, match=r"found 'rellu'. Fix: did you mean 'relu'"):
+        ops.activation("rellu")
+    with pytest.raises(TypeError, match=r"expected parameters from \['a'\]; found \['alpha'\]"):
+        ops.activation("leakyrelu", alpha=0.2)
+    assert ops.activation("leakyrelu", a=0.2).params == {"a": 0.2}
+
+
+def test_derivative_from_output_only_where_true():
+    for name in NOT_FROM_OUTPUT:
+        assert ops.output_rule(ops.activation(name)) is None, name
+    for name in ["sigmoid", "tanh", "relu", "softplus", "elu", "selu", "celu", "softsign", "hardtanh", "softshrink"]:
+        assert ops.output_rule(ops.activation(name)) is not None, name
+    # only for a > 0 (leakyrelu) and theta >= 0 (trelu)
+    assert ops.output_rule(ops.activation("leakyrelu", a=-0.5)) is None
+    assert ops.output_rule(ops.activation("trelu", theta=-1.0)) is None
+    assert ops.activation("rrelu").random
+
+
+def _grid(act, dtype=np.float64):
+    pts = [-7.0, -3.5, -1.2, -0.3, 0.2, 0.9, 2.2, 4.0, 8.0]
+    for at, _ in act.kink_points():
+        pts += [at, at - 1e-3, at + 1e-3]
+    return np.array(sorted(pts), dtype=dtype)
+
+
+@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS])
+def test_output_rule_and_kinks_agree_with_derivative(name, backend):
+    with precise(backend):
+        _output_rule_and_kinks(name, backend)
+
+
+def _output_rule_and_kinks(name, backend):
+    act = ops.activation(name)
+    x = make(backend, _grid(act))
+    xp = _xp.namespace(x)
+    y = act.forward(xp, x, **act.params)
+    d = np.asarray(act.derivative(xp, x, y, **act.params))
+    rule = ops.output_rule(act)
+    if rule is not None:
+        np.testing.assert_allclose(np.asarray(rule(xp, y, **act.params)), d, rtol=1e-12, atol=1e-15)
+    for at, k in act.kink_points():
+        z = make(backend, np.array([at]))
+        yk = act.forward(xp, z, **act.params)
+        assert float(np.asarray(act.derivative(xp, z, yk, **act.params))[0]) == pytest.approx(k.chosen(act.params))
+
+
+@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kinks])
+def test_one_sided_derivatives_at_kinks(name):
+    act = ops.activation(name)
+    xp = _xp.namespace(np.zeros(1))
+    for at, k in act.kink_points():
+        h = 1e-6
+        f = lambda z: float(act.forward(xp, np.array([z]), **act.params)[0])  # noqa: E731
+        if k.jump:
+            assert abs(f(at + h) - f(at)) > 0.1
+            continue
+        assert (f(at + h) - f(at)) / h == pytest.approx(k.right(act.params), abs=1e-5)
+        assert (f(at) - f(at - h)) / h == pytest.approx(k.left(act.params), abs=1e-5)
+        assert (
+            min(k.left(act.params), k.right(act.params))
+            <= k.chosen(act.params)
+            <= max(k.left(act.params), k.right(act.params))
+        )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["softplus", "logsigmoid", "logcosh", "sigmoid", "swish", "mish", "elu"])
+def test_stable_forms_do_not_overflow(name, dtype, backend):
+    with precise(backend):
+        _stable(name, dtype, backend)
+
+
+def _stable(name, dtype, backend):
+    big = np.finfo(dtype).max
+    x = make(backend, np.array([-big, -1e4, -100.0, 0.0, 100.0, 1e4, big], dtype=dtype))
+    act = ops.activation(name)
+    xp = _xp.namespace(x)
+    y = np.asarray(act.forward(xp, x, **act.params), dtype=np.float64)
+    d = np.asarray(act.derivative(xp, x, act.forward(xp, x, **act.params), **act.params), dtype=np.float64)
+    assert np.isfinite(y[1:-1]).all() and np.isfinite(d).all(), (y, d)
+    if name in ("softplus", "logcosh"):
+        assert y[-1] == pytest.approx(float(big), rel=1e-6) or name == "logcosh"
+    if name == "logsigmoid":
+        assert y[0] == pytest.approx(-float(big), rel=1e-6) and y[-1] == 0.0
