@@ -26,7 +26,10 @@ class BiasAct(torch.autograd.Function):
     def forward(x: torch.Tensor, b: torch.Tensor | None, act: Activation) -> torch.Tensor:
         xp = _xp.namespace(x)
         z = x if b is None else x + b
-        return act.forward(xp, z, **act.params)
+        y = act.forward(xp, z, **act.params)
+        # identity without a bias returns its input: autograd.Function may not
+        # save that as its output, and a view breaks forward mode; copy it.
+        return y.clone() if y is x else y
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:

@@ -71,7 +71,10 @@ class Activation:
         return replace(self, params={**self.params, **params})
 
     def kink_points(self) -> list[tuple[float, Kink]]:
-        return [(k.at(self.params), k) for k in self.kinks]
+        """(location, kink) for these parameters; a kink whose one-sided
+        derivatives agree (elu with alpha = 1) is no kink and is left out."""
+        p = self.params
+        return [(k.at(p), k) for k in self.kinks if k.jump or k.left(p) != k.right(p)]
 
     @property
     def saves_output(self) -> bool:

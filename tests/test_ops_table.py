@@ -69,6 +69,12 @@ def test_unknown_name_and_parameter_errors():
     assert ops.activation("leakyrelu", a=0.2).params == {"a": 0.2}
 
 
+def test_elu_kink_only_when_alpha_is_not_one():
+    assert not ops.activation("elu").kink_points()
+    ((at, k),) = ops.activation("elu", alpha=2.0).kink_points()
+    assert at == 0.0 and k.left({"alpha": 2.0}) == 2.0
+
+
 def test_derivative_from_output_only_where_true():
     for name in NOT_FROM_OUTPUT:
         assert ops.output_rule(ops.activation(name)) is None, name
@@ -108,7 +114,7 @@ def _output_rule_and_kinks(name, backend):
         assert float(np.asarray(act.derivative(xp, z, yk, **act.params))[0]) == pytest.approx(k.chosen(act.params))
 
 
-@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kinks])
+@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kink_points()])
 def test_one_sided_derivatives_at_kinks(name):
     act = ops.activation(name)
     xp = _xp.namespace(np.zeros(1))

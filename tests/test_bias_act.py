@@ -1,0 +1,224 @@
+"""bias_act: reference and fused agree (values, JVP, VJP) on every backend and
+activation; gv.check passes on the fused rules; the framework's own functions
+agree; bias shapes, in-place and saved tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+from gradverify import ops
+
+from .conftest import make, precise
+
+NAMES = [a.name for a in ops.ACTIVATIONS]
+
+
+def inputs(seed=0, shape=(3, 4), dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    x = 2.5 * rng.standard_normal(shape)
+    b = rng.standard_normal(shape[-1])
+    return x.astype(dtype), b.astype(dtype)
+
+
+def fused_fn(backend, name, bias=True):
+    if backend == "numpy":
+        return ops.bias_act_rule(name, bias=bias)
+    if bias:
+        return lambda x, b: ops.bias_act(name, x, b, impl="fused")
+    return lambda x: ops.bias_act(name, x, impl="fused")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_passes_gv_check(name, backend):
+    xn, bn = inputs()
+    r = gv.check(fused_fn(backend, name), make(backend, xn), make(backend, bn))
+    assert r.ok, str(r)
+    assert r.modes["JVP"] == "checked" and r.modes["VJP"] == "checked"
+    r = gv.check(fused_fn(backend, name, bias=False), make(backend, xn))
+    assert r.ok, str(r)
+
+
+@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kink_points()])
+def test_fused_at_kinks_follows_the_convention(name, backend):
+    act = ops.activation(name)
+    pts = np.array([at for at, _ in act.kink_points()] + [0.37])
+    x, b = make(backend, pts - 0.25), make(backend, np.full(pts.shape, 0.25))
+    r = gv.check(fused_fn(backend, name), x, b)
+    assert r.ok, str(r)
+    assert r.inconclusive
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_reference_and_fused_agree_in_value_jvp_vjp(name, backend):
+    xn, bn = inputs(1)
+    rng = np.random.default_rng(2)
+    tx, tb, g = rng.standard_normal(xn.shape), rng.standard_normal(bn.shape), rng.standard_normal(xn.shape)
+    out = {}
+    for impl in ("reference", "fused"):
+        with precise(backend):
+            x, b = make(backend, xn), make(backend, bn)
+            f = lambda x, b, impl=impl: ops.bias_act(name, x, b, impl=impl)  # noqa: E731
+            if backend == "torch":
+                import torch
+
+                y, t = torch.func.jvp(f, (x, b), (torch.tensor(tx), torch.tensor(tb)))
+                _, pull = torch.func.vjp(f, x, b)
+                gx, gb = pull(torch.tensor(g))
+            else:
+                import jax
+
+                y, t = jax.jvp(f, (x, b), (make("jax", tx), make("jax", tb)))
+                _, pull = jax.vjp(f, x, b)
+                gx, gb = pull(make("jax", g))
+            out[impl] = [np.asarray(v) for v in (y, t, gx, gb)]
+    for r, f in zip(out["reference"], out["fused"]):
+        np.testing.assert_allclose(f, r, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_numpy_rule_matches_torch_reference(name):
+    import torch
+
+    xn, bn = inputs(3)
+    g = np.random.default_rng(4).standard_normal(xn.shape)
+    rule = ops.bias_act_rule(name)
+    y = rule(xn, bn)
+    gx, gb = rule.vjp((xn, bn), g)
+    x, b = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+    yt = ops.bias_act(name, x, b)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(gx, x.grad.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gb, b.grad.numpy(), rtol=1e-12, atol=1e-13)
+
+
+FRAMEWORK = [(a.name, a.torch, a.jax) for a in ops.ACTIVATIONS if a.torch or a.jax]
+
+
+@pytest.mark.parametrize("name,torch_name,jax_name", FRAMEWORK)
+def test_agrees_with_torch_and_jax_functions(name, torch_name, jax_name):
+    """Away from kinks, the table and torch.nn.functional / jax.nn agree."""
+    xn, _ = inputs(5, (50,))
+    xn = xn[np.min([np.abs(xn - at) for at, _ in ops.activation(name).kink_points()] or [np.inf * xn], axis=0) > 1e-3]
+    if torch_name:
+        import torch
+
+        x = torch.tensor(xn, requires_grad=True)
+        y = getattr(torch.nn.functional, torch_name, None) or getattr(torch, torch_name)
+        ref = y(x)
+        ref.sum().backward()
+        xt = torch.tensor(xn, requires_grad=True)
+        mine = ops.bias_act(name, xt, impl="fused")
+        mine.sum().backward()
+        np.testing.assert_allclose(mine.detach().numpy(), ref.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(xt.grad.numpy(), x.grad.numpy(), rtol=1e-11, atol=1e-14)
+    if jax_name:
+        import jax
+
+        with jax.enable_x64(True):
+            fn = getattr(jax.nn, jax_name, None) or getattr(jax.numpy, jax_name)
+            x = jax.numpy.asarray(xn)
+            np.testing.assert_allclose(ops.bias_act(name, x, impl="fused"), fn(x), rtol=1e-12, atol=1e-14)
+            g_ref = jax.grad(lambda v: fn(v).sum())(x)
+            g_mine = jax.grad(lambda v: ops.bias_act(name, v, impl="fused").sum())(x)
+            np.testing.assert_allclose(g_mine, g_ref, rtol=1e-11, atol=1e-14)
+
+
+def test_bias_shapes_and_gradient_sums(backend):
+    rng = np.random.default_rng(0)
+    x4, b4 = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((3, 1, 1))
+    r = gv.check(fused_fn(backend, "tanh"), make(backend, x4), make(backend, b4))
+    assert r.ok, str(r)
+    with pytest.raises(gv.ArgumentValueError) as e:
+        ops.bias_act("tanh", make(backend, x4), make(backend, rng.standard_normal(3)))
+    assert "b that broadcasts against x without changing x's shape (2, 3, 4, 5)" in str(e.value)
+    assert "use b of shape (3, 1, 1) for channels on axis 1" in str(e.value)
+    with pytest.raises(gv.ArgumentValueError, match=r"use b of shape \(4,\) for x of shape \(3, 4\)"):
+        ops.bias_act("tanh", make(backend, np.ones((3, 4))), make(backend, np.ones((3, 4, 1))))
+    with pytest.raises(gv.ArgumentValueError, match="impl: expected 'reference' or 'fused'"):
+        ops.bias_act("tanh", make(backend, np.ones(3)), impl="fast")
+
+
+def test_bias_act_inplace_numpy():
+    xn, bn = inputs(6)
+    x = xn.copy()
+    out = ops.bias_act_("swish", x, bn)
+    assert out is x
+    np.testing.assert_allclose(x, ops.bias_act("swish", xn, bn), rtol=1e-15)
+    with pytest.raises(gv.ArgumentValueError, match="read-only"):
+        ro = xn.copy()
+        ro.flags.writeable = False
+        ops.bias_act_("relu", ro, bn)
+
+
+def test_bias_act_inplace_torch():
+    import torch
+
+    xn, bn = inputs(7)
+    leaf = torch.tensor(xn, requires_grad=True)
+    with pytest.raises(gv.ArgumentValueError) as e:
+        ops.bias_act_("relu", leaf, torch.tensor(bn))
+    assert "a leaf tensor that requires grad" in str(e.value) and "impl='fused'" in str(e.value)
+    x = torch.tensor(xn)
+    out = ops.bias_act_("gelu", x, torch.tensor(bn))
+    assert out is x
+    np.testing.assert_allclose(x.numpy(), ops.bias_act("gelu", xn, bn), rtol=1e-14)
+    # on a non-leaf inside a graph the gradient still flows, through x + b
+    w = torch.tensor(xn, requires_grad=True)
+    b = torch.tensor(bn, requires_grad=True)
+    h = w * 2.0
+    ops.bias_act_("swish", h, b).sum().backward()
+    w2, b2 = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+    ops.bias_act("swish", w2 * 2.0, b2).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), w2.grad.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(b.grad.numpy(), b2.grad.numpy(), rtol=1e-13)
+
+
+def test_bias_act_inplace_refuses_jax():
+    with pytest.raises(gv.ArgumentTypeError, match="a jax array, which is immutable"):
+        ops.bias_act_("relu", make("jax", np.ones(3)))
+
+
+@pytest.mark.parametrize(
+    "name,saves", [("tanh", "output"), ("relu", "output"), ("swish", "z"), ("tanhshrink", "z"), ("gelu", "z")]
+)
+def test_fused_saves_one_tensor_the_output_or_x_plus_b(name, saves):
+    import torch
+
+    xn, bn = inputs(8)
+    x, b = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+    packed = []
+
+    def pack(t):
+        packed.append(t.detach().clone())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = ops.bias_act(name, x, b, impl="fused")
+    assert len(packed) == 1
+    want = y.detach() if saves == "output" else (x + b).detach()
+    torch.testing.assert_close(packed[0], want, rtol=0, atol=0)
+
+
+def test_torch_func_transforms_and_jax_jit():
+    import jax
+    import torch
+
+    xn, bn = inputs(9)
+    x, b = torch.tensor(xn), torch.tensor(bn)
+    f = lambda x, b: ops.bias_act("mish", x, b, impl="fused").sum()  # noqa: E731
+    g = torch.func.grad(f, argnums=(0, 1))(x, b)
+    x2, b2 = x.clone().requires_grad_(), b.clone().requires_grad_()
+    ops.bias_act("mish", x2, b2).sum().backward()
+    torch.testing.assert_close(g[0], x2.grad)
+    batched = torch.func.vmap(lambda xx: ops.bias_act("mish", xx, b, impl="fused"))(x)
+    torch.testing.assert_close(batched, ops.bias_act("mish", x, b))
+    with jax.enable_x64(True):
+        xj, bj = jax.numpy.asarray(xn), jax.numpy.asarray(bn)
+        jf = jax.jit(lambda x, b: ops.bias_act("mish", x, b, impl="fused"))
+        np.testing.assert_allclose(jf(xj, bj), ops.bias_act("mish", xn, bn), rtol=1e-13)
+        gj = jax.jit(jax.grad(lambda x, b: ops.bias_act("mish", x, b, impl="fused").sum()))(xj, bj)
+        np.testing.assert_allclose(gj, x2.grad.numpy(), rtol=1e-12)
