@@ -8,6 +8,11 @@ from ._bias_act import IMPLS as IMPLS
 from ._bias_act import bias_act as bias_act
 from ._bias_act import bias_act_ as bias_act_
 from ._bias_act import bias_act_rule as bias_act_rule
+from ._norm import batch_norm as batch_norm
+from ._norm import group_norm as group_norm
+from ._norm import instance_norm as instance_norm
+from ._norm import layer_norm as layer_norm
+from ._norm import rms_norm as rms_norm
 from ._table import ACTIVATIONS as ACTIVATIONS
 from ._table import Activation as Activation
 from ._table import Kink as Kink
@@ -24,6 +29,11 @@ __all__ = [
     "bias_act",
     "bias_act_",
     "bias_act_rule",
+    "batch_norm",
+    "group_norm",
+    "instance_norm",
+    "layer_norm",
+    "rms_norm",
     "names",
     "output_rule",
 ]
