@@ -11,12 +11,8 @@ import torch
 from gradverify._errors import ArgumentValueError, explain
 
 from . import _xp
+from ._bias_act import _bias_axes
 from ._table import Activation, output_rule
-
-
-def _bias_axes(x_shape: torch.Size, b_shape: torch.Size) -> tuple[int, ...]:
-    lead = len(x_shape) - len(b_shape)
-    return tuple(range(lead)) + tuple(lead + k for k, s in enumerate(b_shape) if s == 1 and x_shape[lead + k] != 1)
 
 
 class BiasAct(torch.autograd.Function):
@@ -60,7 +56,7 @@ class BiasAct(torch.autograd.Function):
         gx = gz.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
         gb = None
         if ctx.b_shape is not None and ctx.needs_input_grad[1]:
-            axes = _bias_axes(gz.shape, ctx.b_shape)
+            axes = _bias_axes(tuple(gz.shape), tuple(ctx.b_shape))
             gb = (gz.sum(dim=axes) if axes else gz).reshape(ctx.b_shape).to(ctx.b_dtype)
         return gx, gb, None
 

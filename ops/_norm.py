@@ -83,6 +83,21 @@ def _check_x(x: Any, min_ndim: int, fn: str) -> Any:
     return xp
 
 
+def _trailing(x: Any, normalized_shape: int | Sequence[int], fn: str) -> tuple[int, ...]:
+    """The shape ``normalized_shape`` names, checked against x's trailing dimensions."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or tuple(x.shape[x.ndim - len(shape) :]) != shape:
+        raise ArgumentValueError(
+            explain(
+                f"{fn}(x, normalized_shape)",
+                f"x's trailing dimensions equal to {shape}",
+                f"x of shape {tuple(x.shape)}",
+                f"pass normalized_shape={tuple(x.shape[-1:])} (or more trailing dims)",
+            )
+        )
+    return shape
+
+
 def layer_norm(
     x: Any,
     normalized_shape: Sequence[int],
@@ -94,17 +109,8 @@ def layer_norm(
 ) -> Any:
     _impl(impl)
     xp = _xp.namespace(x)
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    shape = _trailing(x, normalized_shape, "layer_norm")
     k = len(shape)
-    if tuple(x.shape[x.ndim - k :]) != shape or k == 0:
-        raise ArgumentValueError(
-            explain(
-                "layer_norm(x, normalized_shape)",
-                f"x's trailing dimensions equal to {shape}",
-                f"x of shape {tuple(x.shape)}",
-                f"pass normalized_shape={tuple(x.shape[-1:])} (or more trailing dims)",
-            )
-        )
     _check_param("weight", weight, shape, "normalized_shape")
     _check_param("bias", bias, shape, "normalized_shape")
     xhat, _, _ = _normalize(xp, x, tuple(range(x.ndim - k, x.ndim)), eps)
@@ -122,17 +128,8 @@ def rms_norm(
     """x / sqrt(mean(x^2) + eps) * weight; eps=None is the dtype's epsilon (as torch)."""
     _impl(impl)
     xp = _xp.namespace(x)
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    shape = _trailing(x, normalized_shape, "rms_norm")
     k = len(shape)
-    if tuple(x.shape[x.ndim - k :]) != shape or k == 0:
-        raise ArgumentValueError(
-            explain(
-                "rms_norm(x, normalized_shape)",
-                f"x's trailing dimensions equal to {shape}",
-                f"x of shape {tuple(x.shape)}",
-                f"pass normalized_shape={tuple(x.shape[-1:])}",
-            )
-        )
     _check_param("weight", weight, shape, "normalized_shape")
     if eps is None:
         eps = float(xp.finfo(x.dtype).eps)
