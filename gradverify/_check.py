@@ -804,7 +804,7 @@ class _Run:
         its error: the independent witness for a located element."""
         e = self._basis(j, self.flat.n) * self.scale[j]
         ref = self.fd(e, 0.0)
-        value, err = self._ref_for_column(ref, j)
+        value, err = self._ref_for_column(ref)
         return {"FD": value, "FD_err": err}
 
     def _vjp_element(self, a: int, j: int, col: dict[str, Any]) -> tuple[dict[str, float], float, bool]:
@@ -892,7 +892,7 @@ class _Run:
             where=f"cotangent v {a + 1} (random signs, seed {self.seed}); {proj}; {how}",
         )
 
-    def _ref_for_column(self, ref: _fd.Reference, j: int) -> tuple[np.ndarray, np.ndarray]:
+    def _ref_for_column(self, ref: _fd.Reference) -> tuple[np.ndarray, np.ndarray]:
         if ref.all_smooth:
             return ref.value, ref.err
         usable = self._usable(ref)

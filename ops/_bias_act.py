@@ -19,7 +19,7 @@ import numpy as np
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
 
 from . import _xp
-from ._table import Activation, activation, output_rule
+from ._table import Activation, activation, slope
 
 IMPLS = ("reference", "fused")
 
@@ -135,7 +135,6 @@ def bias_act_rule(activation_: str | Activation, *, bias: bool = True) -> Any:
 
     act = activation(activation_)
     p = act.params
-    from_y = output_rule(act)
     xp = _xp.namespace(np.zeros(0))
 
     def z_of(primals: tuple) -> Any:
@@ -144,17 +143,16 @@ def bias_act_rule(activation_: str | Activation, *, bias: bool = True) -> Any:
     def fn(*args: Any) -> Any:
         return act.forward(xp, z_of(args), **p)
 
-    def slope(primals: tuple) -> Any:
+    def slope_at(primals: tuple) -> Any:
         z = z_of(primals)
-        y = act.forward(xp, z, **p)
-        return from_y(xp, y, **p) if from_y is not None else act.derivative(xp, z, y, **p)
+        return slope(act, xp, z, act.forward(xp, z, **p))
 
     def jvp(primals: tuple, tangents: tuple) -> Any:
         t = tangents[0] if not bias else tangents[0] + tangents[1]
-        return (slope(primals) * t).astype(np.result_type(*primals), copy=False)
+        return (slope_at(primals) * t).astype(np.result_type(*primals), copy=False)
 
     def vjp(primals: tuple, g: Any) -> tuple:
-        gz = slope(primals) * g
+        gz = slope_at(primals) * g
         gx = gz.astype(primals[0].dtype, copy=False)
         if not bias:
             return (gx,)
@@ -173,7 +171,6 @@ def _jax_fused(key: tuple, has_bias: bool) -> Any:
 
     act = activation(key[0], **dict(key[1]))
     p = act.params
-    from_y = output_rule(act)
     xp = _xp.namespace(jax.numpy.zeros(0))
 
     def f(*args: Any) -> Any:
@@ -186,7 +183,7 @@ def _jax_fused(key: tuple, has_bias: bool) -> Any:
     def _jvp(primals: tuple, tangents: tuple) -> tuple:
         z = primals[0] if not has_bias else primals[0] + primals[1]
         y = act.forward(xp, z, **p)
-        d = from_y(xp, y, **p) if from_y is not None else act.derivative(xp, z, y, **p)
+        d = slope(act, xp, z, y)
         t = tangents[0] if not has_bias else tangents[0] + tangents[1]
         return y, d * t
 

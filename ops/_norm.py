@@ -69,6 +69,11 @@ def _check_param(name: str, p: Any, expected: tuple[int, ...], what: str) -> Non
         )
 
 
+def _check_channel_params(c: int, **params: Any) -> None:
+    for name, p in params.items():
+        _check_param(name, p, (c,), "one per channel")
+
+
 def _check_x(x: Any, min_ndim: int, fn: str) -> Any:
     xp = _xp.namespace(x)
     if x.ndim < min_ndim:
@@ -229,8 +234,7 @@ def batch_norm(
     _impl(impl)
     xp = _check_x(x, 2, "batch_norm")
     c = x.shape[1]
-    for name, p in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
-        _check_param(name, p, (c,), "one per channel")
+    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     axes = (0,) + tuple(range(2, x.ndim))
     shape = _channel_shape(x)
     if training:
@@ -291,8 +295,7 @@ def instance_norm(
     _impl(impl)
     xp = _check_x(x, 3, "instance_norm")
     n, c = x.shape[0], x.shape[1]
-    for name, p in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
-        _check_param(name, p, (c,), "one per channel")
+    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     shape = _channel_shape(x)
     if not use_input_stats:
         y = batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps, return_stats=return_stats)

@@ -438,6 +438,13 @@ def output_rule(act: Activation) -> Fn | None:
     return act.from_output
 
 
+def slope(act: Activation, xp: Any, z: Any, y: Any) -> Any:
+    """dy/dz as the fused rules compute it: from the output where that is
+    valid (the only thing they keep then), else from z = x + b."""
+    rule = output_rule(act)
+    return rule(xp, y, **act.params) if rule is not None else act.derivative(xp, z, y, **act.params)
+
+
 _BY_NAME: dict[str, Activation] = {}
 for _a in ACTIVATIONS:
     for _n in (_a.name, *_a.aliases):

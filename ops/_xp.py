@@ -4,7 +4,6 @@ A backend gets its own code only here, and only for what the standard lacks."""
 
 from __future__ import annotations
 
-import sys
 from functools import cache
 from typing import Any
 
@@ -65,7 +64,3 @@ def _numpy_erf() -> Any:
 
 def namespace(x: Any) -> _Namespace:
     return _namespace(backend_name(x))
-
-
-def loaded(name: str) -> bool:
-    return name in sys.modules
