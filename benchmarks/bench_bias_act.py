@@ -1,101 +1,113 @@
-"""bias_act on torch (CPU here), as in the seed (issue #3): relu and tanh on
-(100, 10000) and (1000, 1000) float32; forward and forward+gradient; reference,
-fused and in-place (forward only). Side by side in one run: min and median
-time, bytes allocated by the forward (torch.profiler, profile_memory) and
-bytes saved for backward (torch.autograd.graph.saved_tensors_hooks, exact).
+"""bias_act on torch (CPU here), as in the seed (issue #3), side by side in
+one run (interleaved rounds: min and median time):
 
-    python benchmarks/bench_bias_act.py [--reps 20]
+1. relu and tanh on (100, 10000) and (1000, 1000) float32: forward and
+   forward+gradient for reference, fused and in-place (forward only); bytes
+   allocated by the forward (torch.profiler) and bytes saved for backward
+   (torch.autograd.graph.saved_tensors_hooks, each storage once).
+2. A three-layer MLP 784 -> 512 -> 256 -> 10, batch 256, built from
+   ``bias_act(act, x @ W, b)`` (relu, relu, identity): forward and
+   forward+gradient, reference vs fused, with the same layers in plain
+   torch (F.linear + F.relu) for scale.
+
+    python benchmarks/bench_bias_act.py [--reps 30] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from gradverify import ops
 
-
-def saved_bytes(f) -> int:
-    total = 0
-
-    def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        f()
-    return total
+from _measure import allocated_bytes, mib, ms, saved_bytes, side_by_side
 
 
-def allocated_bytes(f) -> int:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        f()
-    return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
+def elementwise(reps: int) -> list[tuple]:
+    rows = []
+    for shape in [(100, 10000), (1000, 1000)]:
+        rng = np.random.default_rng(0)
+        x0 = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+        b = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32))
+        g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+        for name in ("relu", "tanh"):
+            scratch = x0.clone()
+            xg, bg = x0.clone().requires_grad_(), b.clone().requires_grad_()
+            fwd = {
+                "reference": lambda: ops.bias_act(name, x0, b, impl="reference"),
+                "fused": lambda: ops.bias_act(name, x0, b, impl="fused"),
+                # overwrites its input: refilled outside the timed call would skew
+                # nothing, the activations are cheap to rerun on their own output
+                "in-place": lambda: ops.bias_act_(name, scratch, b),
+            }
+            grad = {
+                impl: (lambda impl=impl: ops.bias_act(name, xg, bg, impl=impl).backward(g))
+                for impl in ("reference", "fused")
+            }
+            tf = side_by_side(fwd, reps)
+            tg = side_by_side(grad, reps)
+            for impl in ("reference", "fused", "in-place"):
+                alloc = allocated_bytes(fwd[impl])
+                saved = None
+                if impl != "in-place":
+                    saved = saved_bytes(lambda impl=impl: ops.bias_act(name, xg, bg, impl=impl))
+                rows.append((shape, name, impl, tf[impl], alloc, tg.get(impl), saved))
+    return rows
 
 
-def times(f, reps: int) -> tuple[float, float]:
-    f()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return min(ts), statistics.median(ts)
+def mlp(reps: int) -> list[tuple]:
+    rng = np.random.default_rng(0)
+    sizes = [784, 512, 256, 10]
+
+    def param(*shape, scale=1.0):
+        return torch.from_numpy(scale * rng.standard_normal(shape, dtype=np.float32)).requires_grad_()
+
+    ws = [param(m, n, scale=m**-0.5) for m, n in zip(sizes, sizes[1:])]
+    bs = [param(n, scale=0.1) for n in sizes[1:]]
+    acts = ["relu", "relu", "identity"]
+    x = torch.from_numpy(rng.standard_normal((256, 784), dtype=np.float32))
+    g = torch.from_numpy(rng.standard_normal((256, 10), dtype=np.float32))
+
+    def net(impl):
+        h = x
+        for w, b, act in zip(ws, bs, acts):
+            if impl == "torch":
+                h = F.linear(h, w.T, b)
+                h = F.relu(h) if act == "relu" else h
+            else:
+                h = ops.bias_act(act, h @ w, b, impl=impl)
+        return h
+
+    impls = ("torch", "reference", "fused")
+    with torch.no_grad():
+        tf = side_by_side({k: lambda k=k: net(k) for k in impls}, reps)
+    tg = side_by_side({k: lambda k=k: net(k).backward(g) for k in impls}, reps)
+    return [(k, tf[k], tg[k], saved_bytes(lambda k=k: net(k))) for k in impls]
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    torch.set_num_threads(1)
-    rows = []
-    for shape in [(100, 10000), (1000, 1000)]:
-        rng = np.random.default_rng(0)
-        x0 = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-        b = torch.from_numpy(rng.standard_normal(shape[1]).astype(np.float32))
-        for name in ("relu", "tanh"):
-            for impl in ("reference", "fused", "in-place"):
-                if impl == "in-place":
-                    x = x0.clone()
-
-                    def fwd(x=x):
-                        return ops.bias_act_(name, x, b)
-
-                    grad = None
-                else:
-
-                    def fwd(impl=impl):
-                        return ops.bias_act(name, x0, b, impl=impl)
-
-                    xg, bg = x0.clone().requires_grad_(), b.clone().requires_grad_()
-
-                    def grad(impl=impl, xg=xg, bg=bg):
-                        ops.bias_act(name, xg, bg, impl=impl).sum().backward()
-
-                fmin, fmed = times(fwd, args.reps)
-                alloc = allocated_bytes(fwd)
-                if grad is not None:
-                    gmin, gmed = times(grad, args.reps)
-                    saved = saved_bytes(lambda impl=impl, xg=xg, bg=bg: ops.bias_act(name, xg, bg, impl=impl))
-                else:
-                    gmin = gmed = float("nan")
-                    saved = None
-                rows.append((shape, name, impl, fmin, fmed, alloc, gmin, gmed, saved))
-    mib = 2.0**20
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, {args.reps} interleaved rounds\n")
     print("| shape | act | impl | fwd min / median (ms) | fwd alloc (MiB) | fwd+grad min / median (ms) | saved (MiB) |")
     print("|---|---|---|---|---|---|---|")
-    for shape, name, impl, fmin, fmed, alloc, gmin, gmed, saved in rows:
-        g = "-" if saved is None else f"{gmin * 1e3:.2f} / {gmed * 1e3:.2f}"
-        s = "-" if saved is None else f"{saved / mib:.2f}"
+    for shape, name, impl, tf, alloc, tg, saved in elementwise(args.reps):
+        grad = "-" if tg is None else f"{ms(tg[0])} / {ms(tg[1])}"
         print(
-            f"| {shape[0]}x{shape[1]} | {name} | {impl} | {fmin * 1e3:.2f} / {fmed * 1e3:.2f} | "
-            f"{alloc / mib:.2f} | {g} | {s} |"
+            f"| {shape[0]}x{shape[1]} | {name} | {impl} | {ms(tf[0])} / {ms(tf[1])} | {mib(alloc)} | {grad} | "
+            f"{mib(saved)} |"
         )
+    print("\nMLP 784-512-256-10, batch 256 (relu, relu, identity)\n")
+    print("| impl | fwd min / median (ms) | fwd+grad min / median (ms) | saved (MiB) |")
+    print("|---|---|---|---|")
+    for impl, tf, tg, saved in mlp(args.reps):
+        print(f"| {impl} | {ms(tf[0])} / {ms(tf[1])} | {ms(tg[0])} / {ms(tg[1])} | {mib(saved)} |")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from ._norm import batch_norm as batch_norm
 from ._norm import group_norm as group_norm
 from ._norm import instance_norm as instance_norm
 from ._norm import layer_norm as layer_norm
+from ._norm import norm_rule as norm_rule
 from ._norm import rms_norm as rms_norm
 from ._table import ACTIVATIONS as ACTIVATIONS
 from ._table import Activation as Activation
@@ -33,6 +34,7 @@ __all__ = [
     "group_norm",
     "instance_norm",
     "layer_norm",
+    "norm_rule",
     "rms_norm",
     "names",
     "output_rule",

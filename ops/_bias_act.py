@@ -64,12 +64,6 @@ def _validate(x: Any, b: Any, impl: str) -> str:
     return backend
 
 
-def _bias_axes(x_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Axes of x over which b was broadcast: the bias gradient sums over them."""
-    lead = len(x_shape) - len(b_shape)
-    return tuple(range(lead)) + tuple(lead + k for k, s in enumerate(b_shape) if s == 1 and x_shape[lead + k] != 1)
-
-
 def bias_act(activation_: str | Activation, x: Any, b: Any = None, *, impl: str = "reference") -> Any:
     """``activation(x + b)``; ``b`` broadcasts against ``x`` without changing
     its shape ((C,) for (N, C); (C, 1, 1) for (N, C, H, W)); ``b=None``: no bias."""
@@ -157,7 +151,7 @@ def bias_act_rule(activation_: str | Activation, *, bias: bool = True) -> Any:
         if not bias:
             return (gx,)
         b = primals[1]
-        gb = gz.sum(axis=_bias_axes(gz.shape, b.shape)).reshape(b.shape).astype(b.dtype, copy=False)
+        gb = gz.sum(axis=_xp.broadcast_axes(gz.shape, b.shape)).reshape(b.shape).astype(b.dtype, copy=False)
         return gx, gb
 
     fn.__name__ = f"bias_act_{act.name}_fused"

@@ -7,59 +7,60 @@ framework's AD derives the gradients)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
 
+from . import _norm_fused as nf
 from . import _xp
+from ._norm_fused import Spec
 
-_LOW = ("float16", "bfloat16")
-
-
-def _dtype_name(x: Any) -> str:
-    return str(x.dtype).removeprefix("torch.")
+IMPLS = ("reference", "fused")
 
 
-def _stat_dtype(xp: Any, x: Any) -> Any:
-    """Statistics in at least float32 (float16/bfloat16 inputs are widened)."""
-    return xp.float32 if _dtype_name(x) in _LOW else x.dtype
+class _Plan(Exception):
+    """Raised instead of computing, to hand :func:`norm_rule` the layer's spec."""
+
+    def __init__(self, spec: Spec, fixed: tuple[Any, Any] | None) -> None:
+        self.spec, self.fixed = spec, fixed
+
+
+_PLAN = "_plan"  # a private impl: raise _Plan with the spec, compute nothing
 
 
 def _impl(impl: str) -> None:
-    if impl != "reference":
-        raise ArgumentValueError(
-            explain(
-                "impl",
-                "'reference' (the fused normalization rules are not built yet)",
-                repr(impl),
-                "use impl='reference'",
-            )
-        )
+    if impl not in IMPLS and impl != _PLAN:
+        raise ArgumentValueError(explain("impl", "'reference' or 'fused'", repr(impl), "impl='fused'"))
 
 
-def _normalize(xp: Any, x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any]:
-    """(x - mean) / sqrt(var + eps) over ``axes`` with the biased variance;
-    returns the normalized input (x's dtype), the mean and the variance."""
-    xs = xp.astype(x, _stat_dtype(xp, x))
-    mean = xp.mean(xs, axis=axes, keepdims=True)
-    centred = xs - mean
-    var = xp.mean(centred * centred, axis=axes, keepdims=True)
-    xhat = centred / xp.sqrt(var + eps)
-    return xp.astype(xhat, x.dtype), mean, var
+def _apply(
+    x: Any, weight: Any, bias: Any, spec: Spec, impl: str, fixed: tuple[Any, Any] | None = None
+) -> tuple[Any, Any, Any]:
+    """(y, mean, var) of one normalization, by ``impl``. The reference is the
+    forward alone (the framework's AD derives the gradients); fused attaches
+    the rules of :mod:`._norm_fused`."""
+    if impl == _PLAN:
+        raise _Plan(spec, fixed)
+    xp = _xp.namespace(x)
+    backend = _xp.backend_name(x)
+    if impl == "fused" and backend == "torch":
+        from ._norm_torch import fused
+
+        return fused(x, weight, bias, fixed, spec)
+    if impl == "fused" and backend == "jax":
+        y, (mean, var) = nf.jax_fused(spec)(x, weight, bias, fixed)
+        return y, mean, var
+    # reference on every backend; numpy's fused forward is the same
+    # computation (numpy arrays carry no rules: norm_rule gives them).
+    xhat, _, mean, var = nf.statistics(xp, x, spec, fixed)
+    return nf.affine(xp, xhat, weight, bias, spec), mean, var
 
 
 def _channel_shape(x: Any) -> tuple[int, ...]:
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
-
-
-def _affine(xp: Any, y: Any, weight: Any, bias: Any, shape: tuple[int, ...] | None = None) -> Any:
-    if weight is not None:
-        y = y * (weight if shape is None else xp.reshape(weight, shape))
-    if bias is not None:
-        y = y + (bias if shape is None else xp.reshape(bias, shape))
-    return y
 
 
 def _check_param(name: str, p: Any, expected: tuple[int, ...], what: str) -> None:
@@ -113,13 +114,12 @@ def layer_norm(
     impl: str = "reference",
 ) -> Any:
     _impl(impl)
-    xp = _xp.namespace(x)
+    _xp.namespace(x)
     shape = _trailing(x, normalized_shape, "layer_norm")
     k = len(shape)
     _check_param("weight", weight, shape, "normalized_shape")
     _check_param("bias", bias, shape, "normalized_shape")
-    xhat, _, _ = _normalize(xp, x, tuple(range(x.ndim - k, x.ndim)), eps)
-    return _affine(xp, xhat, weight, bias)
+    return _apply(x, weight, bias, Spec(tuple(range(x.ndim - k, x.ndim)), eps), impl)[0]
 
 
 def rms_norm(
@@ -138,10 +138,7 @@ def rms_norm(
     _check_param("weight", weight, shape, "normalized_shape")
     if eps is None:
         eps = float(xp.finfo(x.dtype).eps)
-    xs = xp.astype(x, _stat_dtype(xp, x))
-    ms = xp.mean(xs * xs, axis=tuple(range(x.ndim - k, x.ndim)), keepdims=True)
-    y = xp.astype(xs / xp.sqrt(ms + eps), x.dtype)
-    return _affine(xp, y, weight, None)
+    return _apply(x, weight, None, Spec(tuple(range(x.ndim - k, x.ndim)), eps, centred=False), impl)[0]
 
 
 def group_norm(
@@ -154,7 +151,7 @@ def group_norm(
     impl: str = "reference",
 ) -> Any:
     _impl(impl)
-    xp = _check_x(x, 2, "group_norm")
+    _check_x(x, 2, "group_norm")
     n, c = x.shape[0], x.shape[1]
     if not isinstance(num_groups, int) or num_groups < 1 or c % num_groups:
         divisors = [d for d in range(1, c + 1) if c % d == 0]
@@ -168,9 +165,9 @@ def group_norm(
         )
     _check_param("weight", weight, (c,), "one per channel")
     _check_param("bias", bias, (c,), "one per channel")
-    grouped = xp.reshape(x, (n, num_groups, -1))  # groups are contiguous channels
-    xhat, _, _ = _normalize(xp, grouped, (2,), eps)
-    return _affine(xp, xp.reshape(xhat, tuple(x.shape)), weight, bias, _channel_shape(x))
+    # groups are contiguous channels
+    spec = Spec((2,), eps, group=(n, num_groups, -1), param=_channel_shape(x))
+    return _apply(x, weight, bias, spec, impl)[0]
 
 
 def _update(xp: Any, running: Any, stat: Any, momentum: float) -> Any:
@@ -248,7 +245,7 @@ def batch_norm(
                     "use a batch of at least 2, or training=False with running statistics",
                 )
             )
-        xhat, mean, var = _normalize(xp, x, axes, eps)
+        y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
         stats = _running(
             xp,
             running_mean,
@@ -269,12 +266,9 @@ def batch_norm(
                     "pass the running statistics, or training=True",
                 )
             )
-        xs = xp.astype(x, _stat_dtype(xp, x))
-        rm = xp.reshape(xp.astype(running_mean, xs.dtype), shape)
-        rv = xp.reshape(xp.astype(running_var, xs.dtype), shape)
-        xhat = xp.astype((xs - rm) / xp.sqrt(rv + eps), x.dtype)
+        spec = Spec((), eps, param=shape, fixed=True)
+        y, _, _ = _apply(x, weight, bias, spec, impl, (running_mean, running_var))
         stats = (running_mean, running_var) if return_stats else None
-    y = _affine(xp, xhat, weight, bias, shape)
     return (y, *stats) if return_stats else y
 
 
@@ -298,8 +292,9 @@ def instance_norm(
     _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
     shape = _channel_shape(x)
     if not use_input_stats:
-        y = batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps, return_stats=return_stats)
-        return y
+        return batch_norm(
+            x, running_mean, running_var, weight, bias, False, momentum, eps, impl=impl, return_stats=return_stats
+        )
     axes = tuple(range(2, x.ndim))
     count = math.prod(x.shape[2:])
     if count < 2:
@@ -311,7 +306,7 @@ def instance_norm(
                 "give each instance at least 2 spatial positions",
             )
         )
-    xhat, mean, var = _normalize(xp, x, axes, eps)
+    y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
     stats = _running(
         xp,
         running_mean,
@@ -322,5 +317,43 @@ def instance_norm(
         return_stats,
         "instance_norm",
     )
-    y = _affine(xp, xhat, weight, bias, shape)
     return (y, *stats) if return_stats else y
+
+
+FUNCTIONS = {
+    "batch_norm": batch_norm,
+    "group_norm": group_norm,
+    "instance_norm": instance_norm,
+    "layer_norm": layer_norm,
+    "rms_norm": rms_norm,
+}
+
+
+def norm_rule(kind: str, x: Any, *args: Any, **kwargs: Any) -> Any:
+    """The fused numpy normalization as a ``gv.Rule`` (numpy has no AD).
+
+    Called like the layer itself, ``norm_rule("layer_norm", x, (8,), w, b)``,
+    it returns the function of ``(x[, weight][, bias])`` (those passed, in that
+    order) with every other argument fixed, and its jvp and vjp rules, for
+    arrays of x's shape. Running statistics are not updated by the rule."""
+    if kind not in FUNCTIONS:
+        raise ArgumentValueError(explain("norm_rule(kind)", f"one of {sorted(FUNCTIONS)}", repr(kind), "pick one"))
+    if _xp.backend_name(x) != "numpy":
+        raise ArgumentTypeError(
+            explain(
+                "norm_rule(x)",
+                "a numpy array (torch and jax carry their rules: use impl='fused')",
+                f"a {_xp.backend_name(x)} array",
+                f"call ops.{kind}(..., impl='fused')",
+            )
+        )
+    names = list(inspect.signature(FUNCTIONS[kind]).parameters)
+    bound = dict(zip(names[1:], args)) | kwargs
+    bound.pop("impl", None)
+    if bound.get("return_stats"):
+        bound["return_stats"] = False
+    try:
+        FUNCTIONS[kind](x, **bound, impl=_PLAN)
+    except _Plan as plan:
+        return nf.numpy_rule(plan.spec, bound.get("weight") is not None, bound.get("bias") is not None, plan.fixed)
+    raise AssertionError(f"{kind} returned without planning")  # pragma: no cover

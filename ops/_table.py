@@ -53,6 +53,11 @@ class Activation:
     forward: Fn  # (xp, z, **params) -> y
     derivative: Fn  # (xp, z, y, **params) -> dy/dz, valid everywhere
     from_output: Fn | None = None  # (xp, y, **params) -> dy/dz where that is mathematically true
+    # A slope with two values read from the output: mask(xp, y, **params) is
+    # where it is mask_slopes[0], elsewhere mask_slopes[1]. The fused torch
+    # rule then keeps one bit per element instead of the output.
+    mask: Fn | None = None
+    mask_slopes: tuple[float, float] | None = None
     params: dict[str, float] = field(default_factory=dict)
     kinks: tuple[Kink, ...] = ()
     random: bool = False  # rrelu: a random slope per call; checked in its fixed-slope mode
@@ -80,6 +85,16 @@ class Activation:
     def saves_output(self) -> bool:
         """Whether the fused rules keep only the output (else they keep x + b)."""
         return self.from_output is not None
+
+
+def _two_valued(mask: Fn, hi: float, lo: float = 0.0) -> dict[str, Any]:
+    """Table fields of a slope that is ``hi`` where ``mask(y)`` and ``lo``
+    elsewhere: the mask, its two values, and the from-output rule they make."""
+    return {
+        "mask": mask,
+        "mask_slopes": (hi, lo),
+        "from_output": lambda xp, y, **p: xp.where(mask(xp, y, **p), hi + 0 * y, lo + 0 * y),
+    }
 
 
 def _const(v: float) -> Callable[[dict], float]:
@@ -172,7 +187,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         ("hardσ", "hard_sigmoid"),
         forward=lambda xp, z: xp.where(z >= 3, 1 + 0 * z, xp.where(z <= -3, 0 * z, (z + 3) / 6)),
         derivative=lambda xp, z, y: xp.where((z > -3) & (z < 3), 1 / 6 + 0 * z, 0 * z),
-        from_output=lambda xp, y: xp.where((y > 0) & (y < 1), 1 / 6 + 0 * y, 0 * y),
+        **_two_valued(lambda xp, y: (y > 0) & (y < 1), 1 / 6),
         kinks=(
             Kink(_const(-3.0), _const(0.0), _const(1 / 6), _const(0.0)),
             Kink(_const(3.0), _const(1 / 6), _const(0.0), _const(0.0)),
@@ -195,7 +210,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         ("hard_tanh",),
         forward=lambda xp, z: xp.where(z >= 1, 1 + 0 * z, xp.where(z <= -1, -1 + 0 * z, z)),
         derivative=lambda xp, z, y: xp.where((z > -1) & (z < 1), 1 + 0 * z, 0 * z),
-        from_output=lambda xp, y: xp.where((y > -1) & (y < 1), 1 + 0 * y, 0 * y),
+        **_two_valued(lambda xp, y: (y > -1) & (y < 1), 1.0),
         kinks=(
             Kink(_const(-1.0), _const(0.0), _const(1.0), _const(0.0)),
             Kink(_const(1.0), _const(1.0), _const(0.0), _const(0.0)),
@@ -210,7 +225,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         (),
         forward=lambda xp, z: xp.where(z > 0, z, 0 * z),
         derivative=lambda xp, z, y: xp.where(z > 0, 1 + 0 * z, 0 * z),
-        from_output=lambda xp, y: xp.where(y > 0, 1 + 0 * y, 0 * y),
+        **_two_valued(lambda xp, y: y > 0, 1.0),
         kinks=(Kink(_const(0.0), _const(0.0), _const(1.0), _const(0.0)),),
         torch="relu",
         jax="relu",
@@ -232,7 +247,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         (),
         forward=lambda xp, z: xp.where(z >= 6, 6 + 0 * z, xp.where(z <= 0, 0 * z, z)),
         derivative=lambda xp, z, y: xp.where((z > 0) & (z < 6), 1 + 0 * z, 0 * z),
-        from_output=lambda xp, y: xp.where((y > 0) & (y < 6), 1 + 0 * y, 0 * y),
+        **_two_valued(lambda xp, y: (y > 0) & (y < 6), 1.0),
         kinks=(
             Kink(_const(0.0), _const(0.0), _const(1.0), _const(0.0)),
             Kink(_const(6.0), _const(1.0), _const(0.0), _const(0.0)),
@@ -391,7 +406,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         (),
         forward=lambda xp, z, lambd: xp.where(z > lambd, z - lambd, xp.where(z < -lambd, z + lambd, 0 * z)),
         derivative=lambda xp, z, y, lambd: xp.where(xp.abs(z) > lambd, 1 + 0 * z, 0 * z),
-        from_output=lambda xp, y, lambd: xp.where(y != 0, 1 + 0 * y, 0 * y),
+        **_two_valued(lambda xp, y, lambd: y != 0, 1.0),
         params={"lambd": 0.5},
         kinks=(
             Kink(lambda p: -p["lambd"], _const(1.0), _const(0.0), _const(0.0)),

@@ -64,3 +64,10 @@ def _numpy_erf() -> Any:
 
 def namespace(x: Any) -> _Namespace:
     return _namespace(backend_name(x))
+
+
+def broadcast_axes(x_shape: tuple[int, ...], p_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Axes of x over which an array of shape ``p_shape`` was broadcast (as in
+    ``x + p``): the gradient of p sums over them."""
+    lead = len(x_shape) - len(p_shape)
+    return tuple(range(lead)) + tuple(lead + k for k, s in enumerate(p_shape) if s == 1 and x_shape[lead + k] != 1)

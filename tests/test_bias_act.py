@@ -183,9 +183,19 @@ def test_bias_act_inplace_refuses_jax():
 
 
 @pytest.mark.parametrize(
-    "name,saves", [("tanh", "output"), ("relu", "output"), ("swish", "z"), ("tanhshrink", "z"), ("gelu", "z")]
+    "name,saves",
+    [
+        ("tanh", "output"),
+        ("sigmoid", "output"),
+        ("relu", "bits"),
+        ("hardsigmoid", "bits"),
+        ("softshrink", "bits"),
+        ("swish", "z"),
+        ("tanhshrink", "z"),
+        ("gelu", "z"),
+    ],
 )
-def test_fused_saves_one_tensor_the_output_or_x_plus_b(name, saves):
+def test_fused_saves_one_tensor_bits_the_output_or_x_plus_b(name, saves):
     import torch
 
     xn, bn = inputs(8)
@@ -199,8 +209,31 @@ def test_fused_saves_one_tensor_the_output_or_x_plus_b(name, saves):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = ops.bias_act(name, x, b, impl="fused")
     assert len(packed) == 1
+    if saves == "bits":  # one bit per element: where the slope is the high value
+        act = ops.activation(name)
+        mask = act.mask(np, y.detach().numpy(), **act.params)
+        assert packed[0].dtype == torch.uint8 and packed[0].numel() == -(-y.numel() // 8)
+        np.testing.assert_array_equal(packed[0].numpy(), np.packbits(mask.reshape(-1)))
+        assert 0 < mask.sum() < mask.size  # both slopes occur, so the bits say something
+        return
     want = y.detach() if saves == "output" else (x + b).detach()
     torch.testing.assert_close(packed[0], want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["relu", "hardtanh", "hardsigmoid"])
+def test_bit_masks_under_torch_func_and_forward_mode(name):
+    """Inside functorch transforms the mask cannot go through numpy: it is kept
+    as bools, and the gradients still equal the reference's."""
+    import torch
+
+    xn, bn = inputs(10)
+    x, b = torch.tensor(3 * xn), torch.tensor(bn)
+    for transform in (torch.func.jacrev, torch.func.jacfwd):
+        got = transform(lambda x: ops.bias_act(name, x, b, impl="fused"))(x)
+        want = transform(lambda x: ops.bias_act(name, x, b))(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got = torch.func.vmap(lambda xx: ops.bias_act(name, xx, b, impl="fused"))(x)
+    torch.testing.assert_close(got, ops.bias_act(name, x, b))
 
 
 def test_torch_func_transforms_and_jax_jit():

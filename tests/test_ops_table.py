@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradverify.ops import _xp
 
 from gradverify import ops
+from gradverify.ops import _xp
 
 from .conftest import make, precise
 
