@@ -9,6 +9,7 @@ as it is held once) and bytes allocated by a call through the profiler.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -58,3 +59,14 @@ def ms(t: float) -> str:
 
 def mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:.2f}"
+
+
+def start(default_reps: int) -> argparse.Namespace:
+    """Parse --reps/--threads, pin torch's threads, print the run's header."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=default_reps)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, {args.reps} interleaved rounds\n")
+    return args

@@ -15,15 +15,13 @@ one run (interleaved rounds: min and median time):
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from gradverify import ops
 
-from _measure import allocated_bytes, mib, ms, saved_bytes, side_by_side
+from _measure import allocated_bytes, mib, ms, saved_bytes, side_by_side, start
 
 
 def elementwise(reps: int) -> list[tuple]:
@@ -89,12 +87,7 @@ def mlp(reps: int) -> list[tuple]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, {args.reps} interleaved rounds\n")
+    args = start(30)
     print("| shape | act | impl | fwd min / median (ms) | fwd alloc (MiB) | fwd+grad min / median (ms) | saved (MiB) |")
     print("|---|---|---|---|---|---|---|")
     for shape, name, impl, tf, alloc, tg, saved in elementwise(args.reps):

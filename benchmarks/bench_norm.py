@@ -9,8 +9,6 @@ jitted reference, forward and value-and-gradient.
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +17,7 @@ import torch.nn.functional as F
 
 from gradverify import ops
 
-from _measure import mib, ms, saved_bytes, side_by_side
+from _measure import mib, ms, saved_bytes, side_by_side, start
 
 TOKENS = (512, 1024)  # (N * T, D): layer_norm, rms_norm
 IMAGES = (32, 64, 16, 16)  # (N, C, H, W): batch, group, instance norm
@@ -118,12 +116,7 @@ def jax_rows(reps: int) -> list[tuple]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, {args.reps} interleaved rounds\n")
+    args = start(50)
     print(
         "| layer | shape | impl | fwd min / median (ms) | fwd+bwd min / median (ms) | fwd+bwd vs native | saved (MiB) |"
     )

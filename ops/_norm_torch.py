@@ -66,35 +66,57 @@ def _affine(xhat: torch.Tensor, w: Any, b: Any, spec: nf.Spec) -> torch.Tensor:
     return xhat.clone()  # y is a separate output from xhat
 
 
+def _group_means(
+    gs: torch.Tensor, xh: torch.Tensor, pg: torch.Tensor, w: Any, spec: nf.Spec
+) -> tuple[Any, torch.Tensor]:
+    """(mean(g w), mean(g w xhat)) per group, from g, xhat and pg = g * xhat
+    in x's shape, without forming g * w * xhat where the weight allows: constant
+    within each group (batch, instance norm) it factors out; spanning the
+    reduced trailing axes (layer, rms norm) it is a matrix-vector product;
+    across groups of several channels (group norm) the product is formed once."""
+    grouped = (lambda a: a) if spec.group is None else (lambda a: a.reshape(spec.group))
+    gg, pgg = grouped(gs), grouped(pg)
+    if w is None:
+        return gg.mean(spec.axes, keepdim=True), pgg.mean(spec.axes, keepdim=True)
+    if spec.group is None and spec.param is not None and all(spec.param[k] == 1 for k in spec.axes):
+        wv = w.reshape(spec.param).to(gg.dtype)
+        return wv * gg.mean(spec.axes, keepdim=True), wv * pgg.mean(spec.axes, keepdim=True)
+    trailing = spec.axes == tuple(range(gg.ndim - len(spec.axes), gg.ndim))
+    if spec.group is None and spec.param is None and trailing and tuple(w.shape) == tuple(gg.shape[-w.ndim :]):
+        m = math.prod(gg.shape[k] for k in spec.axes)
+        wf = w.reshape(-1).to(gg.dtype)
+        keep = (*gg.shape[: gg.ndim - len(spec.axes)], *([1] * len(spec.axes)))
+        return (gg.reshape(-1, m) @ wf).reshape(keep) / m, (pg.reshape(-1, m) @ wf).reshape(keep) / m
+    weighted = gs * _param(w, spec).to(gs.dtype)
+    m1 = grouped(weighted).mean(spec.axes, keepdim=True)
+    return m1, grouped(weighted.mul_(xh)).mean(spec.axes, keepdim=True)
+
+
 def _cotangents(xhat: torch.Tensor, rstd: torch.Tensor, w: Any, b_meta: Any, g: torch.Tensor, spec: nf.Spec) -> tuple:
     """nf.cotangents for first-order backward (grad mode off): the same
-    formulas, computed in one owned buffer updated in place."""
+    formulas with the fewest passes: g * xhat is formed once (it gives the
+    weight's gradient and the group means), the input's gradient is built in
+    one buffer updated in place."""
     sd = rstd.dtype
-    gw = gb = scratch = None
+    gs, xh = g.to(sd), xhat.to(sd)
+    gw = gb = None
+    pg = None if spec.fixed and w is None else gs * xh
     if w is not None:
-        wv = _param(w, spec)
-        axes = _xp.broadcast_axes(tuple(g.shape), tuple(wv.shape))
-        scratch = g * xhat
-        gw = (scratch.sum(axes) if axes else scratch.clone()).reshape(w.shape).to(w.dtype)
-        gx = (g * wv).to(sd)
-    else:
-        gx = g.to(sd, copy=True)
+        axes = _xp.broadcast_axes(tuple(g.shape), tuple(_param(w, spec).shape))
+        gw = (pg.sum(axes) if axes else pg).reshape(w.shape).to(w.dtype)
     if b_meta is not None:
         bshape = tuple(b_meta[0]) if spec.param is None else spec.param
         axes = _xp.broadcast_axes(tuple(g.shape), bshape)
         gb = (g.sum(axes) if axes else g).reshape(b_meta[0]).to(b_meta[1])
+    gx = gs * _param(w, spec).to(sd) if w is not None else gs.clone()
     gg = gx if spec.group is None else gx.reshape(spec.group)
     if spec.fixed:
         gg.mul_(rstd)
-    else:
-        xh = xhat.to(sd)
-        xh = xh if spec.group is None else xh.reshape(spec.group)
-        if scratch is None or scratch.dtype != sd:
-            scratch = torch.empty_like(xh)
-        m2 = torch.mul(xh, gg, out=scratch.view(xh.shape)).mean(spec.axes, keepdim=True)
-        if spec.centred:
-            gg.sub_(gg.mean(spec.axes, keepdim=True))
-        gg.addcmul_(xh, m2, value=-1).mul_(rstd)
+        return gx.to(xhat.dtype), gw, gb
+    m1, m2 = _group_means(gs, xh, pg, w, spec)
+    if spec.centred:
+        gg.sub_(m1)
+    gg.addcmul_(xh if spec.group is None else xh.reshape(spec.group), m2, value=-1).mul_(rstd)
     return gx.to(xhat.dtype), gw, gb
 
 
