@@ -14,6 +14,8 @@ from ._result import CheckResult as CheckResult
 from ._result import Finding as Finding
 from ._result import Kind as Kind
 from ._rule import Rule as Rule
+from ._verify import VerifyResult as VerifyResult
+from ._verify import verify as verify
 
 __version__ = "0.1.0"
 
@@ -26,6 +28,8 @@ __all__ = [
     "Kind",
     "Rule",
     "UsageError",
+    "VerifyResult",
     "assert_gradients",
     "check",
+    "verify",
 ]

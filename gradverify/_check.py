@@ -80,6 +80,7 @@ def check(
         modes=dict(run.modes),
         evaluations=dict(ev.counts),
         reproduce=_reproduce(label, len(args), wrt, order, seed, rtol, atol, full, directions),
+        worst_ratio=run.worst_ratio,
     )
 
 
@@ -135,6 +136,13 @@ class _Run:
         self.oracle_name: str | None = None
         self.strategy = "not run"
         self._jvp_bounds: dict[int, np.ndarray] = {}
+        # the largest |AD - reference| / bound over everything compared: how
+        # near the check came to failing (gv.verify steers Hypothesis by it)
+        self.worst_ratio = 0.0
+
+    def _note(self, ratio: float) -> None:
+        if np.isfinite(ratio) and ratio > self.worst_ratio:
+            self.worst_ratio = float(ratio)
 
     # -- top level ------------------------------------------------------------------
     def run(self, order: int) -> list[Finding]:
@@ -593,6 +601,9 @@ class _Run:
         for b, (jv, ref) in enumerate(zip(self.jvps, self.refs)):
             t = self._jvp_bound(jv, b)
             viol = self._violation(jv, ref, t)
+            usable = viol > -np.inf
+            if usable.any():
+                self._note(np.max((np.abs(jv - ref.value) / (t + ref.err + 1e-300))[usable]))
             bad = np.flatnonzero(viol > 0)
             count += bad.size
             if bad.size:
@@ -683,6 +694,7 @@ class _Run:
                 lhs = self.lhs[a][b]
                 bound += self.g_terms[a]
                 ratio = abs(lhs - rhs) / (bound + 1e-300)
+                self._note(ratio)
                 if ratio > 1 and (worst is None or ratio > worst[0]):
                     worst = (ratio, a, b, lhs, rhs, bound)
         return worst
@@ -721,6 +733,7 @@ class _Run:
                 ad = J[i, j]
                 t = self._g_bound(J[i])[j]
                 over = max(ref.lo[i] / s - ad, ad - ref.hi[i] / s) - t
+                self._note(abs(ad - ref.value[i] / s) / (t + ref.err[i] / s + 1e-300))
                 if over > 0:
                     count += 1
                     ratio = abs(ad - ref.value[i] / s) / (t + ref.err[i] / s + 1e-300)
@@ -775,6 +788,8 @@ class _Run:
             J_r, self.out_dtype, self.rtol, self.atol, self.jmax_vjp
         )
         over = np.abs(J_r - J_f) - t
+        if over.size:
+            self._note(float(np.max(np.abs(J_r - J_f) / (t + 1e-300))))
         if (over <= 0).all():
             return
         i, j = np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape)

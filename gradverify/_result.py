@@ -100,6 +100,9 @@ class CheckResult:
     modes: dict[str, str]  # {"JVP": "checked" | "unavailable" | ..., "VJP": ...}
     evaluations: dict[str, int]  # calls made: primal, jvp, vjp
     reproduce: str
+    # The largest |AD - reference| / bound over everything compared (1 means
+    # at the bound; above 1 is a mismatch): how near the check came to failing.
+    worst_ratio: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -136,6 +139,7 @@ class CheckResult:
             "modes": dict(self.modes),
             "evaluations": dict(self.evaluations),
             "reproduce": self.reproduce,
+            "worst_ratio": self.worst_ratio,
             "findings": [f.to_dict() for f in self.findings],
         }
 

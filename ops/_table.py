@@ -58,6 +58,10 @@ class Activation:
     # rule then keeps one bit per element instead of the output.
     mask: Fn | None = None
     mask_slopes: tuple[float, float] | None = None
+    # The output rule is exact in real arithmetic but cancels in floating
+    # point (elu: y + alpha for z << 0 loses ~log2(1/e^z) bits; torch's own
+    # elu backward reads the input for that reason): the rules keep z.
+    output_cancels: bool = False
     params: dict[str, float] = field(default_factory=dict)
     kinks: tuple[Kink, ...] = ()
     random: bool = False  # rrelu: a random slope per call; checked in its fixed-slope mode
@@ -84,7 +88,7 @@ class Activation:
     @property
     def saves_output(self) -> bool:
         """Whether the fused rules keep only the output (else they keep x + b)."""
-        return self.from_output is not None
+        return self.from_output is not None and not self.output_cancels
 
 
 def _two_valued(mask: Fn, hi: float, lo: float = 0.0) -> dict[str, Any]:
@@ -275,6 +279,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         forward=lambda xp, z, alpha: _elu(xp, z, alpha),
         derivative=lambda xp, z, y, alpha: _elu_d(xp, z, alpha),
         from_output=lambda xp, y, alpha: xp.where(y > 0, 1 + 0 * y, y + alpha),
+        output_cancels=True,
         params={"alpha": 1.0},
         kinks=(Kink(_const(0.0), lambda p: p["alpha"], _const(1.0), lambda p: p["alpha"]),),
         torch="elu",
@@ -339,6 +344,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         forward=lambda xp, z: SELU_LAMBDA * _elu(xp, z, SELU_ALPHA),
         derivative=lambda xp, z, y: SELU_LAMBDA * _elu_d(xp, z, SELU_ALPHA),
         from_output=lambda xp, y: xp.where(y > 0, SELU_LAMBDA + 0 * y, y + SELU_LAMBDA * SELU_ALPHA),
+        output_cancels=True,
         kinks=(
             Kink(_const(0.0), _const(SELU_LAMBDA * SELU_ALPHA), _const(SELU_LAMBDA), _const(SELU_LAMBDA * SELU_ALPHA)),
         ),
@@ -352,6 +358,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         forward=lambda xp, z, alpha: xp.where(z > 0, z, alpha * xp.expm1(xp.where(z > 0, 0 * z, z) / alpha)),
         derivative=lambda xp, z, y, alpha: xp.where(z > 0, 1 + 0 * z, xp.exp(xp.where(z > 0, 0 * z, z) / alpha)),
         from_output=lambda xp, y, alpha: xp.where(y > 0, 1 + 0 * y, y / alpha + 1),
+        output_cancels=True,
         params={"alpha": 1.0},
         torch="celu",
         jax="celu",
@@ -445,8 +452,11 @@ _CONDITIONAL_FROM_OUTPUT: dict[str, tuple[Callable[[dict], bool], Fn]] = {
 
 
 def output_rule(act: Activation) -> Fn | None:
-    """The derivative as a function of the output, where that is true for
-    these parameters (leakyrelu needs a > 0, trelu theta >= 0)."""
+    """The derivative as a function of the output, as the fused rules use it:
+    where that is true for these parameters (leakyrelu needs a > 0, trelu
+    theta >= 0) and does not cancel in floating point (not elu, selu, celu)."""
+    if act.output_cancels:
+        return None
     cond = _CONDITIONAL_FROM_OUTPUT.get(act.name)
     if cond is not None:
         return cond[1] if cond[0](act.params) else None

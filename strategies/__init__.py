@@ -1,2 +1,44 @@
 """gradverify.strategies: Hypothesis strategies that avoid kinks and degenerate
-statistics, with fixed seeds (issue #4). Installed as ``gradverify.strategies``."""
+statistics, with fixed seeds (issue #4). Installed as ``gradverify.strategies``.
+
+* :func:`arrays` - dense, varied arrays of any backend and dtype, kept away
+  from the kinks a user declares (``kinks=``);
+* :func:`bias_act_args` - ``(x, b)`` with x + b off every kink of the
+  activation yet covering every piece;
+* :func:`normalization_args` / :func:`normalization_call` - inputs whose
+  statistics are informative, and the layer call that takes them;
+* :func:`activations` - the table's names, simplest first;
+* settings profiles ``ci``, ``dev``, ``thorough`` (:func:`load_profile`).
+"""
+
+from ._arrays import BACKENDS as BACKENDS
+from ._arrays import DTYPES as DTYPES
+from ._arrays import arrays as arrays
+from ._arrays import default_shapes as default_shapes
+from ._arrays import kink_margin as kink_margin
+from ._ops import KINDS as KINDS
+from ._ops import activation_names as activation_names
+from ._ops import activations as activations
+from ._ops import bias_act_args as bias_act_args
+from ._ops import normalization_args as normalization_args
+from ._ops import normalization_call as normalization_call
+from ._profiles import PROFILES as PROFILES
+from ._profiles import load_profile as load_profile
+from ._profiles import profile_settings as profile_settings
+
+__all__ = [
+    "BACKENDS",
+    "DTYPES",
+    "KINDS",
+    "PROFILES",
+    "activation_names",
+    "activations",
+    "arrays",
+    "bias_act_args",
+    "default_shapes",
+    "kink_margin",
+    "load_profile",
+    "normalization_args",
+    "normalization_call",
+    "profile_settings",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import gradverify as gv
 from gradverify import ops
 from gradverify.ops import _xp
 
@@ -78,8 +79,12 @@ def test_elu_kink_only_when_alpha_is_not_one():
 def test_derivative_from_output_only_where_true():
     for name in NOT_FROM_OUTPUT:
         assert ops.output_rule(ops.activation(name)) is None, name
-    for name in ["sigmoid", "tanh", "relu", "softplus", "elu", "selu", "celu", "softsign", "hardtanh", "softshrink"]:
+    for name in ["sigmoid", "tanh", "relu", "softplus", "softsign", "hardtanh", "softshrink"]:
         assert ops.output_rule(ops.activation(name)) is not None, name
+    # true in real arithmetic, but y + alpha cancels for z << 0: the rules keep z
+    for name in ["elu", "selu", "celu"]:
+        act = ops.activation(name)
+        assert act.from_output is not None and act.output_cancels and ops.output_rule(act) is None, name
     # only for a > 0 (leakyrelu) and theta >= 0 (trelu)
     assert ops.output_rule(ops.activation("leakyrelu", a=-0.5)) is None
     assert ops.output_rule(ops.activation("trelu", theta=-1.0)) is None
@@ -105,13 +110,36 @@ def _output_rule_and_kinks(name, backend):
     xp = _xp.namespace(x)
     y = act.forward(xp, x, **act.params)
     d = np.asarray(act.derivative(xp, x, y, **act.params))
-    rule = ops.output_rule(act)
+    rule = act.from_output if ops.output_rule(act) is None and act.output_cancels else ops.output_rule(act)
     if rule is not None:
         np.testing.assert_allclose(np.asarray(rule(xp, y, **act.params)), d, rtol=1e-12, atol=1e-15)
     for at, k in act.kink_points():
         z = make(backend, np.array([at]))
         yk = act.forward(xp, z, **act.params)
         assert float(np.asarray(act.derivative(xp, z, yk, **act.params))[0]) == pytest.approx(k.chosen(act.params))
+
+
+def test_elu_output_rule_cancels_in_float32_and_gv_check_says_so():
+    """Found by gv.verify (issue #4): a fused elu that reads its slope from the
+    output loses 2e-4 of relative accuracy at z = -9 in float32; the same rule
+    from z is exact to rounding. gv.check fails the first and passes the second."""
+    import torch
+
+    act = ops.activation("elu", alpha=0.5)
+    xp = _xp.namespace(np.zeros(0))
+
+    def rule(from_output):
+        def slope(x):
+            y = act.forward(xp, x, **act.params)
+            return act.from_output(xp, y, **act.params) if from_output else act.derivative(xp, x, y, **act.params)
+
+        f = lambda x: act.forward(xp, x, **act.params)  # noqa: E731
+        return gv.Rule(f, jvp=lambda p, t: slope(p[0]) * t[0], vjp=lambda p, g: (slope(p[0]) * g,))
+
+    x = np.array([-9.0], dtype=np.float32)
+    assert not gv.check(rule(True), x).ok
+    assert gv.check(rule(False), x).ok
+    assert gv.check(lambda t: ops.bias_act(act, t, impl="fused"), torch.tensor(x)).ok
 
 
 @pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kink_points()])

@@ -1,0 +1,295 @@
+"""``gv.verify``: gv.check over Hypothesis-generated inputs, every failure
+shrunk to a minimal case.
+
+The Hypothesis engine does the generating and the shrinking; this module
+decides what counts as a failure (an error-level finding of gv.check, so an
+input where the check is only inconclusive - a kink, a jump - is not one and
+a shrink step onto a kink is rejected as "not the same failure"), steers the
+search toward large relative errors (``hypothesis.target``), and writes the
+report: the counterexample exactly, an ``@example`` line, a saved ``.npz``,
+and how to rerun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._check import check
+from ._errors import ArgumentTypeError, ArgumentValueError, explain
+from ._result import CheckResult
+
+
+class _Failed(Exception):
+    """Raised inside the property so that Hypothesis shrinks; never escapes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """What ``gv.verify`` found. ``ok`` is False iff some generated input gave
+    an error-level finding; then ``counterexample`` is the shrunk input and
+    ``result`` the check there."""
+
+    ok: bool
+    counterexample: tuple[Any, ...] | None
+    result: CheckResult | None
+    seed: int
+    examples_run: int
+    inconclusive: int
+    max_examples: int
+    function: str
+    backend: str | None
+    shrink_steps: int
+    saved: str | None  # the .npz of the counterexample
+    strategy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "function": self.function,
+            "backend": self.backend,
+            "seed": self.seed,
+            "examples_run": self.examples_run,
+            "inconclusive": self.inconclusive,
+            "max_examples": self.max_examples,
+            "shrink_steps": self.shrink_steps,
+            "counterexample": None
+            if self.counterexample is None
+            else [_exact(np.asarray(_to_numpy(a))) for a in self.counterexample],
+            "saved": self.saved,
+            "result": None if self.result is None else self.result.to_dict(),
+        }
+
+    def __str__(self) -> str:
+        return render_verify(self)
+
+    def __repr__(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        return f"<VerifyResult {verdict} {self.function} seed={self.seed} examples={self.examples_run}>"
+
+
+def verify(
+    fn: Callable[..., Any],
+    args_strategy: Any,
+    *,
+    max_examples: int = 100,
+    seed: int = 0,
+    order: int = 1,
+    database: Any = None,
+    report_dir: str | os.PathLike[str] | None = None,
+    **check_options: Any,
+) -> VerifyResult:
+    """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` (a
+    Hypothesis strategy of tuples of positional arguments) and shrink any
+    failure to a minimal counterexample.
+
+    Same seed, same examples, same result; no example database unless one is
+    passed (``database=``). ``check_options`` go to :func:`gradverify.check`
+    (``rtol``, ``atol``, ``wrt``, ``full``, ``directions``, ``name``). A failing
+    counterexample is saved as ``.npz`` in ``report_dir`` (default: a fresh
+    temporary directory)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis.strategies import SearchStrategy
+
+    if not callable(fn):
+        raise ArgumentTypeError(explain("verify(fn)", "a callable", type(fn).__name__, "pass the function first"))
+    if not isinstance(args_strategy, SearchStrategy):
+        raise ArgumentTypeError(
+            explain(
+                "verify(args_strategy)",
+                "a Hypothesis strategy of argument tuples",
+                f"{type(args_strategy).__name__} {args_strategy!r:.60}",
+                "e.g. gradverify.strategies.bias_act_args('swish', 'torch'), or st.tuples(arrays(...), ...)",
+            )
+        )
+    for name, value, low in (("max_examples", max_examples, 1), ("seed", seed, 0)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+            raise ArgumentValueError(
+                explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
+            )
+    label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
+    state = _State()
+
+    @settings(
+        max_examples=int(max_examples),
+        database=database,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @hypothesis_seed(int(seed))
+    @given(args_strategy)
+    def prop(args: Any) -> None:
+        if not isinstance(args, tuple):
+            raise ArgumentTypeError(
+                explain(
+                    "verify(args_strategy)",
+                    "a strategy that yields a tuple of positional arguments",
+                    f"it yielded {type(args).__name__}",
+                    "wrap it: st.tuples(strategy) or strategy.map(lambda a: (a,))",
+                )
+            )
+        res = check(fn, *args, order=order, seed=int(seed), **check_options)
+        state.calls += 1
+        state.label = res.function
+        if state.failing_seen:
+            state.shrink_steps += 1
+        if res.ok:
+            if not state.failing_seen:
+                state.examples += 1
+                state.inconclusive += bool(res.inconclusive)
+            target(float(res.worst_ratio), label="error / bound")
+            return
+        if not state.failing_seen:
+            state.examples += 1
+        state.failing_seen = True
+        state.last = (args, res)
+        raise _Failed
+
+    try:
+        prop()
+    except _Failed:
+        pass
+    label = state.label or label  # the check's own name for fn (e.g. Function.apply's class)
+    if state.last is None:
+        return VerifyResult(
+            ok=True,
+            counterexample=None,
+            result=None,
+            seed=int(seed),
+            examples_run=state.examples,
+            inconclusive=state.inconclusive,
+            max_examples=int(max_examples),
+            function=label,
+            backend=None,
+            shrink_steps=0,
+            saved=None,
+            strategy=repr(args_strategy),
+        )
+    args, res = state.last
+    saved = _save(args, label, int(seed), report_dir)
+    return VerifyResult(
+        ok=False,
+        counterexample=tuple(args),
+        result=res,
+        seed=int(seed),
+        examples_run=state.examples,
+        inconclusive=state.inconclusive,
+        max_examples=int(max_examples),
+        function=label,
+        backend=res.backend,
+        shrink_steps=state.shrink_steps,
+        saved=saved,
+        strategy=repr(args_strategy),
+    )
+
+
+@dataclasses.dataclass
+class _State:
+    calls: int = 0
+    examples: int = 0
+    inconclusive: int = 0
+    shrink_steps: int = 0
+    failing_seen: bool = False
+    last: tuple[tuple[Any, ...], CheckResult] | None = None
+    label: str | None = None
+
+
+# -- the counterexample, exactly ----------------------------------------------------------
+def _to_numpy(a: Any) -> Any:
+    if isinstance(a, np.ndarray) or np.isscalar(a):
+        return a
+    if type(a).__module__.startswith("torch"):
+        t = a.detach().cpu()
+        return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
+    return np.asarray(a.astype("float32") if "bfloat16" in str(getattr(a, "dtype", "")) else a)
+
+
+def _dtype_of(a: Any) -> str:
+    return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
+
+
+def _exact(a: np.ndarray) -> dict[str, Any]:
+    """Values that round-trip: repr of each float (shortest exact) and float.hex."""
+    flat = a.reshape(-1)
+    floating = np.issubdtype(a.dtype, np.floating)
+    return {
+        "shape": list(a.shape),
+        "dtype": str(a.dtype),
+        "values": [float(v) if floating else int(v) for v in flat],
+        "hex": [float(v).hex() for v in flat] if floating else None,
+    }
+
+
+def _literal(a: Any) -> str:
+    """A Python expression that rebuilds ``a`` exactly in its own backend."""
+    dt = _dtype_of(a)
+    body = repr(np.asarray(_to_numpy(a)).tolist())
+    module = type(a).__module__
+    if module.startswith("torch"):
+        return f"torch.tensor({body}, dtype=torch.{dt})"
+    if module.startswith("jax"):
+        return f"jnp.array({body}, dtype=jnp.{dt})"
+    return f"np.array({body}, dtype=np.{dt})"
+
+
+def _save(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
+    """Write the counterexample to ``<dir>/<label>-seed<seed>.npz`` atomically."""
+    directory = Path(tempfile.mkdtemp(prefix="gradverify-")) if report_dir is None else Path(report_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label) or "fn"
+    path = directory / f"{safe}-seed{seed}.npz"
+    arrays = {f"arg{i}": np.asarray(_to_numpy(a)) for i, a in enumerate(args)}
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return str(path)
+
+
+def render_verify(r: VerifyResult) -> str:
+    head = (
+        f"gradverify.verify {'PASSED' if r.ok else 'FAILED'}: {r.function} - seed {r.seed}, "
+        f"{r.examples_run} example(s) of {r.max_examples}"
+        + (f", {r.inconclusive} inconclusive (at a kink: not failures)" if r.inconclusive else "")
+    )
+    if r.ok:
+        return head + "\n  no generated input gave an error-level finding"
+    lines = [head + f"; shrunk in {r.shrink_steps} step(s)", f"  counterexample ({r.backend}):"]
+    for i, a in enumerate(r.counterexample or ()):
+        ex = _exact(np.asarray(_to_numpy(a)))
+        shape = "x".join(map(str, ex["shape"])) or "scalar"
+        lines.append(f"    arg{i}: {_dtype_of(a)}[{shape}] = {np.asarray(_to_numpy(a)).tolist()!r}")
+        if ex["hex"] is not None and len(ex["hex"]) <= 16:
+            lines.append(f"          exact: {' '.join(ex['hex'])}")
+    parts = [_literal(a) for a in r.counterexample or ()]
+    literals = ", ".join(parts) + ("," if len(parts) == 1 else "")
+    lines += [
+        "  as a Hypothesis example (paste above the @given test):",
+        f"    @example(({literals}))",
+        f"  saved: {r.saved}",
+        "  rerun:",
+        f"    gv.verify(fn, strategy, seed={r.seed}, max_examples={r.max_examples})",
+        f"    gv.check(fn, *np.load({r.saved!r}).values())  # as numpy arrays; convert to {r.backend}",
+        "  the check at the counterexample:",
+    ]
+    if r.result is not None:
+        lines += ["    " + line for line in str(r.result).splitlines()]
+    return "\n".join(lines)
