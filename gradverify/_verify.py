@@ -163,35 +163,20 @@ def verify(
     except _Failed:
         pass
     label = state.label or label  # the check's own name for fn (e.g. Function.apply's class)
-    if state.last is None:
-        return VerifyResult(
-            ok=True,
-            counterexample=None,
-            result=None,
-            seed=int(seed),
-            examples_run=state.examples,
-            inconclusive=state.inconclusive,
-            max_examples=int(max_examples),
-            function=label,
-            backend=None,
-            shrink_steps=0,
-            saved=None,
-            strategy=repr(args_strategy),
-        )
-    args, res = state.last
-    saved = _save(args, label, int(seed), report_dir)
+    failed = state.last is not None
+    args, res = state.last if failed else ((), None)
     return VerifyResult(
-        ok=False,
-        counterexample=tuple(args),
+        ok=not failed,
+        counterexample=tuple(args) if failed else None,
         result=res,
         seed=int(seed),
         examples_run=state.examples,
         inconclusive=state.inconclusive,
         max_examples=int(max_examples),
         function=label,
-        backend=res.backend,
-        shrink_steps=state.shrink_steps,
-        saved=saved,
+        backend=res.backend if failed else None,
+        shrink_steps=state.shrink_steps if failed else 0,
+        saved=_save(args, label, int(seed), report_dir) if failed else None,
         strategy=repr(args_strategy),
     )
 
