@@ -283,6 +283,12 @@ class _Run:
             rms = float(np.sqrt(a @ a / a.size))
             scale.append(np.maximum(a, rms if rms > 0 else 1.0))
         self.scale = np.concatenate(scale)
+        self.scale_max = float(np.max(self.scale, initial=0.0))
+        # The slope a derivative formula works at: |f| over |x|. A rule that
+        # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds
+        # relative to it, not to its small result; the AD bound allows that.
+        x_rms = float(np.sqrt(self.x @ self.x / max(self.x.size, 1)))
+        self.slope_scale = self.f0_scale / x_rms if x_rms > 0 and np.isfinite(self.f0_scale) else 0.0
         n, m = self.flat.n, self.f0.size
         self.full = self.full_opt if self.full_opt is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
         rng = np.random.default_rng(self.seed)
@@ -489,8 +495,10 @@ class _Run:
         if self.full:
             if self.jvps:
                 self.jmax_jvp = max(float(np.max(np.abs(jv))) / s for jv, s in zip(self.jvps, self.scale))
+                self.jmax_jvp = max(self.jmax_jvp, self.slope_scale)
             if self.vjps:
                 self.jmax_vjp = max(float(np.max(np.abs(g))) for g in self.vjps)
+                self.jmax_vjp = max(self.jmax_vjp, self.slope_scale)
         self.refs: list[_fd.Reference] = []
         # FD along the first direction only when directional: it checks all of
         # J u_1 element by element and, projected, every J^T v_a; the other
@@ -513,7 +521,13 @@ class _Run:
     def _g_bound(self, g: np.ndarray) -> np.ndarray:
         """AD rounding bound of a VJP result (real units, per input element)."""
         parts = [
-            tol.ad_bound(p, self.ev.dtypes[i], self.rtol, self.atol, self.jmax_vjp)
+            tol.ad_bound(
+                p,
+                self.ev.dtypes[i],
+                self.rtol,
+                self.atol,
+                self.jmax_vjp if self.full else max(float(np.max(np.abs(p), initial=0.0)), self.slope_scale),
+            )
             for p, i in zip(self.flat.split(g), self.ev.wrt)
         ]
         return np.concatenate([p.ravel() for p in parts])
@@ -523,7 +537,10 @@ class _Run:
         cache = self._jvp_bounds
         if b < len(self.jvps) and jv is self.jvps[b] and b in cache:
             return cache[b]
-        scale = None if self.jmax_jvp is None else self.jmax_jvp * self.scale[b]
+        if self.full:
+            scale = None if self.jmax_jvp is None else self.jmax_jvp * self.scale[b]
+        else:
+            scale = max(float(np.max(np.abs(jv), initial=0.0)), self.slope_scale * self.scale_max)
         bound = tol.ad_bound(jv, self.out_dtype, self.rtol, self.atol, scale)
         if b < len(self.jvps) and jv is self.jvps[b]:
             cache[b] = bound

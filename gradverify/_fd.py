@@ -174,10 +174,14 @@ def reference(
     suspects = np.flatnonzero(level0.kink)
     if not suspects.size:
         return Reference(value, err, status, evaluations, True)
+    central, central_err = level0.value.copy(), level0.err.copy()
     # At a kink the interval is the hull of the one-sided derivatives.
     r, le, se = level0.sides(suspects)
     lo = np.minimum(r, le) - se
     hi = np.maximum(r, le) + se
+    # no measurable slope jump: the indicator may have seen noise, not a kink
+    flat = np.zeros(value.shape, dtype=bool)
+    flat[suspects] = np.abs(r - le) <= 2 * se
     status[suspects] = np.where(np.isfinite(lo) & np.isfinite(hi), KINK, UNRELIABLE)
     value[suspects] = (lo + hi) / 2
     err[suspects] = (hi - lo) / 2
@@ -194,6 +198,14 @@ def reference(
             # The kink was beside the point: at this step both sides agree.
             value[smooth], err[smooth] = est.value[smooth], est.err[smooth]
             status[smooth] = SMOOTH
+            # ... or there was no kink, only rounding noise above the model
+            # (a formula that cancels inside fn): then the first step's
+            # central estimate was fine and the finer one is noise over a
+            # smaller step. Estimates that disagree beyond both bounds cannot
+            # tell which: undecided, not a confident wrong reference.
+            drift = np.abs(est.value[smooth] - central[smooth]) > est.err[smooth] + central_err[smooth]
+            noisy = smooth[drift & flat[smooth]]
+            status[noisy] = UNRELIABLE
             keep = open_[sub]
             step = est.step_f(keep)
             # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump.

@@ -49,6 +49,7 @@ class VerifyResult:
     shrink_steps: int
     saved: str | None  # the .npz of the counterexample
     strategy: str
+    worst_ratio: float = 0.0  # the largest error / bound over the passing examples (1 = at the bound)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class VerifyResult:
             "inconclusive": self.inconclusive,
             "max_examples": self.max_examples,
             "shrink_steps": self.shrink_steps,
+            "worst_ratio": self.worst_ratio,
             "counterexample": None
             if self.counterexample is None
             else [_exact(np.asarray(_to_numpy(a))) for a in self.counterexample],
@@ -150,6 +152,7 @@ def verify(
             if not state.failing_seen:
                 state.examples += 1
                 state.inconclusive += bool(res.inconclusive)
+            state.worst_ratio = max(state.worst_ratio, float(res.worst_ratio))
             target(float(res.worst_ratio), label="error / bound")
             return
         if not state.failing_seen:
@@ -178,6 +181,7 @@ def verify(
         shrink_steps=state.shrink_steps if failed else 0,
         saved=_save(args, label, int(seed), report_dir) if failed else None,
         strategy=repr(args_strategy),
+        worst_ratio=state.worst_ratio,
     )
 
 
@@ -190,6 +194,7 @@ class _State:
     failing_seen: bool = False
     last: tuple[tuple[Any, ...], CheckResult] | None = None
     label: str | None = None
+    worst_ratio: float = 0.0
 
 
 # -- the counterexample, exactly ----------------------------------------------------------

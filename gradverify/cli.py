@@ -1,75 +1,190 @@
-"""The ``gradverify`` command. For now: ``gradverify check examples`` checks the
-built-in fused swish(x + b) rules on every installed backend; ``example:seed-bug``
-shows the seed bug being caught. Issue #5 grows this into the full command.
+"""The ``gradverify`` command.
+
+    gradverify check TARGET... [--backend B] [--impl I] [--dtype D...] [--seed S]
+                     [--max-examples N] [--order 1|2] [--report DIR] [--format md,json,junit,html]
+    gradverify list
+    gradverify report FILE.json [--format html|md] [--output PATH]
+
+A target is a bundled op (``bias_act``, ``bias_act:swish``, ``layer_norm``,
+``all``), a built-in example (``examples``, ``example:seed-bug``) or a user's
+``module:function`` with ``--strategy module:name``. Each target x backend x
+impl x dtype is one case run through ``gv.verify``.
 
 Exit status: 0 all passed, 1 a gradient check failed, 2 usage or internal error.
+The last line reads ``N passed, N failed`` (plus skipped/inconclusive counts).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from ._sweep import EXAMPLES
 
 BACKENDS = ("numpy", "torch", "jax")
-TARGETS = {
-    "examples": (False, "the correct fused swish(x + b) rules"),
-    "example:seed-bug": (True, "NNlib's bias_act! seed bug: swish' evaluated at x, not x + b"),
-}
 
 
-def _installed(backend: str) -> bool:
-    return backend == "numpy" or importlib.util.find_spec(backend) is not None
+class _Usage(Exception):
+    pass
 
 
-def _run_check(args: argparse.Namespace) -> int:
-    from . import check
-    from ._examples import BUILDERS, example_inputs
+def _formats(text: str) -> list[str]:
+    from ._reports import FORMATS
 
-    backends = BACKENDS if args.backend == "all" else (args.backend,)
-    passed = failed = skipped = inconclusive = 0
-    for target in args.targets:
-        if target not in TARGETS:
-            print(
-                f"gradverify: unknown target {target!r}; expected one of {', '.join(TARGETS)}",
-                file=sys.stderr,
-            )
-            return 2
-        bug, what = TARGETS[target]
-        print(f"== {target}: {what}")
-        for backend in backends:
-            if not _installed(backend):
-                print(f"-- {backend}: skipped (not installed; pip install gradverify[{backend}])")
-                skipped += 1
-                continue
-            fn = BUILDERS[backend](bug)
-            for dtype in args.dtype:
-                inputs = example_inputs(backend, dtype, seed=args.seed)
-                result = check(fn, *inputs, seed=args.seed, order=args.order)
-                print(f"-- {backend} {dtype}")
-                print(result)
-                if result.ok:
-                    passed += 1
-                    inconclusive += result.inconclusive
-                else:
-                    failed += 1
-    tail = f", {skipped} skipped" if skipped else ""
-    tail += f", {inconclusive} inconclusive" if inconclusive else ""
-    print(f"{passed} passed, {failed} failed{tail}")
-    return 1 if failed else 0
+    fs = [f.strip() for f in text.split(",") if f.strip()]
+    bad = [f for f in fs if f not in FORMATS]
+    if bad or not fs:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(FORMATS)}; found {text!r}")
+    return fs
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradverify", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="gradverify", description="Prove gradients right, or show where they are wrong.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="check gradients of built-in targets")
-    c.add_argument("targets", nargs="+", metavar="TARGET", help=f"one of: {', '.join(TARGETS)}")
+    c = sub.add_parser("check", help="verify bundled ops, examples, or module:function targets")
+    c.add_argument("targets", nargs="+", metavar="TARGET", help="all, bias_act[:NAME], a normalization, module:fn")
     c.add_argument("--backend", choices=(*BACKENDS, "all"), default="all")
-    c.add_argument("--dtype", nargs="+", choices=("float64", "float32"), default=["float64", "float32"])
+    c.add_argument("--impl", choices=("reference", "fused", "both"), default="both")
+    c.add_argument("--dtype", nargs="+", choices=("float64", "float32", "float16", "bfloat16"), default=["float64"])
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--max-examples", type=int, default=10)
     c.add_argument("--order", type=int, choices=(1, 2), default=1)
+    c.add_argument("--strategy", metavar="MODULE:NAME", help="the argument strategy of a module:function target")
+    c.add_argument("--report", metavar="DIR", default="reports", help="where reports go (default: reports/)")
+    c.add_argument("--no-report", action="store_true", help="write no files")
+    c.add_argument("--format", type=_formats, default=["md", "json", "junit", "html"], help="md,json,junit,html")
+    sub.add_parser("list", help="the bundled ops and activations, with their kinks and conventions")
+    r = sub.add_parser("report", help="render a saved JSON report")
+    r.add_argument("file", metavar="FILE.json")
+    r.add_argument("--format", choices=("html", "md"), default="html")
+    r.add_argument("--output", metavar="PATH", help="default: next to FILE, report.<format>")
     return p
+
+
+# -- check ------------------------------------------------------------------------------------
+def _progress(total: int) -> Any:
+    """A rich progress bar on a terminal's stderr; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    bar.start()
+    task = bar.add_task("verifying", total=total)
+    return lambda: bar.advance(task), bar.stop
+
+
+def _line(rec: dict[str, Any]) -> str:
+    mark = {"passed": "PASS ", "failed": "FAIL ", "skipped": "SKIP ", "error": "ERROR"}[rec["status"]]
+    where = f"[{rec['backend']}, {rec['impl']}, {rec['dtype']}]" if rec["backend"] != "-" else ""
+    tail = (
+        f"{rec['examples_run']} example(s)"
+        + (f", {rec['inconclusive']} inconclusive" if rec["inconclusive"] else "")
+        + (f", error/bound <= {rec['worst_ratio']:.2g}" if rec["status"] == "passed" and rec["worst_ratio"] else "")
+        + f" ({rec['seconds']:.2f} s)"
+        if rec["status"] in ("passed", "failed")
+        else rec["reason"]
+    )
+    return f"{mark} {rec['target']} {where}  {tail}"
+
+
+def _check(args: argparse.Namespace) -> int:
+    from . import _reports, _sweep
+
+    backends = BACKENDS if args.backend == "all" else (args.backend,)
+    impls = ("reference", "fused") if args.impl == "both" else (args.impl,)
+    if args.max_examples < 1:
+        raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}")
+    try:
+        cases = _sweep.cases(
+            args.targets,
+            backends=backends,
+            impls=impls,
+            dtypes=args.dtype,
+            order=args.order,
+            seed=args.seed,
+            max_examples=args.max_examples,
+            strategy=args.strategy,
+        )
+    except (ValueError, TypeError) as e:
+        raise _Usage(str(e)) from e
+    if any(c.op == "user" for c in cases) and not args.strategy:
+        raise _Usage(
+            "a module:function target: expected --strategy module:name for a user function "
+            "(a Hypothesis strategy of argument tuples); found none. Fix: pass --strategy mypkg.tests:args"
+        )
+    report_dir = None if args.no_report else args.report
+    bar = _progress(len(cases))
+    records = []
+    try:
+        for case in cases:
+            rec = _sweep.run_case(case, report_dir)
+            records.append(rec)
+            print(_line(rec), flush=True)
+            if rec["status"] == "failed":
+                print("\n".join("      " + ln for ln in rec["failure"]["report"].splitlines()), flush=True)
+            if bar is not None:
+                bar[0]()
+    finally:
+        if bar is not None:
+            bar[1]()
+    command = "gradverify check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["check"] else args.targets)
+    totals = _sweep.summary(records)
+    if report_dir is not None:
+        paths = _reports.write(_reports.build(records, command=command, seed=args.seed), report_dir, args.format)
+        print("reports: " + ", ".join(paths))
+    print(_reports._totals_line(totals))
+    if totals["error"]:
+        return 2
+    return 1 if totals["failed"] else 0
+
+
+# -- list / report --------------------------------------------------------------------------------
+def _list() -> int:
+    from gradverify import ops
+
+    from ._sweep import NORMS
+
+    print("bias_act activations (bias_act:NAME):")
+    for a in ops.ACTIVATIONS:
+        kinks = a.kink_points()
+        ks = ", ".join(
+            f"{'jump' if k.jump else 'kink'} at {at:g} (left {k.left(a.params):g}, right {k.right(a.params):g}, "
+            f"chosen {k.chosen(a.params):g})"
+            for at, k in kinks
+        )
+        params = ", ".join(f"{k}={v:g}" for k, v in a.params.items())
+        aliases = f" (aliases: {', '.join(a.aliases)})" if a.aliases else ""
+        saves = "bits" if a.mask is not None else "output" if a.saves_output else "x + b"
+        print(f"  {a.name}{aliases}{' [' + params + ']' if params else ''}: {a.doc}")
+        print(f"      kinks: {ks or 'none'}; fused rule keeps: {saves}" + ("; random per call" if a.random else ""))
+    print("normalizations (torch.nn.functional conventions; fused rules keep xhat and rstd):")
+    for n in NORMS:
+        print(f"  {n}")
+    print("examples: " + ", ".join(f"{k} ({v})" for k, v in EXAMPLES.items()))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import _reports
+
+    data = _reports.load(args.file)
+    out = Path(args.output) if args.output else Path(args.file).with_name(_reports.FILES[args.format])
+    _reports._atomic_write(out, _reports.RENDER[args.format](data))
+    print(f"wrote {out}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,8 +193,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0) and 2
+    from ._errors import UsageError
+
     try:
-        return _run_check(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "list":
+            return _list()
+        return _report(args)
+    except (_Usage, UsageError) as e:
+        print(f"gradverify: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # an internal error: say so, exit 2
         print(f"gradverify: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -127,9 +127,11 @@ SCALES = (1.0, 0.1, 3e-3, 10.0)
 OFFSETS = (0.0, 1.0, -2.0)
 
 
-def normalization_call(kind: str, impl: str = "reference", *, training: bool = True) -> Any:
+def normalization_call(kind: str, impl: str = "reference", *, training: bool = True, backend: str | None = None) -> Any:
     """The function of :func:`normalization_args`' arrays: e.g. for group_norm
-    ``lambda x, g, w, b: ops.group_norm(x, int(g), w, b, impl=impl)``."""
+    ``lambda x, g, w, b: ops.group_norm(x, int(g), w, b, impl=impl)``. With
+    ``backend="numpy"`` and ``impl="fused"`` it is a ``gv.Rule`` whose rules are
+    the layer's :func:`gradverify.ops.norm_rule` at each input (numpy has no AD)."""
     from gradverify import ops
 
     calls = {
@@ -147,7 +149,49 @@ def normalization_call(kind: str, impl: str = "reference", *, training: bool = T
         raise ArgumentValueError(explain("kind", f"one of {KINDS}", repr(kind), "e.g. kind='layer_norm'"))
     f = calls[kind]
     f.__name__ = f"{kind}_{impl}"
+    if backend == "numpy" and impl == "fused":
+        return _numpy_rule(kind, f, training)
     return f
+
+
+def _numpy_rule(kind: str, f: Any, training: bool) -> Any:
+    """gv.Rule over normalization_args' layout: the constants (groups, running
+    statistics) pass through, the rules come from ops.norm_rule at the point."""
+    import gradverify as gv
+    from gradverify import ops
+
+    def split(args: tuple) -> tuple[tuple, list[int]]:
+        """(the layer's own arguments, positions of the differentiable ones)."""
+        if kind == "layer_norm":
+            return (args[0], args[0].shape[-1:], args[1], args[2]), [1, 2]
+        if kind == "rms_norm":
+            return (args[0], args[0].shape[-1:], args[1]), [1]
+        if kind == "group_norm":
+            return (args[0], int(args[1]), args[2], args[3]), [2, 3]
+        if kind == "instance_norm":
+            return (args[0], None, None, args[1], args[2]), [1, 2]
+        if training:
+            return (args[0], None, None, args[1], args[2], True), [1, 2]
+        return (args[0], args[1], args[2], args[3], args[4], False), [3, 4]
+
+    def rule_at(args: tuple) -> tuple[Any, list[int]]:
+        layer_args, params = split(args)
+        return ops.norm_rule(kind, *layer_args), params
+
+    def jvp(p: tuple, t: tuple) -> Any:
+        rule, params = rule_at(p)
+        return rule.jvp((p[0], *(p[k] for k in params)), (t[0], *(t[k] for k in params)))
+
+    def vjp(p: tuple, g: Any) -> tuple:
+        rule, params = rule_at(p)
+        out = rule.vjp((p[0], *(p[k] for k in params)), g)
+        grads: list[Any] = [None] * len(p)
+        grads[0] = out[0]
+        for k, gk in zip(params, out[1:]):
+            grads[k] = gk
+        return tuple(grads)
+
+    return gv.Rule(f, jvp=jvp, vjp=vjp)
 
 
 def _slices(kind: str, shape: tuple[int, ...], groups: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -1,30 +1,142 @@
-"""The gradverify command: exit 0 all pass, 1 a gradient check failed, 2 usage."""
+"""The gradverify command: targets through gv.verify, reports in four formats
+(each parsed back), exit 0 all pass, 1 a gradient check failed, 2 usage."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gradverify import cli
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "gradverify.cli", *args], capture_output=True, text=True)
+def run(*args, cwd=None, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "gradverify.cli", *args], capture_output=True, text=True, cwd=cwd, env=env
+    )
 
 
-def test_check_examples_passes():
-    out = run("check", "examples", "--backend", "numpy")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines()[-1] == "2 passed, 0 failed"
-    assert "gradverify PASSED: fused_swish [numpy, order 1]" in out.stdout
+def main(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_seed_bug_example_fails_with_exit_1():
-    out = run("check", "example:seed-bug", "--backend", "torch", "--dtype", "float32")
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert out.stdout.splitlines()[-1] == "0 passed, 1 failed"
-    assert "mismatch (VJP vs FD)" in out.stdout
+def test_check_examples_passes(capsys):
+    code, out, _ = main(capsys, "check", "examples", "--backend", "numpy", "--no-report")
+    assert code == 0, out
+    assert out.splitlines()[-1] == "1 passed, 0 failed"
+    assert out.splitlines()[0].startswith("PASS  examples [numpy, fused, float64]  10 example(s)")
 
 
-def test_usage_errors_exit_2():
-    assert run("check", "nonsense").returncode == 2
+def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
+    code, out, _ = main(
+        capsys, "check", "example:seed-bug", "--backend", "torch", "--report", str(tmp_path), "--max-examples", "20"
+    )
+    assert code == 1, out
+    assert out.splitlines()[-1] == "0 passed, 1 failed"
+    assert "FAIL  example:seed-bug [torch, fused, float64]" in out and "mismatch (VJP vs FD)" in out
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["schema"] == "gradverify-report/1" and data["totals"]["failed"] == 1
+    (case,) = data["cases"]
+    f = case["failure"]
+    assert case["status"] == "failed" and f["kind"] == "mismatch"
+    assert len(f["counterexample"]) == 2 and f["counterexample"][1]["values"] != [0.0]  # b != 0
+    assert f["error"] > f["bound"] and set(f["values"]) <= {"JVP", "VJP", "FD"}
+    # junit: parsed, one failure with gradverify's properties
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite.get("failures") == "1" and suite.get("tests") == "1"
+    tc = suite.find("testcase")
+    props = {p.get("name"): p.get("value") for p in tc.find("properties")}
+    assert props["gradverify.seed"] == str(case["seed"]) and props["gradverify.counterexample"].endswith(".npz")
+    assert tc.find("failure").get("type") == "mismatch"
+    # markdown and html
+    md = (tmp_path / "report.md").read_text()
+    assert "**0 passed, 1 failed**" in md and "## FAILED example:seed-bug[torch,fused,float64]" in md
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and 'class="failed"' in page and "FAILED example:seed-bug" in page
+    # the script next to the .npz reproduces the failure
+    rerun = subprocess.run([sys.executable, f["script"]], capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "gradverify FAILED" in rerun.stdout and "mismatch" in rerun.stdout
+    # no half-written files left behind
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_report_command_renders_a_saved_json_again(capsys, tmp_path):
+    main(capsys, "check", "bias_act:relu", "--backend", "numpy", "--report", str(tmp_path), "--format", "json,md")
+    before = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    code, out, _ = main(capsys, "report", str(tmp_path / "report.json"), "--format", "md")
+    assert code == 0 and (tmp_path / "report.md").read_text() == before
+    code, _, _ = main(capsys, "report", str(tmp_path / "report.json"), "--format", "html")
+    assert code == 0 and (tmp_path / "report.html").exists()
+
+
+def test_bundled_ops_pass_and_numpy_reference_is_skipped_with_a_reason(capsys):
+    code, out, _ = main(capsys, "check", "bias_act:relu6", "layer_norm", "--backend", "numpy", "--no-report")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[-1] == "2 passed, 0 failed, 2 skipped"
+    assert any(ln.startswith("SKIP  bias_act:relu6 [numpy, reference, float64]  numpy has no AD") for ln in lines)
+
+
+def test_user_function_and_strategy(tmp_path):
+    (tmp_path / "userops.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import gradverify as gv
+            from gradverify import strategies as gst
+            from hypothesis import strategies as st
+
+            def _cube(x):
+                return x ** 3
+
+            good = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] ** 2 * t[0], vjp=lambda p, g: (3 * p[0] ** 2 * g,))
+            bad = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] * t[0], vjp=lambda p, g: (3 * p[0] * g,))
+            args = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 3))).map(lambda a: (a,))
+            """
+        )
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    good = run("check", "userops:good", "--strategy", "userops:args", "--no-report", env=env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    bad = run("check", "userops:bad", "--strategy", "userops:args", "--report", str(tmp_path / "r"), env=env)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    case = json.loads((tmp_path / "r" / "report.json").read_text())["cases"][0]
+    assert case["failure"]["counterexample"][0]["shape"] == [1]
+
+
+def test_list_shows_activations_kinks_and_conventions(capsys):
+    code, out, _ = main(capsys, "list")
+    assert code == 0
+    assert "relu6" in out and "kink at 6 (left 1, right 0, chosen 0)" in out
+    assert "fused rule keeps: bits" in out and "layer_norm" in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["check", "nonsense"], "target: expected all, bias_act, bias_act:NAME"),
+        (["check", "bias_act:relu7"], "relu7"),
+        (["check", "userops:f"], "--strategy module:name for a user function"),
+        (["check", "examples", "--max-examples", "0"], "--max-examples: expected an int >= 1"),
+        (["report", "/nonexistent/report.json"], "a JSON report written by gradverify check"),
+    ],
+)
+def test_usage_errors_exit_2_and_say_what_to_do(capsys, argv, message):
+    code, out, err = main(capsys, *argv, *(["--no-report"] if argv[0] == "check" else []))
+    assert code == 2, out + err
+    assert message in err
+
+
+def test_bad_format_and_unknown_command_exit_2():
+    assert run("check", "examples", "--format", "pdf").returncode == 2
     assert run("frobnicate").returncode == 2
-    assert "unknown target 'nonsense'" in run("check", "nonsense").stderr

@@ -179,3 +179,22 @@ def test_torch_builtin_hardsigmoid_float64_derivative_is_only_float32_accurate()
     ad = f.values.get("JVP", f.values.get("VJP"))
     assert ad == pytest.approx(float(np.float32(1 / 6)), abs=1e-15)
     assert f.values["FD"] == pytest.approx(1 / 6, abs=1e-11)
+
+
+def test_rounding_noise_that_fools_the_kink_indicator_is_inconclusive_not_a_mismatch():
+    """gelu's tanh form cancels inside fn at z = -4 (1 + tanh(u) with tanh(u)
+    near -1): its rounding noise is 1e4 times the output-relative model, the
+    kink indicator fires, and a finer step's estimate is noise. Found by
+    `gradverify check all` as a false alarm on the correct numpy rule; the
+    reference is undecided there (said, never a silent pass), and a wrong
+    rule is caught where finite differences converge."""
+    from gradverify import ops
+
+    x, b = np.array([[-4.0]]), np.array([0.0])
+    r = gv.check(ops.bias_act_rule("gelu"), x, b)
+    assert r.ok and r.inconclusive, str(r)
+    assert r.by_kind(gv.Kind.FD_UNRELIABLE)
+    rule = ops.bias_act_rule("gelu")
+    wrong = gv.Rule(rule.fn, jvp=lambda p, t: 1.01 * rule.jvp(p, t), vjp=lambda p, g: rule.vjp(p, 1.01 * g))
+    assert gv.check(wrong, x, b).inconclusive
+    assert not gv.check(wrong, np.array([[-1.0]]), b).ok

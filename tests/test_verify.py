@@ -278,38 +278,13 @@ def test_group_statistics_on_the_wrong_channels_shrink_to_c4_g2():
 def test_bundled_normalizations_pass(backend):
     for kind in ("layer_norm", "group_norm", "batch_norm"):
         r = gv.verify(
-            gst.normalization_call(kind, "fused") if backend != "numpy" else _norm_numpy_rule(kind),
+            gst.normalization_call(kind, "fused", backend=backend),
             gst.normalization_args(kind, backend),
             max_examples=2 if backend == "jax" else 20,
             seed=0,
         )
         assert r.ok, str(r)
-
-
-def _norm_numpy_rule(kind):
-    """numpy has no AD: the fused rule of the layer at each drawn input."""
-    call = gst.normalization_call(kind, "fused")
-
-    def rule_at(*args):
-        return call(*args)
-
-    def vjp(p, g):
-        rule = ops.norm_rule(kind, *_layer_args(kind, p))
-        params = [a for a in p[1:] if np.issubdtype(np.asarray(a).dtype, np.floating)]
-        out = rule.vjp((p[0], *params), g)
-        return (out[0], None, *out[1:]) if kind == "group_norm" else out
-
-    rule_at.__name__ = kind
-    return gv.Rule(rule_at, vjp=vjp)
-
-
-def _layer_args(kind, p):
-    x = p[0]
-    if kind == "layer_norm":
-        return (x, x.shape[-1:], p[1], p[2])
-    if kind == "group_norm":
-        return (x, int(p[1]), p[2], p[3])
-    return (x, None, None, p[1], p[2], True)
+        assert 0 < r.worst_ratio < 1
 
 
 def test_verify_misuse_says_what_to_do():

@@ -1,0 +1,305 @@
+"""Sweep reports: JSON (versioned schema, see reports/README.md), Markdown fit
+for a CI step summary, JUnit XML, and a self-contained HTML page. Every file
+is written to a temporary name and renamed into place: never half-written."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._errors import ArgumentValueError, explain
+from ._sweep import summary
+
+SCHEMA = "gradverify-report/1"
+FORMATS = ("json", "md", "junit", "html")
+FILES = {"json": "report.json", "md": "report.md", "junit": "junit.xml", "html": "report.html"}
+_MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "error": "error"}
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts that can separate a failing runner from a passing one."""
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("gradverify", "numpy", "torch", "jax", "jaxlib", "hypothesis"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "versions": versions,
+    }
+
+
+def build(records: Sequence[dict[str, Any]], *, command: str, seed: int) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "seed": seed,
+        "environment": environment(),
+        "totals": summary(records),
+        "cases": list(records),
+    }
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArgumentValueError(
+            explain(
+                "report FILE", "a JSON report written by gradverify check", f"{p} ({e})", "pass reports/report.json"
+            )
+        ) from e
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ArgumentValueError(
+            explain("report FILE", f"schema {SCHEMA!r}", repr(found), "regenerate it with this gradverify version")
+        )
+    return data
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write(report: dict[str, Any], directory: str | os.PathLike[str], formats: Sequence[str]) -> list[str]:
+    """Write the report in each format; returns the paths written."""
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise ArgumentValueError(explain("--format", f"some of {','.join(FORMATS)}", ",".join(bad), "--format md,json"))
+    rendered = {f: RENDER[f](report) for f in formats}  # render all before writing any
+    out = []
+    for f, text in rendered.items():
+        path = Path(directory) / FILES[f]
+        _atomic_write(path, text)
+        out.append(str(path))
+    return out
+
+
+# -- renderers ---------------------------------------------------------------------------------
+def _clean(v: Any) -> Any:
+    """JSON has no NaN or infinity: write them as the strings Python reads back with float()."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(_clean(report), indent=1, allow_nan=False, default=str) + "\n"
+
+
+def _row_key(case: dict[str, Any]) -> str:
+    return case["target"]
+
+
+def _columns(cases: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return list(dict.fromkeys((c["backend"], c["impl"], c["dtype"]) for c in cases))
+
+
+def matrix(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, str]], dict]:
+    """(rows, columns, {(row, column): case}): the pass/fail matrix of a sweep."""
+    cases = report["cases"]
+    rows = list(dict.fromkeys(_row_key(c) for c in cases))
+    cols = _columns(cases)
+    cell = {(_row_key(c), (c["backend"], c["impl"], c["dtype"])): c for c in cases}
+    return rows, cols, cell
+
+
+def _totals_line(t: dict[str, int]) -> str:
+    line = f"{t['passed']} passed, {t['failed']} failed"
+    for k in ("skipped", "error"):
+        if t.get(k):
+            line += f", {t[k]} {k}"
+    if t.get("inconclusive"):
+        line += f", {t['inconclusive']} inconclusive"
+    return line
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    t = report["totals"]
+    lines = [
+        "# gradverify report",
+        "",
+        f"**{_totals_line(t)}** — `{report['command']}` (seed {report['seed']}, {report['created']})",
+        "",
+    ]
+    rows, cols, cell = matrix(report)
+    lines.append("| target | " + " | ".join("/".join(c) for c in cols) + " |")
+    lines.append("|---|" + "---|" * len(cols))
+    for r in rows:
+        marks = []
+        for c in cols:
+            case = cell.get((r, c))
+            marks.append("" if case is None else _MARK[case["status"]])
+        lines.append(f"| {r} | " + " | ".join(marks) + " |")
+    failures = [c for c in report["cases"] if c["status"] == "failed"]
+    for c in failures:
+        f = c["failure"]
+        lines += ["", f"## FAILED {c['id']}", ""]
+        lines.append(f"- {f['kind']}: {f['message']}")
+        if f.get("values"):
+            lines.append("- at the worst index: " + ", ".join(f"{k} = {v:.9g}" for k, v in f["values"].items()))
+        if f.get("error") is not None:
+            lines.append(f"- error {f['error']:.3g} > bound {f['bound']:.3g}")
+        if f.get("kink_distance") is not None:
+            lines.append(f"- distance of x + b to the nearest kink: {f['kink_distance']:.3g}")
+        lines.append(f"- seed {c['seed']}, {c['examples_run']} example(s); op {c['op']}, impl {c['impl']}")
+        lines.append("- minimal counterexample:")
+        for a in f["counterexample"]:
+            lines.append(f"  - `{a['name']}` {a['dtype']}{a['shape']}: `{a['values']}`")
+        if f.get("script"):
+            lines.append(f"- reproduce: `python {f['script']}` (inputs in `{f['npz']}`)")
+    errors = [c for c in report["cases"] if c["status"] == "error"]
+    for c in errors:
+        lines += ["", f"## ERROR {c['id']}", "", f"{c['reason']}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(report: dict[str, Any]) -> str:
+    t = report["totals"]
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="gradverify",
+        tests=str(t["cases"]),
+        failures=str(t["failed"]),
+        errors=str(t["error"]),
+        skipped=str(t["skipped"]),
+        time=f"{sum(float(c.get('seconds') or 0) for c in report['cases']):.3f}",
+        timestamp=report["created"],
+    )
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="gradverify.seed", value=str(report["seed"]))
+    for k, v in report["environment"]["versions"].items():
+        ET.SubElement(props, "property", name=f"version.{k}", value=str(v))
+    for c in report["cases"]:
+        tc = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"gradverify.{c['target'].replace(':', '.')}",
+            name=f"{c['backend']}-{c['impl']}-{c['dtype']}",
+            time=f"{float(c.get('seconds') or 0):.3f}",
+        )
+        cp = ET.SubElement(tc, "properties")
+        for k in ("seed", "examples_run", "inconclusive", "worst_ratio"):
+            ET.SubElement(cp, "property", name=f"gradverify.{k}", value=str(c.get(k)))
+        if c["status"] == "failed":
+            f = c["failure"]
+            ET.SubElement(cp, "property", name="gradverify.counterexample", value=str(f.get("npz")))
+            el = ET.SubElement(tc, "failure", message=f["message"][:500], type=f["kind"])
+            el.text = f["report"]
+        elif c["status"] == "skipped":
+            ET.SubElement(tc, "skipped", message=c["reason"] or "")
+        elif c["status"] == "error":
+            ET.SubElement(tc, "error", message=(c["reason"] or "")[:500])
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:center}
+td.passed{background:#dfd}td.failed{background:#fbb;font-weight:bold}td.skipped{color:#888}td.error{background:#fd8}
+pre{background:#f6f6f6;padding:1em;overflow-x:auto}
+"""
+
+
+def to_html(report: dict[str, Any]) -> str:
+    e = html.escape
+    t = report["totals"]
+    rows, cols, cell = matrix(report)
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>gradverify report</title>',
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>gradverify report</h1>",
+        f"<p><b>{e(_totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> "
+        f"(seed {report['seed']}, {e(report['created'])})</p>",
+        '<table id="matrix"><thead><tr><th>target</th>'
+        + "".join(f"<th>{e('/'.join(c))}</th>" for c in cols)
+        + "</tr></thead><tbody>",
+    ]
+    for r in rows:
+        tds = []
+        for c in cols:
+            case = cell.get((r, c))
+            if case is None:
+                tds.append("<td></td>")
+            else:
+                anchor = f' href="#{e(case["id"])}"' if case["status"] == "failed" else ""
+                label = _MARK[case["status"]]
+                inner = f"<a{anchor}>{label}</a>" if anchor else label
+                tds.append(f'<td class="{case["status"]}" title="{e(case["id"])}">{inner}</td>')
+        out.append(f"<tr><th>{e(r)}</th>{''.join(tds)}</tr>")
+    out.append("</tbody></table>")
+    for c in report["cases"]:
+        if c["status"] != "failed":
+            continue
+        f = c["failure"]
+        out.append(f'<h2 id="{e(c["id"])}">FAILED {e(c["id"])}</h2>')
+        plot = _plot(f)
+        if plot:
+            out.append(plot)
+        out.append(f"<pre>{e(f['report'])}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _plot(failure: dict[str, Any]) -> str | None:
+    """AD against FD at the worst index as a small bar chart (matplotlib, an
+    optional extra: without it the page has the numbers only)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    import base64
+    import io
+
+    values = failure.get("values") or {}
+    if not values:
+        return None
+    fig, ax = plt.subplots(figsize=(4, 2.2))
+    ax.bar(list(values), list(values.values()), color=["#c33", "#36c", "#999"][: len(values)])
+    ax.set_title("derivative at the worst index")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return f'<img alt="AD vs FD" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+RENDER = {"json": to_json, "md": to_markdown, "junit": to_junit, "html": to_html}

@@ -1,0 +1,330 @@
+"""The verification matrix: independent cases (target, backend, impl, dtype,
+order, seed), each built into a function and a strategy and run through
+``gv.verify``, each giving a plain JSON-ready record.
+
+A case's seed is derived from the base seed and the case's own id, so a case
+gives the same result alone, in any order and on any worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import ArgumentValueError, UsageError, explain
+
+BACKENDS = ("numpy", "torch", "jax")
+IMPLS = ("reference", "fused")
+NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm")
+EXAMPLES = {
+    "examples": "the correct fused swish(x + b) rules of gradverify._examples",
+    "example:seed-bug": "NNlib's bias_act! seed bug: swish' evaluated at x, not x + b",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    target: str  # "bias_act:swish", "layer_norm", "pkg.mod:fn"
+    op: str  # "bias_act", a normalization, or "user"
+    activation: str | None
+    backend: str
+    impl: str
+    dtype: str
+    order: int
+    seed: int
+    max_examples: int
+    strategy: str | None = None  # "pkg.mod:name" for a user target
+
+    @property
+    def id(self) -> str:
+        return f"{self.target}[{self.backend},{self.impl},{self.dtype}]"
+
+
+def case_seed(base: int, key: str) -> int:
+    """A seed of the case itself: stable across processes, orders and workers."""
+    return int(hashlib.sha256(f"{base}:{key}".encode()).hexdigest()[:8], 16)
+
+
+def installed(backend: str) -> bool:
+    return backend == "numpy" or importlib.util.find_spec(backend) is not None
+
+
+def bundled_targets() -> list[str]:
+    from gradverify import ops
+
+    return [f"bias_act:{name}" for name in ops.names()] + list(NORMS)
+
+
+def expand_targets(targets: Sequence[str]) -> list[str]:
+    """``all`` and ``bias_act`` expand to their cases; others are checked."""
+    from gradverify import ops
+
+    out: list[str] = []
+    for t in targets:
+        if t == "all":
+            out += bundled_targets()
+        elif t == "bias_act":
+            out += [f"bias_act:{n}" for n in ops.names()]
+        elif t.startswith("bias_act:"):
+            ops.activation(t.split(":", 1)[1])  # raises with the close names
+            out.append(f"bias_act:{ops.activation(t.split(':', 1)[1]).name}")
+        elif t in NORMS or t in EXAMPLES or (":" in t and not t.startswith("bias_act")):
+            out.append(t)
+        else:
+            raise ArgumentValueError(
+                explain(
+                    "target",
+                    "all, bias_act, bias_act:NAME, a normalization (" + ", ".join(NORMS) + ") or module:function",
+                    repr(t),
+                    "see `gradverify list`",
+                )
+            )
+    return list(dict.fromkeys(out))
+
+
+def cases(
+    targets: Sequence[str],
+    *,
+    backends: Sequence[str] = BACKENDS,
+    impls: Sequence[str] = IMPLS,
+    dtypes: Sequence[str] = ("float64",),
+    order: int = 1,
+    seed: int = 0,
+    max_examples: int = 10,
+    strategy: str | None = None,
+) -> list[Case]:
+    out = []
+    for target in expand_targets(targets):
+        user = target not in NORMS and target not in EXAMPLES and not target.startswith("bias_act:")
+        op = "user" if user else "example" if target in EXAMPLES else target.split(":")[0]
+        act = target.split(":", 1)[1] if op == "bias_act" else "swish" if op == "example" else None
+        for backend in ("-",) if user else backends:
+            for impl in ("-",) if user else ("fused",) if op == "example" else impls:
+                for dtype in ("-",) if user else dtypes:
+                    key = f"{target}[{backend},{impl},{dtype}]/order{order}"
+                    out.append(
+                        Case(target, op, act, backend, impl, dtype, order, case_seed(seed, key), max_examples, strategy)
+                    )
+    return out
+
+
+# -- building a case ------------------------------------------------------------------------
+class Skip(Exception):
+    """The case cannot run here (a backend not installed, numpy without AD)."""
+
+
+def _load(spec: str, what: str) -> Any:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise UsageError(explain(what, "module:name", repr(spec), "e.g. mypkg.kernels:fused_gelu"))
+    try:
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(explain(what, "an importable module:name", f"{spec!r} ({e})", "check the spelling")) from e
+    return obj
+
+
+def build(case: Case) -> tuple[Callable[..., Any], Any]:
+    """(fn, strategy) for a case, or Skip."""
+    from hypothesis import strategies as st
+
+    from gradverify import ops
+    from gradverify import strategies as gst
+
+    if case.op == "user":
+        if case.strategy is None:
+            raise UsageError(
+                explain(
+                    f"target {case.target}",
+                    "--strategy module:name for a user function",
+                    "no strategy",
+                    "pass --strategy mypkg.tests:args",
+                )
+            )
+        return _load(case.target, "target"), _load(case.strategy, "--strategy")
+    if not installed(case.backend):
+        raise Skip(f"{case.backend} is not installed (pip install gradverify[{case.backend}])")
+    if case.backend == "numpy" and case.impl == "reference" and case.op != "example":
+        raise Skip("numpy has no AD: its reference has no derivative to check (the fused op brings rules)")
+    if case.dtype == "bfloat16" and case.backend == "numpy":
+        raise Skip("numpy has no bfloat16")
+    # XLA compiles every operation anew for each shape (~1 s a new shape on
+    # the CPU, 0.1 s a check after): jax cases draw from three shapes.
+    shapes = st.sampled_from([(1, 1), (2, 3), (3, 4)]) if case.backend == "jax" else None
+    if case.op == "example":
+        from ._examples import BUILDERS
+
+        fn = BUILDERS[case.backend](case.target == "example:seed-bug")
+        return fn, gst.bias_act_args("swish", case.backend, case.dtype, shapes)
+    if case.op == "bias_act":
+        act = ops.activation(case.activation)
+        strategy = gst.bias_act_args(act, case.backend, case.dtype, shapes)
+        if case.backend == "numpy":
+            return ops.bias_act_rule(act), strategy
+        impl = case.impl
+
+        def fn(x: Any, b: Any) -> Any:
+            return ops.bias_act(act, x, b, impl=impl)
+
+        fn.__name__ = f"bias_act_{act.name}_{impl}"
+        return fn, strategy
+    strategy = gst.normalization_args(case.op, case.backend, case.dtype, max_side=2 if case.backend == "jax" else 4)
+    return gst.normalization_call(case.op, case.impl, backend=case.backend), strategy
+
+
+# -- running a case -------------------------------------------------------------------------
+def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run one case through gv.verify: a JSON-ready record (never raises for
+    the case's own failures; a usage error is recorded as status "error")."""
+    from ._verify import verify
+
+    record: dict[str, Any] = {
+        "id": case.id,
+        **dataclasses.asdict(case),
+        "status": None,
+        "reason": None,
+        "examples_run": 0,
+        "inconclusive": 0,
+        "worst_ratio": None,
+        "seconds": 0.0,
+        "failure": None,
+    }
+    t0 = time.perf_counter()
+    try:
+        fn, strategy = build(case)
+    except Skip as e:
+        record.update(status="skipped", reason=str(e))
+        return record
+    except UsageError as e:
+        record.update(status="error", reason=str(e))
+        return record
+    files = None if report_dir is None else Path(report_dir) / "cases"
+    res = verify(fn, strategy, max_examples=case.max_examples, seed=case.seed, order=case.order, report_dir=files)
+    record.update(
+        status="passed" if res.ok else "failed",
+        examples_run=res.examples_run,
+        inconclusive=res.inconclusive,
+        worst_ratio=res.worst_ratio,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+    if not res.ok:
+        record["failure"] = _failure(case, res, files)
+    return record
+
+
+def _failure(case: Case, res: Any, files: Path | None) -> dict[str, Any]:
+    from ._verify import _exact, _literal, _to_numpy
+
+    err = res.result.errors[0]
+    args = [np.asarray(_to_numpy(a)) for a in res.counterexample]
+    failure = {
+        "kind": err.kind,
+        "message": err.message,
+        "pair": list(err.pair) if err.pair else None,
+        "argument": err.argument,
+        "input_index": list(err.input_index) if err.input_index is not None else None,
+        "output_index": list(err.output_index) if err.output_index is not None else None,
+        "values": dict(err.values),
+        "error": err.error,
+        "bound": err.bound,
+        "counterexample": [{"name": f"arg{i}", **_exact(a)} for i, a in enumerate(args)],
+        "literals": [_literal(a) for a in res.counterexample],
+        "kink_distance": _kink_distance(case, args),
+        "npz": res.saved,
+        "script": None,
+        "report": str(res),
+        "check": res.result.to_dict(),
+    }
+    if files is not None and res.saved:
+        failure["script"] = _write_script(case, Path(res.saved))
+    return failure
+
+
+def _kink_distance(case: Case, args: list[np.ndarray]) -> float | None:
+    """How far x + b came to the activation's nearest kink (None: no kinks)."""
+    if case.op != "bias_act":
+        return None
+    from gradverify import ops
+
+    kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
+    if not kinks:
+        return None
+    z = args[0].astype(np.float64) + (args[1].astype(np.float64) if len(args) > 1 else 0.0)
+    return float(np.min(np.abs(z.reshape(-1, 1) - np.array(kinks))))
+
+
+def case_code(case: Case) -> str:
+    """Python lines that rebuild the case's function as ``fn``."""
+    if case.op == "user":
+        module, _, name = case.target.partition(":")
+        return f"from {module} import {name} as fn"
+    if case.op == "example":
+        bug = case.target == "example:seed-bug"
+        return f"from gradverify._examples import BUILDERS\nfn = BUILDERS[{case.backend!r}]({bug})"
+    if case.op == "bias_act":
+        if case.backend == "numpy":
+            return f"from gradverify import ops\nfn = ops.bias_act_rule({case.activation!r})"
+        return (
+            f"from gradverify import ops\nfn = lambda x, b: ops.bias_act({case.activation!r}, x, b, impl={case.impl!r})"
+        )
+    return (
+        "from gradverify import strategies\n"
+        f"fn = strategies.normalization_call({case.op!r}, {case.impl!r}, backend={case.backend!r})"
+    )
+
+
+_CONVERT = {
+    "numpy": "arrays = [a for a in arrays]",
+    "torch": "import torch\narrays = [torch.from_numpy(a) for a in arrays]",
+    "jax": "import jax\njax.config.update('jax_enable_x64', True)\n"
+    "import jax.numpy as jnp\narrays = [jnp.asarray(a) for a in arrays]",
+}
+
+
+def _write_script(case: Case, npz: Path) -> str:
+    """A short script next to the .npz that reproduces the failure."""
+    backend = case.backend if case.backend in _CONVERT else "numpy"
+    lines = [
+        f'"""Reproduce {case.id} (seed {case.seed}): python {npz.with_suffix(".py").name}"""',
+        "from pathlib import Path",
+        "",
+        "import numpy as np",
+        "",
+        "import gradverify as gv",
+        case_code(case),
+        "",
+        f"data = np.load(Path(__file__).with_name({npz.name!r}))",
+        "arrays = [data[k] for k in sorted(data.files, key=lambda k: int(k[3:]))]",
+        _CONVERT[backend],
+        f"print(gv.check(fn, *arrays, seed={case.seed}, order={case.order}))",
+        "",
+    ]
+    path = npz.with_suffix(".py")
+    tmp = path.with_suffix(".py.tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.replace(path)
+    return str(path)
+
+
+def summary(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    counts = {k: 0 for k in ("passed", "failed", "skipped", "error")}
+    for r in records:
+        counts[r["status"]] += 1
+    counts["inconclusive"] = sum(int(r.get("inconclusive") or 0) for r in records)
+    counts["cases"] = len(records)
+    return counts
+
+
+def seconds(records: Sequence[dict[str, Any]]) -> float:
+    return math.fsum(float(r.get("seconds") or 0.0) for r in records)
