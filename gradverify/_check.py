@@ -32,6 +32,9 @@ FULL_MAX_IN = 32
 FULL_MAX_OUT = 128
 #: Directional checks run FD along this many of their directions (see _first_order).
 FD_DIRECTIONS = 1
+# A JVP-vs-VJP difference within this many times the measured rounding of the
+# rules (their change under a rescaled direction) is rounding, not a bug.
+MEASURED_ROUNDING = 16.0
 
 
 def check(
@@ -779,6 +782,16 @@ class _Run:
         )
         return False
 
+    def _rescaled(self, v: np.ndarray, u: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """VJP(3v)/3 and JVP(3u)/3: the same derivatives rounded differently
+        (3 is not a power of two). How far they move is the rules' rounding
+        at this point, measured - it can exceed the model when a rule cancels
+        terms far larger than its result (a normalization over a slice of
+        variance near eps). Run only to confirm a JVP-vs-VJP mismatch."""
+        g3 = self._run_vjp(3.0 * v)
+        jv3 = self._run_jvp(3.0 * u)
+        return (None if g3 is None else g3 / 3.0), (None if jv3 is None else jv3 / 3.0)
+
     def _compare_adjoint(self, jvp_ok: bool, vjp_fd_ok: bool) -> None:
         """<v, J u> from JVP against <J^T v, u> from VJP: no FD, rounding only.
 
@@ -796,6 +809,11 @@ class _Run:
         if worst is None:
             return
         _, a, b, lhs, rhs, bound = worst
+        g3, jv3 = self._rescaled(self.vs[a], self.us[b])
+        if g3 is not None and jv3 is not None:
+            measured = abs(float(g3 @ self.us[b]) - lhs) + abs(float(self.vs[a] @ jv3) - rhs)
+            if abs(lhs - rhs) <= bound + MEASURED_ROUNDING * measured:
+                return
         self._report_vjp(a, b, lhs, rhs, bound, ("JVP", "VJP"), use_jvp=True)
 
     def _compare_adjoint_full(self) -> None:
@@ -810,14 +828,29 @@ class _Run:
         if (over <= 0).all():
             return
         i, j = np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape)
+        g3, jv3 = self._rescaled(self.vs[i], self.us[j])
+        if g3 is not None and jv3 is not None:
+            measured = abs(g3[j] - J_r[i, j]) + abs(jv3[i] / self.scale[j] - J_f[i, j])
+            if abs(J_r[i, j] - J_f[i, j]) <= t[i, j] + MEASURED_ROUNDING * measured:
+                return
         arg, idx = self.flat.locate(int(j))
         out_idx = _unravel(int(i), self.out_shape)
+        # Both modes already agreed with FD; a disagreement FD cannot resolve
+        # is rounding of a rule that cancels large terms (a normalization of a
+        # slice with variance near eps) or a bug below FD's resolution: said,
+        # as a warning, not failed.
+        fd_err = float(self.refs[int(j)].err[int(i)]) / self.scale[int(j)]
+        unresolved = abs(J_r[i, j] - J_f[i, j]) <= fd_err
         self.add(
             Kind.MISMATCH,
-            ERROR,
+            WARNING if unresolved else ERROR,
             f"forward and reverse mode disagree: d output{list(out_idx)} / d arg{arg}{list(idx)} "
             f"({int((over > 0).sum())} Jacobian element(s) over the bound; "
-            "finite differences could not tell which is wrong)",
+            + (
+                f"within finite differences' resolution {fd_err:.3g}: rounding or a bug below it)"
+                if unresolved
+                else "finite differences could not tell which is wrong)"
+            ),
             pair=("JVP", "VJP"),
             argument=arg,
             input_index=idx,
