@@ -1,0 +1,143 @@
+"""The pytest plugin, driven through pytester: options and ini keys, the
+header, the marker and fixture, per-test seeds independent of order and
+workers, JUnit properties under every family, the terminal summary, and one
+report written by the controller under pytest-xdist."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import hypothesis.strategies  # noqa: F401  (loaded once, before pytester's in-process runs
+import pytest
+
+import gradverify.strategies  # noqa: F401  snapshot sys.modules: one copy of each class)
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import numpy as np
+import pytest
+import gradverify as gv
+from gradverify import strategies as gst
+from gradverify._examples import BUILDERS
+
+
+def test_correct_rule(gradverify):
+    r = gradverify.verify(BUILDERS["numpy"](False), gst.bias_act_args("swish", "numpy"))
+    assert r.ok
+    print("SEED", gradverify.seed)
+
+
+def test_seed_bug(gradverify):
+    r = gradverify.verify(BUILDERS["numpy"](True), gst.bias_act_args("swish", "numpy"))
+    assert r.ok, str(r)
+
+
+@pytest.mark.gradverify(max_examples=7, seed=123)
+def test_marker(gradverify):
+    r = gradverify.verify(BUILDERS["numpy"](False), gst.bias_act_args("tanh", "numpy"))
+    assert (gradverify.seed, r.examples_run) == (123, 7)
+    assert gradverify.check(np.tanh, np.ones(3)).ok  # numpy without rules: nothing to compare, no failure
+
+
+def test_plain():
+    assert True
+"""
+
+
+def _props(xml_path):
+    root = ET.parse(xml_path).getroot()
+    out = {}
+    for tc in root.iter("testcase"):
+        props = tc.find("properties")
+        out[tc.get("name")] = {} if props is None else {p.get("name"): p.get("value") for p in props}
+    return out
+
+
+@pytest.mark.parametrize("family", ["xunit1", "xunit2", "legacy"])
+def test_plugin_figures_junit_summary_and_report(pytester, family):
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeini(f"[pytest]\njunit_family = {family}\ngradverify_seed = 5\n")
+    result = pytester.runpytest("--junitxml=out.xml", "--gradverify-report=gvreport", "-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["gradverify: seed 5, max_examples 100*"])
+    # terminal summary: the failure with its minimal counterexample
+    result.stdout.fnmatch_lines(
+        [
+            "*= gradverify =*",
+            "* gradient check(s) in 3 test(s), 1 failed",
+            "FAILED test_suite.py::test_seed_bug: fused_swish_seed_bug [[]numpy[]] seed *",
+            "    arg0: float64[[]1, 1[]] = *",
+            "    arg1: float64[[]1[]] = *",
+            "    |error| * > bound *",
+        ]
+    )
+    props = _props(pytester.path / "out.xml")
+    assert props["test_seed_bug"]["gradverify_verdict"] == "failed"
+    assert props["test_seed_bug"]["gradverify_counterexample"].endswith(".npz")
+    assert props["test_correct_rule"]["gradverify_verdict"] == "passed"
+    assert props["test_marker"]["gradverify_seed"] == "123"
+    assert props["test_plain"] == {}
+    data = json.loads((pytester.path / "gvreport" / "gradverify-pytest.json").read_text())
+    assert data["seed"] == 5 and len(data["records"]) == 4
+    bug = [r for r in data["records"] if r["nodeid"].endswith("test_seed_bug")][0]
+    assert not bug["ok"] and len(bug["counterexample"]) == 2
+
+
+def _seeds(output):
+    return re.findall(r"SEED (\d+)", output)
+
+
+def test_seed_depends_on_base_and_node_id_only(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    a = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=1", "-p", "no:cacheprovider")
+    b = pytester.runpytest("-s", "--gradverify-seed=1", "-p", "no:randomly", "-p", "no:cacheprovider")
+    c = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=2", "-p", "no:cacheprovider")
+    sa, sb, sc = (_seeds(r.stdout.str()) for r in (a, b, c))
+    assert sa and sa == sb and sa != sc
+
+
+def test_under_xdist_the_controller_writes_one_report(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--junitxml=out.xml", "--gradverify-report=gvreport", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["* gradient check(s) in 3 test(s), 1 failed"])
+    props = _props(pytester.path / "out.xml")
+    assert props["test_seed_bug"]["gradverify_verdict"] == "failed"  # carried from the worker
+    data = json.loads((pytester.path / "gvreport" / "gradverify-pytest.json").read_text())
+    assert len(data["records"]) == 4
+    assert not list((pytester.path / "gvreport").glob(".*.tmp"))
+
+
+def test_profile_option_and_bad_marker(pytester):
+    pytester.makepyfile(
+        test_suite="""
+import pytest
+from hypothesis import settings
+
+def test_profile():
+    assert settings.default.derandomize and settings.default.database is None
+
+@pytest.mark.gradverify(max_exampels=3)
+def test_typo(gradverify):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("--gradverify-profile=ci", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*expected options from*found [[]'max_exampels'[]]*"])
+
+
+def test_loading_the_plugin_imports_no_backend():
+    code = (
+        "import sys, gradverify.pytest_plugin; "
+        "print(sorted(m for m in ('torch', 'jax', 'hypothesis') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
