@@ -144,7 +144,6 @@ def verify(
                 )
             )
         res = check(fn, *args, order=order, seed=int(seed), **check_options)
-        state.calls += 1
         state.label = res.function
         if state.failing_seen:
             state.shrink_steps += 1
@@ -187,7 +186,6 @@ def verify(
 
 @dataclasses.dataclass
 class _State:
-    calls: int = 0
     examples: int = 0
     inconclusive: int = 0
     shrink_steps: int = 0

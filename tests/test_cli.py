@@ -140,3 +140,53 @@ def test_usage_errors_exit_2_and_say_what_to_do(capsys, argv, message):
 def test_bad_format_and_unknown_command_exit_2():
     assert run("check", "examples", "--format", "pdf").returncode == 2
     assert run("frobnicate").returncode == 2
+
+
+def test_html_report_parses_into_the_matrix_and_links_failures(capsys, tmp_path):
+    """Rendered without a browser: the page parses (html.parser), the matrix
+    has one row per target and one cell per case, and each failed cell links
+    to an element with that id."""
+    from html.parser import HTMLParser
+
+    main(
+        capsys,
+        "check",
+        "example:seed-bug",
+        "examples",
+        "--backend",
+        "numpy",
+        "--report",
+        str(tmp_path),
+        "--format",
+        "html",
+    )
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.cells, self.ids, self.rows, self.stack = [], set(), 0, []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            self.stack.append(tag)
+            if "id" in a:
+                self.ids.add(a["id"])
+            if tag == "tr":
+                self.rows += 1
+            if tag == "td" and "class" in a:
+                self.cells.append({"class": a["class"], "title": a.get("title")})
+            if tag == "a" and "href" in a and self.cells:
+                self.cells[-1]["href"] = a["href"]
+
+        def handle_endtag(self, tag):
+            while self.stack and self.stack.pop() != tag:
+                pass
+
+    page = Page()
+    page.feed((tmp_path / "report.html").read_text())
+    page.close()
+    assert page.rows == 3  # header + two targets
+    by_title = {c["title"]: c for c in page.cells}
+    bug = by_title["example:seed-bug[numpy,fused,float64]"]
+    assert bug["class"] == "failed" and bug["href"].lstrip("#") in page.ids
+    assert by_title["examples[numpy,fused,float64]"]["class"] == "passed"
