@@ -268,12 +268,48 @@ def to_html(report: dict[str, Any]) -> str:
             continue
         f = c["failure"]
         out.append(f'<h2 id="{e(c["id"])}">FAILED {e(c["id"])}</h2>')
+        svg = _svg_fd_vs_step(f.get("fd_vs_step"))
+        if svg:
+            out.append(svg)
         plot = _plot(f)
         if plot:
             out.append(plot)
         out.append(f"<pre>{e(f['report'])}</pre>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
+    """|FD(h) - AD| against the step h, log-log, as inline SVG (no plotting
+    library needed): a correct rule dips toward rounding; a wrong one levels
+    off at the size of its error."""
+    if not rows:
+        return None
+    pts = [(math.log10(h), math.log10(max(e, 1e-18))) for h, _, e in rows if h > 0 and math.isfinite(e)]
+    if len(pts) < 2:
+        return None
+    w, ht, pad = 360, 220, 40
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys) - 0.5, max(ys) + 0.5
+
+    def sx(x: float) -> float:
+        return pad + (x - x0) / (x1 - x0 or 1) * (w - 2 * pad)
+
+    def sy(y: float) -> float:
+        return ht - pad - (y - y0) / (y1 - y0 or 1) * (ht - 2 * pad)
+
+    line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+    dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5"/>' for x, y in pts)
+    return (
+        f'<svg class="fd-vs-step" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}">'
+        f'<rect x="{pad}" y="{pad}" width="{w - 2 * pad}" height="{ht - 2 * pad}" fill="none" stroke="#999"/>'
+        f'<polyline points="{line}" fill="none" stroke="#c33" stroke-width="1.5"/>{dots}'
+        f'<text x="{w / 2}" y="{ht - 8}" text-anchor="middle" font-size="11">log10 step h '
+        f"({x0:.0f} .. {x1:.0f})</text>"
+        f'<text x="12" y="{ht / 2}" font-size="11" transform="rotate(-90 12 {ht / 2})" text-anchor="middle">'
+        f"log10 |FD(h) - AD| ({y0 + 0.5:.1f} .. {y1 - 0.5:.1f})</text></svg>"
+    )
 
 
 def _plot(failure: dict[str, Any]) -> str | None:

@@ -246,9 +246,52 @@ def _failure(case: Case, res: Any, files: Path | None) -> dict[str, Any]:
         "report": str(res),
         "check": res.result.to_dict(),
     }
+    failure["fd_vs_step"] = _fd_vs_step(case, res, err)
     if files is not None and res.saved:
         failure["script"] = _write_script(case, Path(res.saved))
     return failure
+
+
+def _fd_vs_step(case: Case, res: Any, err: Any) -> list[list[float]] | None:
+    """Central differences of the failing element at steps 1e-1 .. 1e-10
+    (times the input's scale) and their distance from the AD value: on a real
+    bug the distance levels off at the bug's size, never reaching rounding."""
+    from gradverify.strategies._arrays import to_backend
+
+    from ._verify import _to_numpy
+
+    ad = next((v for k, v in err.values.items() if k in ("JVP", "VJP")), None)
+    if ad is None or err.argument is None or err.input_index is None or err.output_index is None:
+        return None
+    fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
+    args = [np.asarray(_to_numpy(a), dtype=np.float64) for a in res.counterexample]
+    backend = res.backend
+    dtypes = [str(getattr(a, "dtype", "float64")).removeprefix("torch.") for a in res.counterexample]
+    a, idx, out = err.argument, tuple(err.input_index), tuple(err.output_index)
+    scale = max(abs(float(args[a][idx])), 1.0)
+
+    def F(t: float) -> float:
+        moved = [x.copy() for x in args]
+        moved[a][idx] += t
+        call = [to_backend(x, backend, d) if d.startswith(("float", "bfloat")) else x for x, d in zip(moved, dtypes)]
+        if backend == "jax":
+            import jax
+
+            with jax.enable_x64(True):
+                y = fn(*call)
+        else:
+            y = fn(*call)
+        return float(np.asarray(_to_numpy(y), dtype=np.float64)[out])
+
+    rows = []
+    try:
+        for k in range(1, 11):
+            h = scale * 10.0**-k
+            fd = (F(h) - F(-h)) / (2 * h)
+            rows.append([h, fd, abs(fd - float(ad))])
+    except Exception:  # the plot is an extra: a function that cannot be probed gets none
+        return None
+    return rows
 
 
 def _kink_distance(case: Case, args: list[np.ndarray]) -> float | None:

@@ -47,6 +47,9 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     assert case["status"] == "failed" and f["kind"] == "mismatch"
     assert len(f["counterexample"]) == 2 and f["counterexample"][1]["values"] != [0.0]  # b != 0
     assert f["error"] > f["bound"] and set(f["values"]) <= {"JVP", "VJP", "FD"}
+    # FD against the step: on a real bug the distance to AD levels off at the bug's size
+    dist = [row[2] for row in f["fd_vs_step"]]
+    assert len(dist) == 10 and min(dist) > 0.5 * f["error"]
     # junit: parsed, one failure with gradverify's properties
     root = ET.parse(tmp_path / "junit.xml").getroot()
     suite = root.find("testsuite")
@@ -60,6 +63,7 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     assert "**0 passed, 1 failed**" in md and "## FAILED example:seed-bug[torch,fused,float64]" in md
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!doctype html>") and 'class="failed"' in page and "FAILED example:seed-bug" in page
+    assert '<svg class="fd-vs-step"' in page  # the FD-against-step plot, drawn without a plotting library
     # the script next to the .npz reproduces the failure
     rerun = subprocess.run([sys.executable, f["script"]], capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
