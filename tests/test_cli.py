@@ -194,3 +194,36 @@ def test_html_report_parses_into_the_matrix_and_links_failures(capsys, tmp_path)
     bug = by_title["example:seed-bug[numpy,fused,float64]"]
     assert bug["class"] == "failed" and bug["href"].lstrip("#") in page.ids
     assert by_title["examples[numpy,fused,float64]"]["class"] == "passed"
+
+
+def test_progress_bar_on_a_terminal_only():
+    """On a terminal's stderr a rich progress bar runs; piped, nothing but the lines."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradverify.cli", "check", "examples", "--backend", "numpy", "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(slave)
+    out, _ = proc.communicate(timeout=300)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0
+    assert "verifying" in terminal  # the bar's label, drawn on the terminal
+    assert "verifying" not in out and out.splitlines()[-1] == "1 passed, 0 failed"
+    piped = run("check", "examples", "--backend", "numpy", "--no-report")
+    assert "verifying" not in piped.stderr
