@@ -268,9 +268,9 @@ def to_html(report: dict[str, Any]) -> str:
             continue
         f = c["failure"]
         out.append(f'<h2 id="{e(c["id"])}">FAILED {e(c["id"])}</h2>')
-        svg = _svg_fd_vs_step(f.get("fd_vs_step"))
-        if svg:
-            out.append(svg)
+        for svg in (_svg_fd_vs_step(f.get("fd_vs_step")), _svg_ad_vs_fd(f.get("ad_vs_fd"))):
+            if svg:
+                out.append(svg)
         plot = _plot(f)
         if plot:
             out.append(plot)
@@ -309,6 +309,42 @@ def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
         f"({x0:.0f} .. {x1:.0f})</text>"
         f'<text x="12" y="{ht / 2}" font-size="11" transform="rotate(-90 12 {ht / 2})" text-anchor="middle">'
         f"log10 |FD(h) - AD| ({y0 + 0.5:.1f} .. {y1 - 0.5:.1f})</text></svg>"
+    )
+
+
+def _svg_ad_vs_fd(rows: list[dict[str, Any]] | None) -> str | None:
+    """AD (red dots) and FD (blue rings) per input element for the failing
+    output element, as inline SVG: the wrong elements stand apart."""
+    if not rows:
+        return None
+    w, ht, pad = 360, 220, 40
+    vals = [v for r in rows for v in (r["AD"], r["FD"]) if math.isfinite(v)]
+    if not vals:
+        return None
+    lo, hi = min(vals), max(vals)
+    lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-12 else (lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
+    n = len(rows)
+
+    def sx(k: int) -> float:
+        return pad + (k + 0.5) / n * (w - 2 * pad)
+
+    def sy(v: float) -> float:
+        return ht - pad - (v - lo) / (hi - lo) * (ht - 2 * pad)
+
+    marks = []
+    for k, r in enumerate(rows):
+        if math.isfinite(r["FD"]):
+            marks.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["FD"]):.1f}" r="5" fill="none" stroke="#36c"/>')
+        if math.isfinite(r["AD"]):
+            marks.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["AD"]):.1f}" r="2.5" fill="#c33"/>')
+    return (
+        f'<svg class="ad-vs-fd" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}">'
+        f'<rect x="{pad}" y="{pad}" width="{w - 2 * pad}" height="{ht - 2 * pad}" fill="none" stroke="#999"/>'
+        + "".join(marks)
+        + f'<text x="{w / 2}" y="{ht - 8}" text-anchor="middle" font-size="11">input element (1 .. {n}): '
+        f"AD red, FD blue</text>"
+        f'<text x="12" y="{ht / 2}" font-size="11" transform="rotate(-90 12 {ht / 2})" text-anchor="middle">'
+        f"d output / d input ({lo:.3g} .. {hi:.3g})</text></svg>"
     )
 
 

@@ -246,52 +246,62 @@ def _failure(case: Case, res: Any, files: Path | None) -> dict[str, Any]:
         "report": str(res),
         "check": res.result.to_dict(),
     }
-    failure["fd_vs_step"] = _fd_vs_step(case, res, err)
+    failure["fd_vs_step"], failure["ad_vs_fd"] = _probe(case, res, err)
     if files is not None and res.saved:
         failure["script"] = _write_script(case, Path(res.saved))
     return failure
 
 
-def _fd_vs_step(case: Case, res: Any, err: Any) -> list[list[float]] | None:
-    """Central differences of the failing element at steps 1e-1 .. 1e-10
-    (times the input's scale) and their distance from the AD value: on a real
-    bug the distance levels off at the bug's size, never reaching rounding."""
-    from gradverify.strategies._arrays import to_backend
+def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, list[dict[str, Any]] | None]:
+    """Two views of a failure for the report, through the checker's own
+    Evaluator (same precision contexts as the check):
 
-    from ._verify import _to_numpy
+    * FD against the step: central differences of the failing element at
+      h = 1e-1 .. 1e-10 (times its scale) and their distance from AD - on a
+      real bug it levels off at the bug's size, never reaching rounding;
+    * AD against FD per input element, for the failing output element (the
+      Jacobian row by reverse mode against central differences, first 64)."""
+    from ._check import backend_of
+    from ._evaluate import Evaluator
+    from ._validate import resolve_wrt
 
     ad = next((v for k, v in err.values.items() if k in ("JVP", "VJP")), None)
     if ad is None or err.argument is None or err.input_index is None or err.output_index is None:
-        return None
+        return None, None
     fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
-    args = [np.asarray(_to_numpy(a), dtype=np.float64) for a in res.counterexample]
-    backend = res.backend
-    dtypes = [str(getattr(a, "dtype", "float64")).removeprefix("torch.") for a in res.counterexample]
-    a, idx, out = err.argument, tuple(err.input_index), tuple(err.output_index)
-    scale = max(abs(float(args[a][idx])), 1.0)
+    args = res.counterexample
+    ev = Evaluator(fn, backend_of(args), args, ())
+    ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
+    base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
+    out = tuple(err.output_index)
 
-    def F(t: float) -> float:
-        moved = [x.copy() for x in args]
-        moved[a][idx] += t
-        call = [to_backend(x, backend, d) if d.startswith(("float", "bfloat")) else x for x, d in zip(moved, dtypes)]
-        if backend == "jax":
-            import jax
+    def F(k: int, idx: tuple[int, ...], t: float) -> float:
+        points = [b.copy() for b in base]
+        points[k][idx] += t
+        return float(ev.primal(points, "float64")[out])
 
-            with jax.enable_x64(True):
-                y = fn(*call)
-        else:
-            y = fn(*call)
-        return float(np.asarray(_to_numpy(y), dtype=np.float64)[out])
-
-    rows = []
     try:
-        for k in range(1, 11):
-            h = scale * 10.0**-k
-            fd = (F(h) - F(-h)) / (2 * h)
-            rows.append([h, fd, abs(fd - float(ad))])
-    except Exception:  # the plot is an extra: a function that cannot be probed gets none
-        return None
-    return rows
+        k0 = ev.wrt.index(err.argument)
+        idx0 = tuple(err.input_index)
+        scale = max(abs(float(base[k0][idx0])), 1.0)
+        steps = []
+        for p in range(1, 11):
+            h = scale * 10.0**-p
+            fd = (F(k0, idx0, h) - F(k0, idx0, -h)) / (2 * h)
+            steps.append([h, fd, abs(fd - float(ad))])
+        cot = np.zeros(ev.primal(None, None).shape)
+        cot[out] = 1.0
+        rows = ev.vjp(cot, ev.dtypes[0] if ev.floating[0] else "float64")
+        per_element = []
+        for k, (b, d) in enumerate(zip(base, rows)):
+            for idx in list(np.ndindex(b.shape))[: 64 - len(per_element)]:
+                h = max(abs(float(b[idx])), 1.0) * 1e-6
+                fd = (F(k, idx, h) - F(k, idx, -h)) / (2 * h)
+                adv = 0.0 if d.value is None else float(np.asarray(d.value).reshape(b.shape)[idx])
+                per_element.append({"argument": ev.wrt[k], "index": list(idx), "AD": adv, "FD": fd})
+    except Exception:  # the views are extras: a function that cannot be probed gets none
+        return None, None
+    return steps, per_element
 
 
 def _kink_distance(case: Case, args: list[np.ndarray]) -> float | None:

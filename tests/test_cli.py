@@ -50,6 +50,9 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     # FD against the step: on a real bug the distance to AD levels off at the bug's size
     dist = [row[2] for row in f["fd_vs_step"]]
     assert len(dist) == 10 and min(dist) > 0.5 * f["error"]
+    # AD against FD per input element of the failing output: x's and b's both off (the bug is in z's slope)
+    per = f["ad_vs_fd"]
+    assert [r["argument"] for r in per] == [0, 1] and all(abs(r["AD"] - r["FD"]) > 0.1 for r in per)
     # junit: parsed, one failure with gradverify's properties
     root = ET.parse(tmp_path / "junit.xml").getroot()
     suite = root.find("testsuite")
@@ -63,7 +66,7 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     assert "**0 passed, 1 failed**" in md and "## FAILED example:seed-bug[torch,fused,float64]" in md
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!doctype html>") and 'class="failed"' in page and "FAILED example:seed-bug" in page
-    assert '<svg class="fd-vs-step"' in page  # the FD-against-step plot, drawn without a plotting library
+    assert '<svg class="fd-vs-step"' in page and '<svg class="ad-vs-fd"' in page  # drawn without a plotting library
     # the script next to the .npz reproduces the failure
     rerun = subprocess.run([sys.executable, f["script"]], capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
