@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-report", action="store_true", help="write no files")
     c.add_argument("--format", type=_formats, default=["md", "json", "junit", "html"], help="md,json,junit,html")
     sub.add_parser("list", help="the bundled ops and activations, with their kinks and conventions")
+    t = sub.add_parser("triage", help="tell a real gradient bug from a flaky test")
+    tsub = t.add_subparsers(dest="mode", required=True)
+    tj = tsub.add_parser("junit", help="JUnit XML from several CI runs: flip rates and separating environment fields")
+    tj.add_argument("files", nargs="+", metavar="FILE.xml")
+    tj.add_argument("--report", metavar="DIR", default=None, help="also write triage.md and triage.json here")
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
@@ -175,6 +180,24 @@ def _list() -> int:
     return 0
 
 
+def _triage_junit(args: argparse.Namespace) -> int:
+    """Exit 0 when no test failed in any run, 1 otherwise."""
+    import json
+    from pathlib import Path
+
+    from . import _reports, _triage
+
+    runs = _triage.read_junit(args.files)
+    rows = _triage.triage_junit(runs)
+    text = _triage.render_markdown(rows, len(runs))
+    print(text, end="")
+    if args.report:
+        data = {"schema": "gradverify-triage-junit/1", "files": [r.file for r in runs], "tests": rows}
+        _reports._atomic_write(Path(args.report) / "triage.md", text)
+        _reports._atomic_write(Path(args.report) / "triage.json", json.dumps(data, indent=1) + "\n")
+    return 1 if any(r["failures"] for r in rows) else 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -200,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "list":
             return _list()
+        if args.command == "triage":
+            return _triage_junit(args)
         return _report(args)
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)

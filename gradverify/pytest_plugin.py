@@ -81,6 +81,29 @@ def pytest_configure(config: pytest.Config) -> None:
         load_profile(settings.profile)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_RECORDS.clear()
+    _record_environment(session.config)
+
+
+def _record_environment(config: pytest.Config) -> None:
+    """The machine, thread counts and versions as JUnit suite properties, so
+    that `gradverify triage junit` can tell which of them separate failing
+    CI runs from passing ones."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or hasattr(config, "workerinput"):
+        return
+    from ._reports import environment
+
+    env = environment()
+    for key in ("python", "platform", "machine", "cpu_count", "omp_num_threads"):
+        xml.add_global_property(f"env.{key}", str(env[key]))
+    for pkg, version in env["versions"].items():
+        xml.add_global_property(f"version.{pkg}", str(version))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Give Hypothesis back the settings it had before --gradverify-profile."""
     settings = config.stash.get(_settings_key, None)
@@ -234,10 +257,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 _SESSION_RECORDS: list[dict[str, Any]] = []
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _SESSION_RECORDS.clear()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -203,8 +203,23 @@ def test_progress_bar_on_a_terminal_only():
     """On a terminal's stderr a rich progress bar runs; piped, nothing but the lines."""
     import os
     import pty
+    import threading
 
     master, slave = pty.openpty()
+    chunks = []
+
+    def drain():  # read while the child writes, so a full pty buffer never blocks it
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradverify.cli", "check", "examples", "--backend", "numpy", "--no-report"],
         stdout=subprocess.PIPE,
@@ -214,18 +229,10 @@ def test_progress_bar_on_a_terminal_only():
     )
     os.close(slave)
     out, _ = proc.communicate(timeout=300)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
+    reader.join(timeout=10)
     os.close(master)
     terminal = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0
+    assert proc.returncode == 0, terminal
     assert "verifying" in terminal  # the bar's label, drawn on the terminal
     assert "verifying" not in out and out.splitlines()[-1] == "1 passed, 0 failed"
     piped = run("check", "examples", "--backend", "numpy", "--no-report")
