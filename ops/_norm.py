@@ -170,6 +170,17 @@ def group_norm(
     return _apply(x, weight, bias, spec, impl)[0]
 
 
+def _statistics_count(x: Any, axes: tuple[int, ...], fn: str, expected: str, fix: str) -> int:
+    """How many values each statistic averages; fewer than two is refused
+    (the unbiased running variance divides by count - 1), as torch does."""
+    count = math.prod(x.shape[a] for a in axes)
+    if count < 2:
+        raise ArgumentValueError(
+            explain(fn, expected, f"input of shape {tuple(x.shape)} ({count} value per statistic)", fix)
+        )
+    return count
+
+
 def _update(xp: Any, running: Any, stat: Any, momentum: float) -> Any:
     return (1 - momentum) * running + momentum * xp.astype(stat, running.dtype)
 
@@ -235,16 +246,13 @@ def batch_norm(
     axes = (0,) + tuple(range(2, x.ndim))
     shape = _channel_shape(x)
     if training:
-        count = math.prod(x.shape[a] for a in axes)
-        if count < 2:
-            raise ArgumentValueError(
-                explain(
-                    "batch_norm(training=True)",
-                    "more than one value per channel",
-                    f"input of shape {tuple(x.shape)} ({count} value per channel)",
-                    "use a batch of at least 2, or training=False with running statistics",
-                )
-            )
+        count = _statistics_count(
+            x,
+            axes,
+            "batch_norm(training=True)",
+            "more than one value per channel",
+            "use a batch of at least 2, or training=False with running statistics",
+        )
         y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
         stats = _running(
             xp,
@@ -296,16 +304,13 @@ def instance_norm(
             x, running_mean, running_var, weight, bias, False, momentum, eps, impl=impl, return_stats=return_stats
         )
     axes = tuple(range(2, x.ndim))
-    count = math.prod(x.shape[2:])
-    if count < 2:
-        raise ArgumentValueError(
-            explain(
-                "instance_norm",
-                "more than one spatial value per channel",
-                f"input of shape {tuple(x.shape)}",
-                "give each instance at least 2 spatial positions",
-            )
-        )
+    count = _statistics_count(
+        x,
+        axes,
+        "instance_norm",
+        "more than one spatial value per channel",
+        "give each instance at least 2 spatial positions",
+    )
     y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
     stats = _running(
         xp,
