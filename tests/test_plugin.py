@@ -95,7 +95,7 @@ def _seeds(output):
 def test_seed_depends_on_base_and_node_id_only(pytester):
     pytester.makepyfile(test_suite=SUITE)
     a = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=1", "-p", "no:cacheprovider")
-    b = pytester.runpytest("-s", "--gradverify-seed=1", "-p", "no:randomly", "-p", "no:cacheprovider")
+    b = pytester.runpytest("-s", "--gradverify-seed=1", "-p", "no:xdist", "-p", "no:cacheprovider")  # no xdist at all
     c = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=2", "-p", "no:cacheprovider")
     sa, sb, sc = (_seeds(r.stdout.str()) for r in (a, b, c))
     assert sa and sa == sb and sa != sc
