@@ -156,3 +156,221 @@ def render_markdown(rows: Sequence[dict[str, Any]], files: int) -> str:
             f"{r['verdict']} | {sep or '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# -- rerun: one test, many seeds, threads and repeats ----------------------------------------
+PRECISION_FACTOR = 8.0  # a failing error within this many FD/rounding bounds is a precision question
+
+
+def _flat(a: Any) -> Any:
+    import numpy as np
+
+    from ._verify import _to_numpy
+
+    return np.asarray(_to_numpy(a), dtype=np.float64).reshape(-1)
+
+
+def _kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) -> float | None:
+    import numpy as np
+
+    if not kinks:
+        return None
+    z = position(*args) if position is not None else _flat(args[0])
+    z = np.asarray(_flat(z))
+    return float(np.min(np.abs(z.reshape(-1, 1) - np.asarray(kinks, dtype=np.float64))))
+
+
+def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[Any]:
+    """VJP of fn at args for a fixed cotangent, through the checker's Evaluator."""
+    import numpy as np
+
+    from ._check import backend_of
+    from ._evaluate import Evaluator
+    from ._validate import resolve_wrt
+
+    ev = Evaluator(fn, backend_of(args), args, ())
+    ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
+    out = ev.primal(None, None)
+    v = np.random.default_rng(cotangent_seed).standard_normal(out.shape)
+    dtype = next(d for d, f in zip(ev.dtypes, ev.floating) if f)
+    return [np.asarray(d.value) for d in ev.vjp(v, dtype)]
+
+
+def _thread_counts_differ(fn: Any, args: Sequence[Any], threads: Sequence[int], repeats: int) -> dict[str, Any] | None:
+    """Bitwise differences of outputs and gradients across repeated calls and
+    torch thread counts: the evidence of a nondeterministic op (None: none)."""
+    import numpy as np
+
+    from ._verify import _to_numpy
+
+    torch = None
+    if any(type(a).__module__.startswith("torch") for a in args):
+        import torch
+    seen: dict[str, list[Any]] = {}
+    previous = torch.get_num_threads() if torch is not None else None
+    try:
+        for t in threads if torch is not None else (None,):
+            if torch is not None:
+                torch.set_num_threads(t)
+            for _ in range(repeats):
+                y = np.asarray(_to_numpy(fn(*args)), dtype=np.float64)
+                g = _gradients(fn, args)
+                seen.setdefault(f"threads={t}", []).append((y, g))
+    finally:
+        if torch is not None:
+            torch.set_num_threads(previous)
+    first_key = next(iter(seen))
+    y0, g0 = seen[first_key][0]
+    for key, rows in seen.items():
+        for y, g in rows:
+            if not np.array_equal(y, y0) or any(not np.array_equal(a, b) for a, b in zip(g, g0)):
+                diff = max([float(np.max(np.abs(y - y0)))] + [float(np.max(np.abs(a - b))) for a, b in zip(g, g0)])
+                return {"differs_between": [first_key, key], "max_difference": diff}
+    return None
+
+
+def _located(result: Any, args: Sequence[Any], position: Any) -> list[float]:
+    """Where the check located the wrong element: its input value (with
+    ``position``, the positions instead)."""
+    if position is not None:
+        return [float(v) for v in _flat(position(*args))[:16]]
+    err = result.errors[0] if result.errors else None
+    if err is not None and err.argument is not None and err.input_index is not None:
+        import numpy as np
+
+        from ._verify import _to_numpy
+
+        return [float(np.asarray(_to_numpy(args[err.argument]), dtype=np.float64)[tuple(err.input_index)])]
+    return [float(v) for v in _flat(args[0])[:16]]
+
+
+def _first_failure(
+    fn: Any, strategy: Any, run_test: Any, seed: int, max_examples: int, first_args: list[Any]
+) -> list[Any]:
+    """The first input (in the seed's order, unshrunk) on which the test fails,
+    and how many of the seed's inputs ran and failed."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    found: list[Any] = []
+    counts = {"examples": 0, "failing": 0}
+
+    @settings(
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis_seed(seed)
+    @given(strategy)
+    def explore(args: Any) -> None:
+        if not first_args:
+            first_args.append(args)
+        ok, err = run_test(fn, *args)
+        counts["examples"] += 1
+        counts["failing"] += not ok
+        if not ok and not found:
+            found.append((args, err))
+
+    explore()
+    return found, counts
+
+
+def rerun(
+    fn: Any,
+    args_strategy: Any,
+    *,
+    test: Any = None,
+    seeds: int = 8,
+    max_examples: int = 50,
+    kinks: Sequence[float] = (),
+    position: Any = None,
+    threads: Sequence[int] = (1, 2),
+    repeats: int = 3,
+    fd_step: float | None = None,
+) -> dict[str, Any]:
+    """Rerun one gradient test across seeds, thread counts and repeated
+    identical evaluations, and give a verdict with its evidence.
+
+    ``test(fn, *args) -> (ok, error)`` is the test as written (default: gv.check
+    with the rounding model). Each failing input is judged again by gv.check:
+    confirmed failures are a **bug** (every seed) or a **bug in a region** (some
+    seeds; the failing positions are given); unconfirmed ones are a **kink
+    flake** when the input lies within ``fd_step`` of one of ``kinks``
+    (``position(*args)`` gives the points to measure, default the first
+    argument), else a **precision flake** with the tolerance that would hold;
+    outputs or gradients that change between identical calls or thread counts
+    make it a **nondeterministic op**."""
+    import numpy as np
+
+    from ._check import check
+
+    def default_test(f: Any, *args: Any) -> tuple[bool, float]:
+        r = check(f, *args)
+        return r.ok, max((e.error or 0.0) for e in r.errors) if r.errors else 0.0
+
+    run_test = test or default_test
+    failures: list[dict[str, Any]] = []
+    first_args: list[Any] = []
+    failing_seeds = []
+    totals = {"examples": 0, "failing": 0}
+    for s in range(seeds):
+        found, counts = _first_failure(fn, args_strategy, run_test, s, max_examples, first_args)
+        totals["examples"] += counts["examples"]
+        totals["failing"] += counts["failing"]
+        if found:
+            failing_seeds.append(s)
+            args, err = found[0]
+            accurate = check(fn, *args)
+            failures.append(
+                {
+                    "seed": s,
+                    "test_error": float(err),
+                    "confirmed": not accurate.ok,
+                    "accurate_error": max((e.error or 0.0) for e in accurate.errors) if accurate.errors else 0.0,
+                    "accurate_bound": max((e.bound or 0.0) for e in accurate.errors) if accurate.errors else None,
+                    "inconclusive": accurate.inconclusive,
+                    "kink_distance": _kink_distance(args, kinks, position),
+                    "position": _located(accurate, args, position),
+                    "args": args,
+                    "check": accurate,
+                }
+            )
+    nondeterminism = _thread_counts_differ(fn, first_args[0], threads, repeats) if first_args else None
+    evidence: dict[str, Any] = {
+        "seeds": seeds,
+        "examples": totals["examples"],
+        "failing_examples": totals["failing"],
+        "failing_seeds": failing_seeds,
+        "nondeterminism": nondeterminism,
+    }
+    if nondeterminism is not None:
+        verdict = "nondeterministic op"
+    elif not failures:
+        verdict = "passes"
+    elif all(f["confirmed"] for f in failures):
+        # everywhere (nearly every input fails) or only where inputs reach a region
+        everywhere = totals["failing"] >= 0.95 * totals["examples"]
+        verdict = "bug" if everywhere else "bug in a region"
+        positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures])
+        evidence["region"] = [float(positions.min()), float(positions.max())]
+    elif fd_step is not None and all(
+        f["kink_distance"] is not None and f["kink_distance"] <= 2 * fd_step for f in failures if not f["confirmed"]
+    ):
+        verdict = "kink flake"
+        evidence["kink_distances"] = [f["kink_distance"] for f in failures]
+        evidence["avoid_with"] = (
+            "gradverify.strategies.arrays(..., kinks=[...]) or bias_act_args: values kept off kinks"
+        )
+    else:
+        verdict = "precision flake"
+        evidence["proposed_tolerance"] = 2 * max(f["test_error"] for f in failures)
+    evidence["failures"] = [{k: v for k, v in f.items() if k not in ("args", "check")} for f in failures]
+    minimal = next((f for f in failures if f["confirmed"]), failures[0] if failures else None)
+    return {
+        "verdict": verdict,
+        "evidence": evidence,
+        "example": None if minimal is None else minimal["args"],
+        "check": None if minimal is None else minimal["check"],
+    }

@@ -61,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     tj = tsub.add_parser("junit", help="JUnit XML from several CI runs: flip rates and separating environment fields")
     tj.add_argument("files", nargs="+", metavar="FILE.xml")
     tj.add_argument("--report", metavar="DIR", default=None, help="also write triage.md and triage.json here")
+    tr = tsub.add_parser("rerun", help="rerun a check target across seeds, thread counts and repeated calls")
+    tr.add_argument("target", metavar="TARGET", help="bias_act:NAME, a normalization, an example, or module:function")
+    tr.add_argument("--backend", choices=BACKENDS, default="torch")
+    tr.add_argument("--impl", choices=("reference", "fused"), default="fused")
+    tr.add_argument("--dtype", default="float64")
+    tr.add_argument("--seeds", type=int, default=8)
+    tr.add_argument("--max-examples", type=int, default=20)
+    tr.add_argument("--strategy", metavar="MODULE:NAME")
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
@@ -198,6 +206,50 @@ def _triage_junit(args: argparse.Namespace) -> int:
     return 1 if any(r["failures"] for r in rows) else 0
 
 
+def _triage_rerun(args: argparse.Namespace) -> int:
+    """Exit 0 when the target passes everywhere, 1 with any other verdict."""
+    from gradverify import ops
+
+    from . import _sweep, _triage
+
+    (case,) = _sweep.cases(
+        [args.target],
+        backends=(args.backend,),
+        impls=(args.impl,),
+        dtypes=(args.dtype,),
+        strategy=args.strategy,
+        max_examples=args.max_examples,
+    )
+    if case.op == "user" and not args.strategy:
+        raise _Usage("a module:function target: expected --strategy module:name; found none")
+    try:
+        fn, strategy = _sweep.build(case)
+    except _sweep.Skip as e:
+        raise _Usage(str(e)) from e
+    kinks, position = [], None
+    if case.activation is not None:
+        kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
+        position = lambda x, b=None: x if b is None else x + b  # noqa: E731  (where the activation is evaluated)
+    r = _triage.rerun(fn, strategy, seeds=args.seeds, max_examples=args.max_examples, kinks=kinks, position=position)
+    ev = r["evidence"]
+    print(f"{case.id}: {r['verdict']}")
+    print(
+        f"  {ev['failing_examples']} of {ev['examples']} input(s) failed, on seeds {ev['failing_seeds'] or 'none'} "
+        f"of {ev['seeds']}"
+    )
+    for key in ("region", "kink_distances", "proposed_tolerance", "nondeterminism", "avoid_with"):
+        if key in ev and ev[key] is not None:
+            print(f"  {key}: {ev[key]}")
+    if r["check"] is not None:
+        print("  the check at the first failing input:")
+        print("\n".join("    " + ln for ln in str(r["check"]).splitlines()))
+    print(
+        f"  reproduce: gradverify triage rerun {args.target} --backend {args.backend} --impl {args.impl} "
+        f"--dtype {args.dtype} --seeds {args.seeds} --max-examples {args.max_examples}"
+    )
+    return 0 if r["verdict"] == "passes" else 1
+
+
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -224,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return _list()
         if args.command == "triage":
-            return _triage_junit(args)
+            return _triage_junit(args) if args.mode == "junit" else _triage_rerun(args)
         return _report(args)
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)

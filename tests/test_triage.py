@@ -84,3 +84,135 @@ def test_wilson_interval():
     assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
     lo, hi = _triage.wilson(10, 10)
     assert hi == pytest.approx(1.0) and lo == pytest.approx(0.7225, abs=1e-4)
+
+
+# -- triage rerun: the four fixtures of issue #6 ------------------------------------------------
+def _hardsigmoid_rule(saturated_slope):
+    """numpy hardsigmoid with its rule; the saturated slope is the bug knob."""
+    import numpy as np
+
+    import gradverify as gv
+
+    def f(x):
+        return np.clip((x + 3) / 6, 0, 1)
+
+    def slope(x):
+        return np.where(np.abs(x) < 3, 1 / 6, saturated_slope)
+
+    return gv.Rule(f, jvp=lambda p, t: slope(p[0]) * t[0], vjp=lambda p, g: (slope(p[0]) * g,))
+
+
+def _naive_inputs(lo=-5.0, hi=5.0):
+    from hypothesis import strategies as st
+
+    from gradverify import strategies as gst
+
+    return gst.arrays("numpy", "float64", st.tuples(st.integers(1, 6)), min_value=lo, max_value=hi).map(lambda a: (a,))
+
+
+def test_rerun_wrong_saturated_slope_is_a_bug_in_a_region():
+    """The seed's hardsigmoid: slope 1 instead of 0 beyond +-3, random inputs in [-5, 5]."""
+    r = _triage.rerun(_hardsigmoid_rule(1.0), _naive_inputs(), seeds=6, max_examples=5, kinks=[-3.0, 3.0])
+    assert r["verdict"] == "bug in a region", r["evidence"]
+    located = [v for f in r["evidence"]["failures"] for v in f["position"]]
+    assert located and all(abs(v) > 3 for v in located)  # every wrong element found is a saturated one
+    assert 0 < r["evidence"]["failing_examples"] < r["evidence"]["examples"]
+    assert not r["check"].ok and r["example"][0].size >= 1
+    assert all(f["confirmed"] for f in r["evidence"]["failures"])
+
+
+def naive_fd_test(eps=1e-3, tol=1e-4):
+    """A test as people write it: one central difference per element, fixed eps."""
+    import numpy as np
+
+    def test(fn, x):
+        fd = (fn(x + eps) - fn(x - eps)) / (2 * eps)
+        ad = fn.jvp((x,), (np.ones_like(x),))
+        err = float(np.max(np.abs(fd - ad)))
+        return err <= tol, err
+
+    return test
+
+
+def test_rerun_correct_rule_near_kinks_with_naive_fd_is_a_kink_flake():
+    from hypothesis import strategies as st
+
+    near = st.lists(
+        st.sampled_from([-3.0, 3.0]).flatmap(lambda k: st.floats(k - 5e-4, k + 5e-4)) | st.floats(-2.0, 2.0),
+        min_size=1,
+        max_size=4,
+    ).map(lambda v: (__import__("numpy").array(v),))
+    r = _triage.rerun(
+        _hardsigmoid_rule(0.0), near, test=naive_fd_test(), seeds=6, max_examples=10, kinks=[-3.0, 3.0], fd_step=1e-3
+    )
+    assert r["verdict"] == "kink flake", r["evidence"]
+    assert r["evidence"]["failing_seeds"]
+    assert all(d <= 2e-3 for d in r["evidence"]["kink_distances"])
+    assert "kinks" in r["evidence"]["avoid_with"]
+
+
+def test_rerun_thread_dependent_bias_sum_is_a_nondeterministic_op():
+    import torch
+
+    class Bias(torch.autograd.Function):
+        @staticmethod
+        def forward(x, b):
+            return x + b
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            # float32 partial sums whose grouping follows the thread count
+            k = torch.get_num_threads()
+            parts = [p.sum(0) for p in g.chunk(k, 0)]
+            gb = parts[0]
+            for p in parts[1:]:
+                gb = gb + p
+            return g, gb
+
+    import numpy as np
+    from hypothesis import strategies as st
+
+    args = st.just(
+        (
+            torch.from_numpy(np.random.default_rng(0).standard_normal((512, 3)).astype(np.float32) * 1e3),
+            torch.from_numpy(np.float32([0.5, -1.0, 2.0])),
+        )
+    )
+    r = _triage.rerun(lambda x, b: Bias.apply(x, b), args, seeds=1, max_examples=1, threads=(1, 7))
+    assert r["verdict"] == "nondeterministic op", r["evidence"]
+    assert r["evidence"]["nondeterminism"]["differs_between"] == ["threads=1", "threads=7"]
+
+
+def test_rerun_float32_op_with_a_float64_tolerance_is_a_precision_flake():
+    import torch
+    from hypothesis import strategies as st
+
+    import gradverify as gv
+    from gradverify import strategies as gst
+
+    def strict(fn, *args):
+        r = gv.check(fn, *args, rtol=1e-12, atol=0.0)
+        return r.ok, max(
+            (e.error or 0.0) / max(abs(e.values.get("FD", 1.0)), 1e-30) for e in r.errors
+        ) if r.errors else 0.0
+
+    args = gst.arrays("torch", "float32", st.tuples(st.integers(2, 6)), min_value=-2, max_value=2).map(lambda a: (a,))
+    r = _triage.rerun(torch.tanh, args, test=strict, seeds=3, max_examples=5, threads=(1,))
+    assert r["verdict"] == "precision flake", r["evidence"]
+    tol = r["evidence"]["proposed_tolerance"]
+    assert 1e-9 < tol < 1e-4  # float32 rounding, not a float64 one
+    assert all(not f["confirmed"] for f in r["evidence"]["failures"])
+
+
+def test_cli_rerun_a_check_target(capsys):
+    code = cli.main(["triage", "rerun", "example:seed-bug", "--backend", "numpy", "--seeds", "2"])
+    out = capsys.readouterr().out
+    assert code == 1 and out.startswith("example:seed-bug[numpy,fused,float64]: bug")
+    assert "the check at the first failing input:" in out and "reproduce: gradverify triage rerun" in out
+    code = cli.main(["triage", "rerun", "bias_act:relu6", "--backend", "numpy", "--seeds", "2", "--max-examples", "5"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("bias_act:relu6[numpy,fused,float64]: passes")
