@@ -349,11 +349,12 @@ def rerun(
         verdict = "nondeterministic op"
     elif not failures:
         verdict = "passes"
-    elif all(f["confirmed"] for f in failures):
-        # everywhere (nearly every input fails) or only where inputs reach a region
+    elif any(f["confirmed"] for f in failures):
+        # a confirmed failure is a bug, whatever else flaked; everywhere (nearly
+        # every input fails) or only where inputs reach a region
         everywhere = totals["failing"] >= 0.95 * totals["examples"]
         verdict = "bug" if everywhere else "bug in a region"
-        positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures])
+        positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures if f["confirmed"]])
         evidence["region"] = [float(positions.min()), float(positions.max())]
     elif fd_step is not None and all(
         f["kink_distance"] is not None and f["kink_distance"] <= 2 * fd_step for f in failures if not f["confirmed"]
