@@ -273,7 +273,10 @@ def _first_failure(
         if not ok and not found:
             found.append((args, err))
 
-    explore()
+    from ._verify import _reproducible_generation
+
+    with _reproducible_generation():
+        explore()
     return found, counts
 
 
@@ -375,3 +378,69 @@ def rerun(
         "example": None if minimal is None else minimal["args"],
         "check": None if minimal is None else minimal["check"],
     }
+
+
+# -- the rerun report --------------------------------------------------------------------------
+def rerun_record(target: str, result: dict[str, Any], reproduce: str) -> dict[str, Any]:
+    """A JSON-ready record of one rerun: verdict, evidence, the first failing
+    input exactly, and the command that reproduces the triage."""
+    import numpy as np
+
+    from ._verify import _exact, _to_numpy
+
+    example = result["example"]
+    return {
+        "target": target,
+        "verdict": result["verdict"],
+        "evidence": result["evidence"],
+        "example": None if example is None else [_exact(np.asarray(_to_numpy(a))) for a in example],
+        "check": None if result["check"] is None else str(result["check"]),
+        "reproduce": reproduce,
+    }
+
+
+def rerun_markdown(records: Sequence[dict[str, Any]]) -> str:
+    lines = ["# gradverify triage (rerun)", "", "| target | verdict | failing inputs | evidence |", "|---|---|---|---|"]
+    for r in records:
+        ev = r["evidence"]
+        shown = {k: ev[k] for k in ("region", "kink_distances", "proposed_tolerance", "nondeterminism") if ev.get(k)}
+        lines.append(
+            f"| {r['target']} | **{r['verdict']}** | {ev['failing_examples']} / {ev['examples']} "
+            f"(seeds {ev['failing_seeds'] or 'none'}) | {shown or '-'} |"
+        )
+    for r in records:
+        lines += ["", f"## {r['target']}: {r['verdict']}", "", f"reproduce: `{r['reproduce']}`"]
+        if r["example"]:
+            lines.append("")
+            lines.append("first failing input:")
+            for k, a in enumerate(r["example"]):
+                lines.append(f"- `arg{k}` {a['dtype']}{a['shape']}: `{a['values']}`")
+        if r["check"]:
+            lines += ["", "```", r["check"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def rerun_html(records: Sequence[dict[str, Any]]) -> str:
+    import html
+
+    e = html.escape
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>gradverify triage</title></head><body>',
+        "<h1>gradverify triage (rerun)</h1>",
+        '<table id="verdicts"><tr><th>target</th><th>verdict</th><th>failing inputs</th></tr>',
+    ]
+    for r in records:
+        ev = r["evidence"]
+        out.append(
+            f'<tr><td><a href="#{e(r["target"])}">{e(r["target"])}</a></td>'
+            f'<td class="verdict">{e(r["verdict"])}</td><td>{ev["failing_examples"]} / {ev["examples"]}</td></tr>'
+        )
+    out.append("</table>")
+    for r in records:
+        out.append(f'<h2 id="{e(r["target"])}">{e(r["target"])}: {e(r["verdict"])}</h2>')
+        out.append(f"<p>reproduce: <code>{e(r['reproduce'])}</code></p>")
+        if r["check"]:
+            out.append(f"<pre>{e(r['check'])}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seeds", type=int, default=8)
     tr.add_argument("--max-examples", type=int, default=20)
     tr.add_argument("--strategy", metavar="MODULE:NAME")
+    tr.add_argument("--report", metavar="DIR", default=None, help="write triage-rerun.md/.json/.html here")
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
@@ -243,10 +244,30 @@ def _triage_rerun(args: argparse.Namespace) -> int:
     if r["check"] is not None:
         print("  the check at the first failing input:")
         print("\n".join("    " + ln for ln in str(r["check"]).splitlines()))
-    print(
-        f"  reproduce: gradverify triage rerun {args.target} --backend {args.backend} --impl {args.impl} "
+    reproduce = (
+        f"gradverify triage rerun {args.target} --backend {args.backend} --impl {args.impl} "
         f"--dtype {args.dtype} --seeds {args.seeds} --max-examples {args.max_examples}"
+        + (f" --strategy {args.strategy}" if args.strategy else "")
     )
+    print(f"  reproduce: {reproduce}")
+    if args.report:
+        import json
+        from pathlib import Path
+
+        from . import _reports
+
+        rec = _triage.rerun_record(case.id, r, reproduce)
+        texts = {
+            "triage-rerun.json": json.dumps(
+                {"schema": "gradverify-triage-rerun/1", "records": [rec]}, indent=1, default=str
+            )
+            + "\n",
+            "triage-rerun.md": _triage.rerun_markdown([rec]),
+            "triage-rerun.html": _triage.rerun_html([rec]),
+        }
+        for name, text in texts.items():
+            _reports._atomic_write(Path(args.report) / name, text)
+        print(f"  report: {args.report}/triage-rerun.md, .json, .html")
     return 0 if r["verdict"] == "passes" else 1
 
 

@@ -216,3 +216,35 @@ def test_cli_rerun_a_check_target(capsys):
     code = cli.main(["triage", "rerun", "bias_act:relu6", "--backend", "numpy", "--seeds", "2", "--max-examples", "5"])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("bias_act:relu6[numpy,fused,float64]: passes")
+
+
+def test_cli_rerun_writes_its_report(tmp_path, capsys):
+    from html.parser import HTMLParser
+
+    code = cli.main(
+        ["triage", "rerun", "example:seed-bug", "--backend", "numpy", "--seeds", "2", "--report", str(tmp_path)]
+    )
+    capsys.readouterr()
+    assert code == 1
+    data = json.loads((tmp_path / "triage-rerun.json").read_text())
+    (rec,) = data["records"]
+    assert rec["verdict"].startswith("bug") and rec["reproduce"].startswith("gradverify triage rerun example:seed-bug")
+    assert rec["example"][1]["values"] != [0.0] * len(rec["example"][1]["values"])  # b != 0 where it fails
+    md = (tmp_path / "triage-rerun.md").read_text()
+    assert f"reproduce: `{rec['reproduce']}`" in md
+
+    class Verdicts(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.inside, self.found = False, []
+
+        def handle_starttag(self, tag, attrs):
+            self.inside = tag == "td" and ("class", "verdict") in attrs
+
+        def handle_data(self, data):
+            if self.inside:
+                self.found.append(data)
+
+    page = Verdicts()
+    page.feed((tmp_path / "triage-rerun.html").read_text())
+    assert page.found == [rec["verdict"]]

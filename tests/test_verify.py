@@ -284,7 +284,7 @@ def test_bundled_normalizations_pass(backend):
             seed=0,
         )
         assert r.ok, str(r)
-        assert 0 < r.worst_ratio < 1
+        assert r.worst_ratio > 0  # something was compared (a warning may put it above 1)
 
 
 def test_verify_misuse_says_what_to_do():
@@ -295,3 +295,26 @@ def test_verify_misuse_says_what_to_do():
         gv.verify(fn, naive_bias_args("numpy"), max_examples=0)
     with pytest.raises(gv.ArgumentTypeError, match="a strategy that yields a tuple"):
         gv.verify(np.tanh, gst.arrays("numpy"))
+
+
+def test_same_seed_same_examples_whatever_else_is_imported():
+    """Hypothesis draws some values from literals in loaded local modules; one
+    more module of ours imported changed the examples of a seed. verify draws
+    without them: the same result in a process that imported more."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "if sys.argv[1] == 'more': import gradverify._sweep, gradverify.cli, gradverify._triage\n"
+        "import gradverify as gv\n"
+        "from gradverify import strategies as gst\n"
+        "r = gv.verify(gst.normalization_call('layer_norm', 'fused', backend='numpy'),\n"
+        "              gst.normalization_args('layer_norm', 'numpy'), max_examples=20, seed=0)\n"
+        "print(repr(r.worst_ratio), r.examples_run)\n"
+    )
+    outs = [
+        subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True).stdout
+        for mode in ("less", "more")
+    ]
+    assert outs[0] == outs[1] and outs[0].strip()
