@@ -11,9 +11,10 @@ import array_api_compat
 
 
 class _Namespace:
-    def __init__(self, base: Any, erf: Any) -> None:
+    def __init__(self, base: Any, erf: Any, erfc: Any) -> None:
         self._base = base
         self.erf = erf
+        self.erfc = erfc  # 1 - erf without cancelling where erf is near 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
@@ -37,20 +38,20 @@ def _namespace(name: str) -> _Namespace:
     if name == "torch":
         import torch
 
-        return _Namespace(array_api_compat.array_namespace(torch.zeros(0)), torch.special.erf)
+        return _Namespace(array_api_compat.array_namespace(torch.zeros(0)), torch.special.erf, torch.special.erfc)
     if name == "jax":
         import jax.numpy as jnp
         import jax.scipy.special
 
-        return _Namespace(jnp, jax.scipy.special.erf)
+        return _Namespace(jnp, jax.scipy.special.erf, jax.scipy.special.erfc)
     import numpy as np
 
-    return _Namespace(array_api_compat.array_namespace(np.zeros(0)), _numpy_erf())
+    return _Namespace(array_api_compat.array_namespace(np.zeros(0)), *_numpy_erf())
 
 
-def _numpy_erf() -> Any:
+def _numpy_erf() -> tuple[Any, Any]:
     try:
-        from scipy.special import erf  # scipy is a dependency of jax; optional here
+        from scipy.special import erf, erfc  # scipy is a dependency of jax; optional here
     except ImportError:  # pragma: no cover - exercised only without scipy
         import math
 
@@ -59,7 +60,10 @@ def _numpy_erf() -> Any:
         def erf(x: Any) -> Any:
             return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
 
-    return erf
+        def erfc(x: Any) -> Any:
+            return np.vectorize(math.erfc, otypes=[np.asarray(x).dtype])(x)
+
+    return erf, erfc
 
 
 def namespace(x: Any) -> _Namespace:

@@ -209,3 +209,19 @@ def _stable(name, dtype, backend):
         assert y[-1] == pytest.approx(float(big), rel=1e-6) or name == "logcosh"
     if name == "logsigmoid":
         assert y[0] == pytest.approx(-float(big), rel=1e-6) and y[-1] == 0.0
+
+
+@pytest.mark.parametrize("name,at", [("gelu_erf", -4.0), ("gelu", -4.0), ("logcosh", 2.0**-8), ("logcosh", 0.0)])
+def test_forms_that_cancelled_now_check_conclusively(name, at):
+    """Found by `gradverify check all`: 1 + erf(z/sqrt 2) at z = -4 and
+    |z| + log1p(exp(-2|z|)) - log 2 near 0 cancel, and their rounding noise
+    made finite differences fail correct rules. The erfc and sinh forms do not."""
+    import jax
+
+    x = make("jax", np.array([[at]]))
+    b = make("jax", np.array([0.0]))
+    with jax.enable_x64(True):
+        r = gv.check(lambda x, b: ops.bias_act(name, x, b, impl="fused"), x, b)
+        r_ref = gv.check(lambda x, b: ops.bias_act(name, x, b), x, b)
+    assert r.ok and not r.inconclusive, str(r)
+    assert r_ref.ok and not r_ref.inconclusive, str(r_ref)
