@@ -213,3 +213,20 @@ def test_rounding_noise_that_fools_the_kink_indicator_is_inconclusive_not_a_mism
     assert r.by_kind(gv.Kind.FD_UNRELIABLE)
     assert gv.check(rule(1.01), x, b).inconclusive
     assert not gv.check(rule(1.01), np.array([[-1.0]]), b).ok
+
+
+def test_fd_rounding_follows_the_stencil_values_at_a_minimum():
+    """At x = 1e-45 logcosh's FD along b (b = 0, step ~4e-6) sees F(+-h) ~
+    h^2/2 = 7e-12, not |F(0)| ~ 1e-90: the difference of two such values
+    cannot resolve a slope of 1e-45. Found by `gradverify check all` as a
+    'mismatch' of 1.4e-45; the rounding model now uses the stencil's values.
+    A slope that is really wrong there is still caught."""
+    from gradverify import ops
+
+    x, b = np.array([[1.401298464324817e-45]]), np.array([0.0])
+    assert gv.check(ops.bias_act_rule("logcosh"), x, b).ok
+    rule = ops.bias_act_rule("logcosh")
+    wrong = gv.Rule(
+        rule.fn, jvp=lambda p, t: rule.jvp(p, t) + 1e-3, vjp=lambda p, g: tuple(c + 1e-3 for c in rule.vjp(p, g))
+    )
+    assert not gv.check(wrong, x, b).ok
