@@ -310,11 +310,10 @@ def _kink_distance(case: Case, args: list[np.ndarray]) -> float | None:
         return None
     from gradverify import ops
 
+    from ._triage import _kink_distance as distance
+
     kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
-    if not kinks:
-        return None
-    z = args[0].astype(np.float64) + (args[1].astype(np.float64) if len(args) > 1 else 0.0)
-    return float(np.min(np.abs(z.reshape(-1, 1) - np.array(kinks))))
+    return distance(args, kinks, lambda x, b=0.0: x.astype(np.float64) + np.asarray(b, dtype=np.float64))
 
 
 def case_code(case: Case) -> str:
