@@ -14,6 +14,9 @@ from ._result import CheckResult as CheckResult
 from ._result import Finding as Finding
 from ._result import Kind as Kind
 from ._rule import Rule as Rule
+from ._triage import Triage as Triage
+from ._triage import junit_files as triage_junit
+from ._triage import rerun as triage
 from ._verify import VerifyResult as VerifyResult
 from ._verify import verify as verify
 
@@ -27,9 +30,12 @@ __all__ = [
     "GradientError",
     "Kind",
     "Rule",
+    "Triage",
     "UsageError",
     "VerifyResult",
     "assert_gradients",
     "check",
+    "triage",
+    "triage_junit",
     "verify",
 ]

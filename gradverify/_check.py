@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _fd
+from . import _fd, _observe
 from . import _tolerance as tol
 from ._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
 from ._evaluate import BadStructure, CallFailed, Derivative, Evaluator
@@ -62,6 +62,23 @@ def check(
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions)
+    options = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
+    with _observe.call("check", fn, args, {**options, "directions": directions, "name": name}):
+        return _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name)
+
+
+def _check(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+    full: bool | None,
+    directions: int,
+    name: str | None,
+) -> CheckResult:
     backend = backend_of(args)
     ev = Evaluator(fn, backend, args, ())
     validate_arrays(backend, args, ev.values)

@@ -25,8 +25,15 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 class Run:
     file: str
     env: dict[str, str]
-    outcomes: dict[str, str]  # test id -> passed | failed | error | skipped
+    outcomes: dict[str, str]  # test id -> passed | failed | error | skipped (the last attempt)
     properties: dict[str, dict[str, str]]  # test id -> its properties
+    attempts: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # test id -> outcome per attempt
+
+    def failed(self, test: str) -> bool:
+        """Failed in this run: at its last attempt, or at an earlier one that a rerun hid."""
+        return self.outcomes[test] in ("failed", "error") or any(
+            a in ("failed", "error") for a in self.attempts.get(test, ())
+        )
 
 
 def read_junit(paths: Sequence[str | os.PathLike[str]]) -> list[Run]:
@@ -51,6 +58,7 @@ def read_junit(paths: Sequence[str | os.PathLike[str]]) -> list[Run]:
         env: dict[str, str] = {}
         outcomes: dict[str, str] = {}
         props: dict[str, dict[str, str]] = {}
+        attempts: dict[str, list[str]] = {}
         for suite in suites:
             for p in suite.properties():
                 env[p.name] = p.value
@@ -69,9 +77,22 @@ def read_junit(paths: Sequence[str | os.PathLike[str]]) -> list[Run]:
                 else:
                     outcomes[tid] = "passed"
                 elem = case._elem.find("properties")
-                props[tid] = {} if elem is None else {p.get("name"): p.get("value") for p in elem}
-        runs.append(Run(str(path), env, outcomes, props))
+                pairs = [] if elem is None else [(p.get("name"), p.get("value")) for p in elem]
+                props[tid] = {k: v for k, v in pairs if k != "gradverify_attempt"}
+                # the gradverify plugin's record of every attempt; the last entry of a test holds them all
+                tried = [v.split(":", 1)[-1] for k, v in pairs if k == "gradverify_attempt"]
+                if tried:
+                    attempts[tid] = tried
+        runs.append(Run(str(path), env, outcomes, props, attempts))
     return runs
+
+
+def junit_files(paths: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
+    """``gv.triage_junit``: per test of the JUnit files from several CI runs,
+    its failures (reruns included), flip rate with a 95% interval, the
+    environment fields separating failing runs from passing ones, and a verdict
+    ("passes", "fails everywhere", "environment-specific", "flaky")."""
+    return triage_junit(read_junit(paths))
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -107,16 +128,18 @@ def triage_junit(runs: Sequence[Run]) -> list[dict[str, Any]]:
     out = []
     for t in tests:
         seen = [r for r in runs if t in r.outcomes and r.outcomes[t] != "skipped"]
-        bad = [r for r in seen if r.outcomes[t] in ("failed", "error")]
-        good = [r for r in seen if r.outcomes[t] == "passed"]
+        bad = [r for r in seen if r.failed(t)]
+        good = [r for r in seen if not r.failed(t)]
+        hidden = [r for r in bad if r.outcomes[t] == "passed"]  # failed, then passed on a rerun
         n, k = len(seen), len(bad)
+        tried = [a for r in seen for a in r.attempts.get(t, ["passed"])]
         lo, hi = wilson(k, n)
         # gradverify's per-test figures (verdict, error, seed) are outcomes, not environments
         found = _separating(_envs(bad, t), _envs(good, t))
         sep = {f: v for f, v in found.items() if not f.startswith("gradverify_")}
         if k == 0:
             verdict = "passes"
-        elif k == n:
+        elif k == n and not hidden:
             verdict = "fails everywhere"
         elif sep:
             verdict = "environment-specific"
@@ -127,6 +150,9 @@ def triage_junit(runs: Sequence[Run]) -> list[dict[str, Any]]:
                 "test": t,
                 "runs": n,
                 "failures": k,
+                "passed_on_rerun": len(hidden),
+                "attempts": len(tried),
+                "failed_attempts": sum(a in ("failed", "error") for a in tried),
                 "flip_rate": k / n if n else 0.0,
                 "interval95": [lo, hi],
                 "verdict": verdict,
@@ -135,6 +161,13 @@ def triage_junit(runs: Sequence[Run]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _failures_cell(r: dict[str, Any]) -> str:
+    cell = f"{r['failures']} / {r['runs']}"
+    if r.get("passed_on_rerun"):
+        cell += f" ({r['passed_on_rerun']} passed on a rerun; {r['failed_attempts']} of {r['attempts']} attempts failed)"
+    return cell
 
 
 def render_markdown(rows: Sequence[dict[str, Any]], files: int) -> str:
@@ -152,7 +185,7 @@ def render_markdown(rows: Sequence[dict[str, Any]], files: int) -> str:
         )
         lo, hi = r["interval95"]
         lines.append(
-            f"| {r['test']} | {r['failures']} / {r['runs']} | {r['flip_rate']:.2f} ({lo:.2f} - {hi:.2f}) | "
+            f"| {r['test']} | {_failures_cell(r)} | {r['flip_rate']:.2f} ({lo:.2f} - {hi:.2f}) | "
             f"{r['verdict']} | {sep or '-'} |"
         )
     return "\n".join(lines) + "\n"
@@ -185,6 +218,7 @@ def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[An
     import numpy as np
 
     from ._check import backend_of
+    from ._errors import ModeUnavailable
     from ._evaluate import Evaluator
     from ._validate import resolve_wrt
 
@@ -193,7 +227,10 @@ def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[An
     out = ev.primal(None, None)
     v = np.random.default_rng(cotangent_seed).standard_normal(out.shape)
     dtype = next(d for d, f in zip(ev.dtypes, ev.floating) if f)
-    return [np.asarray(d.value) for d in ev.vjp(v, dtype)]
+    try:
+        return [np.asarray(d.value) for d in ev.vjp(v, dtype)]
+    except ModeUnavailable:
+        return []  # no reverse mode (plain numpy): outputs alone are compared
 
 
 def _thread_counts_differ(fn: Any, args: Sequence[Any], threads: Sequence[int], repeats: int) -> dict[str, Any] | None:
@@ -280,6 +317,139 @@ def _first_failure(
     return found, counts
 
 
+FD_STEPS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+DTYPES = ("float64", "float32")
+
+
+def _evaluator(fn: Any, args: Sequence[Any]) -> Any:
+    from ._check import backend_of
+    from ._evaluate import Evaluator
+    from ._validate import resolve_wrt
+
+    ev = Evaluator(fn, backend_of(args), args, ())
+    ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
+    return ev
+
+
+def fd_step_sweep(fn: Any, args: Sequence[Any], steps: Sequence[float] = FD_STEPS, seed: int = 0) -> dict[str, Any]:
+    """One random directional derivative u^T J v of ``fn`` at ``args``: reverse
+    mode at the arguments' own dtype against central differences in float64 at
+    each step h (relative to the largest |x|).
+
+    How |FD(h) - AD| moves with h tells the causes apart: a wrong rule levels
+    off at the size of the mistake whatever the step; a stencil across a kink
+    is wrong while h exceeds the distance to the kink and falls once it does
+    not; rounding levels off at the AD's own precision (float32: ~1e-7)."""
+    import numpy as np
+
+    ev = _evaluator(fn, args)
+    rng = np.random.default_rng(seed)
+    base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
+    v = [rng.standard_normal(b.shape) for b in base]
+    u = rng.standard_normal(ev.primal(None, None).shape)
+    out_dtype = next(d for d, f in zip(ev.dtypes, ev.floating) if f)
+    ad = 0.0
+    for d, b, vk in zip(ev.vjp(u, out_dtype), base, v):
+        if d.value is not None:
+            ad += float(np.sum(np.asarray(d.value, dtype=np.float64).reshape(b.shape) * vk))
+    scale = max([1.0] + [float(np.max(np.abs(b))) for b in base if b.size])
+    rows = []
+    for h in steps:
+        t = h * scale
+        plus = ev.primal([b + t * vk for b, vk in zip(base, v)], "float64")
+        minus = ev.primal([b - t * vk for b, vk in zip(base, v)], "float64")
+        fd = float(np.sum(u * (plus - minus))) / (2 * t)
+        rows.append([t, fd, abs(fd - ad)])
+    errors = [r[2] for r in rows]
+    floor = min(errors)
+    relative = floor / max(abs(ad), 1e-300)
+    best = steps[errors.index(floor)] * scale
+    return {
+        "AD": ad,
+        "steps": rows,
+        "floor": floor,
+        "relative_floor": relative,
+        "best_step": best,
+        "trend": (
+            f"levels off at {relative:.2g} of |AD|: AD itself is off, whatever the step"
+            if relative > 1e-4
+            else f"falls to {relative:.2g} of |AD| at h = {best:.1e}: the step, not AD"
+        ),
+    }
+
+
+def dtype_sweep(fn: Any, args: Sequence[Any], run_test: Any, dtypes: Sequence[str] = DTYPES) -> dict[str, Any]:
+    """The test again on the same values cast to each of ``dtypes``:
+    ``{dtype: {"ok", "error"}}``; a failure that goes away in a wider dtype is
+    a question of precision, one that stays is not."""
+    import numpy as np
+
+    from ._check import backend_of
+
+    backend = backend_of(args)
+    out: dict[str, Any] = {}
+    for d in dtypes:
+        try:
+            with backend.precision(d):
+                cast = [
+                    backend.from_numpy(np.array(backend.to_numpy(a), copy=True), a, d) if backend.is_floating(a) else a
+                    for a in args
+                ]
+                ok, err = run_test(fn, *cast)
+            out[d] = {"ok": bool(ok), "error": float(err)}
+        except Exception as e:  # a dtype the op does not take is a fact, not a crash
+            out[d] = {"ok": None, "error": None, "raised": f"{type(e).__name__}: {e}"[:200]}
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Triage:
+    """The verdict on one gradient test and its evidence.
+
+    ``verdict`` is one of "passes", "bug", "bug in a region", "kink flake",
+    "precision flake", "nondeterministic op"; ``evidence`` holds the counts,
+    the failing seeds, per failure the kink distance, the FD-step and dtype
+    sweeps, and the verdict's own figures (``region``, ``kink_distances`` and
+    ``avoid_with``, ``proposed_tolerance``, ``nondeterminism``); ``example``
+    is the first failing input (a confirmed one when there is one) and
+    ``check`` gv.check's result there."""
+
+    verdict: str
+    evidence: dict[str, Any]
+    example: tuple[Any, ...] | None
+    check: Any
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "passes"
+
+    def __str__(self) -> str:
+        ev = self.evidence
+        lines = [
+            f"verdict: {self.verdict}",
+            f"  {ev['failing_examples']} of {ev['examples']} input(s) failed, "
+            f"on seeds {ev['failing_seeds'] or 'none'} of {ev['seeds']}",
+        ]
+        for key in ("region", "kink_distances", "avoid_with", "proposed_tolerance", "nondeterminism"):
+            if ev.get(key) is not None:
+                lines.append(f"  {key}: {ev[key]}")
+        first = ev["failures"][0] if ev["failures"] else None
+        if first is not None:
+            sweep = first.get("fd_sweep")
+            if sweep:
+                lines.append(f"  FD step sweep: {sweep['trend']}")
+            if first.get("dtypes"):
+                shown = ", ".join(
+                    f"{d} {'passes' if r['ok'] else 'fails' if r['ok'] is False else 'raises'}"
+                    for d, r in first["dtypes"].items()
+                )
+                lines.append(f"  the failing input in other dtypes: {shown}")
+        if self.check is not None:
+            lines.append("  the check at the first failing input:")
+            lines += ["    " + ln for ln in str(self.check).splitlines()]
+        return "\n".join(lines)
+
+
 def rerun(
     fn: Any,
     args_strategy: Any,
@@ -292,19 +462,23 @@ def rerun(
     threads: Sequence[int] = (1, 2),
     repeats: int = 3,
     fd_step: float | None = None,
-) -> dict[str, Any]:
-    """Rerun one gradient test across seeds, thread counts and repeated
-    identical evaluations, and give a verdict with its evidence.
+    fd_steps: Sequence[float] = FD_STEPS,
+    dtypes: Sequence[str] = DTYPES,
+) -> Triage:
+    """Rerun one gradient test across seeds, thread counts, FD steps, dtypes
+    and repeated identical evaluations, and give a verdict with its evidence.
 
     ``test(fn, *args) -> (ok, error)`` is the test as written (default: gv.check
     with the rounding model). Each failing input is judged again by gv.check:
-    confirmed failures are a **bug** (every seed) or a **bug in a region** (some
-    seeds; the failing positions are given); unconfirmed ones are a **kink
-    flake** when the input lies within ``fd_step`` of one of ``kinks``
+    confirmed failures are a **bug** (nearly every input fails) or a **bug in a
+    region** (some do; the failing positions are given); unconfirmed ones are a
+    **kink flake** when the input lies within 2 ``fd_step`` of one of ``kinks``
     (``position(*args)`` gives the points to measure, default the first
-    argument), else a **precision flake** with the tolerance that would hold;
-    outputs or gradients that change between identical calls or thread counts
-    make it a **nondeterministic op**."""
+    argument) or gv.check finds a kink there, else a **precision flake** with
+    the tolerance that would hold; outputs or gradients that change between
+    identical calls or thread counts make it a **nondeterministic op**. Each
+    failure also records an FD-step sweep (:func:`fd_step_sweep`) and the test
+    on its values in each of ``dtypes`` (:func:`dtype_sweep`)."""
     import numpy as np
 
     from ._check import check
@@ -336,6 +510,8 @@ def rerun(
                     "inconclusive": accurate.inconclusive,
                     "kink_distance": _kink_distance(args, kinks, position),
                     "position": _located(accurate, args, position),
+                    "fd_sweep": _quietly(fd_step_sweep, fn, args, fd_steps) if fd_steps else None,
+                    "dtypes": dtype_sweep(fn, args, run_test, dtypes) if dtypes else None,
                     "args": args,
                     "check": accurate,
                 }
@@ -348,6 +524,12 @@ def rerun(
         "failing_seeds": failing_seeds,
         "nondeterminism": nondeterminism,
     }
+    unconfirmed = [f for f in failures if not f["confirmed"]]
+
+    def near_kink(f: dict[str, Any]) -> bool:
+        declared = fd_step is not None and f["kink_distance"] is not None and f["kink_distance"] <= 2 * fd_step
+        return declared or bool(f["inconclusive"])
+
     if nondeterminism is not None:
         verdict = "nondeterministic op"
     elif not failures:
@@ -358,10 +540,8 @@ def rerun(
         everywhere = totals["failing"] >= 0.95 * totals["examples"]
         verdict = "bug" if everywhere else "bug in a region"
         positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures if f["confirmed"]])
-        evidence["region"] = [float(positions.min()), float(positions.max())]
-    elif fd_step is not None and all(
-        f["kink_distance"] is not None and f["kink_distance"] <= 2 * fd_step for f in failures if not f["confirmed"]
-    ):
+        evidence["region"] = _pieces(positions, kinks) if len(kinks) else [float(positions.min()), float(positions.max())]
+    elif all(near_kink(f) for f in unconfirmed):
         verdict = "kink flake"
         evidence["kink_distances"] = [f["kink_distance"] for f in failures]
         evidence["avoid_with"] = (
@@ -372,75 +552,166 @@ def rerun(
         evidence["proposed_tolerance"] = 2 * max(f["test_error"] for f in failures)
     evidence["failures"] = [{k: v for k, v in f.items() if k not in ("args", "check")} for f in failures]
     minimal = next((f for f in failures if f["confirmed"]), failures[0] if failures else None)
-    return {
-        "verdict": verdict,
-        "evidence": evidence,
-        "example": None if minimal is None else minimal["args"],
-        "check": None if minimal is None else minimal["check"],
-    }
+    return Triage(
+        verdict=verdict,
+        evidence=evidence,
+        example=None if minimal is None else tuple(minimal["args"]),
+        check=None if minimal is None else minimal["check"],
+    )
+
+
+def _pieces(positions: Any, kinks: Sequence[float]) -> list[str]:
+    """The pieces between kinks that hold the failing positions, e.g. ["x < -3", "x > 3"]."""
+    import numpy as np
+
+    ks = sorted(float(k) for k in kinks)
+    edges = [-np.inf, *ks, np.inf]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        if np.any((positions > lo) & (positions < hi)):
+            out.append(f"x > {lo:g}" if hi == np.inf else f"x < {hi:g}" if lo == -np.inf else f"{lo:g} < x < {hi:g}")
+    out += [f"x = {k:g}" for k in ks if np.any(positions == k)]
+    return out
+
+
+def _quietly(probe: Any, *args: Any) -> Any:
+    """An extra view of a failure: a function it cannot be computed for gets none."""
+    try:
+        return probe(*args)
+    except Exception as e:
+        return {"trend": f"not computed ({type(e).__name__}: {e})"[:200], "steps": []}
 
 
 # -- the rerun report --------------------------------------------------------------------------
-def rerun_record(target: str, result: dict[str, Any], reproduce: str) -> dict[str, Any]:
+def rerun_record(target: str, result: Triage, reproduce: str) -> dict[str, Any]:
     """A JSON-ready record of one rerun: verdict, evidence, the first failing
     input exactly, and the command that reproduces the triage."""
     import numpy as np
 
     from ._verify import _exact, _to_numpy
 
-    example = result["example"]
+    example = result.example
     return {
         "target": target,
-        "verdict": result["verdict"],
-        "evidence": result["evidence"],
+        "verdict": result.verdict,
+        "evidence": result.evidence,
         "example": None if example is None else [_exact(np.asarray(_to_numpy(a))) for a in example],
-        "check": None if result["check"] is None else str(result["check"]),
+        "check": None if result.check is None else str(result.check),
         "reproduce": reproduce,
     }
 
 
-def rerun_markdown(records: Sequence[dict[str, Any]]) -> str:
-    lines = ["# gradverify triage (rerun)", "", "| target | verdict | failing inputs | evidence |", "|---|---|---|---|"]
-    for r in records:
-        ev = r["evidence"]
-        shown = {k: ev[k] for k in ("region", "kink_distances", "proposed_tolerance", "nondeterminism") if ev.get(k)}
+def _evidence_line(r: dict[str, Any]) -> str:
+    """One line of a record's evidence: its inputs, or its CI runs and calls."""
+    ev = r.get("evidence")
+    parts = []
+    if ev is not None:
+        parts.append(f"{ev['failing_examples']} / {ev['examples']} inputs failed (seeds {ev['failing_seeds'] or 'none'})")
+        parts += [f"{k}: {ev[k]}" for k in ("region", "kink_distances", "proposed_tolerance", "nondeterminism") if ev.get(k)]
+    runs = r.get("runs")
+    if runs is not None:
+        lo, hi = runs["interval95"]
+        parts.append(f"{runs['failures']} / {runs['runs']} runs failed ({lo:.2f} - {hi:.2f})")
+        parts += [f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in runs["separating_fields"].items()]
+    for c in r.get("calls", ()):
+        parts.append(f"{c['call']} {c['function']}: {c['verdict']}")
+    return "; ".join(parts) or "-"
+
+
+def _failure_lines(ev: dict[str, Any]) -> list[str]:
+    lines = []
+    for f in ev.get("failures", ()):
+        sweep = f.get("fd_sweep") or {}
+        dtypes = f.get("dtypes") or {}
+        shown = ", ".join(f"{d}: {'passes' if v['ok'] else 'fails' if v['ok'] is False else 'raises'}" for d, v in dtypes.items())
         lines.append(
-            f"| {r['target']} | **{r['verdict']}** | {ev['failing_examples']} / {ev['examples']} "
-            f"(seeds {ev['failing_seeds'] or 'none'}) | {shown or '-'} |"
+            f"- seed {f['seed']}: error {f['test_error']:.3g}, confirmed by gv.check: {f['confirmed']}, "
+            f"kink distance {f['kink_distance']}; FD step sweep {sweep.get('trend', '-')}; dtypes {shown or '-'}"
         )
+    return lines
+
+
+def rerun_markdown(records: Sequence[dict[str, Any]]) -> str:
+    lines = ["# gradverify triage (rerun)", "", "| target | verdict | evidence |", "|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['target']} | **{r['verdict']}** | {_evidence_line(r)} |")
     for r in records:
         lines += ["", f"## {r['target']}: {r['verdict']}", "", f"reproduce: `{r['reproduce']}`"]
-        if r["example"]:
-            lines.append("")
-            lines.append("first failing input:")
-            for k, a in enumerate(r["example"]):
-                lines.append(f"- `arg{k}` {a['dtype']}{a['shape']}: `{a['values']}`")
-        if r["check"]:
-            lines += ["", "```", r["check"], "```"]
+        for c in [r, *r.get("calls", ())]:
+            if c is not r:
+                lines += ["", f"### {c['call']} {c['function']}: {c['verdict']}"]
+            if c.get("evidence"):
+                lines += ["", *_failure_lines(c["evidence"])]
+            if c.get("example"):
+                lines += ["", "first failing input:"]
+                lines += [f"- `arg{k}` {a['dtype']}{a['shape']}: `{a['values']}`" for k, a in enumerate(c["example"])]
+            if c.get("check"):
+                lines += ["", "```", c["check"], "```"]
     return "\n".join(lines) + "\n"
+
+
+_STYLE = (
+    "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}"
+    ".verdict{font-weight:bold}pre{background:#f6f6f6;padding:.6em}</style>"
+)
+
+
+def _page(title: str, body: list[str]) -> str:
+    import html
+
+    return "\n".join(
+        [
+            "<!doctype html>",
+            f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>{_STYLE}</head><body>',
+            f"<h1>{html.escape(title)}</h1>",
+            *body,
+            "</body></html>",
+        ]
+    ) + "\n"
 
 
 def rerun_html(records: Sequence[dict[str, Any]]) -> str:
     import html
 
     e = html.escape
-    out = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>gradverify triage</title></head><body>',
-        "<h1>gradverify triage (rerun)</h1>",
-        '<table id="verdicts"><tr><th>target</th><th>verdict</th><th>failing inputs</th></tr>',
-    ]
+    body = ['<table id="verdicts"><tr><th>target</th><th>verdict</th><th>evidence</th></tr>']
     for r in records:
-        ev = r["evidence"]
-        out.append(
+        body.append(
             f'<tr><td><a href="#{e(r["target"])}">{e(r["target"])}</a></td>'
-            f'<td class="verdict">{e(r["verdict"])}</td><td>{ev["failing_examples"]} / {ev["examples"]}</td></tr>'
+            f'<td class="verdict">{e(r["verdict"])}</td><td>{e(_evidence_line(r))}</td></tr>'
         )
-    out.append("</table>")
+    body.append("</table>")
     for r in records:
-        out.append(f'<h2 id="{e(r["target"])}">{e(r["target"])}: {e(r["verdict"])}</h2>')
-        out.append(f"<p>reproduce: <code>{e(r['reproduce'])}</code></p>")
-        if r["check"]:
-            out.append(f"<pre>{e(r['check'])}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+        body.append(f'<h2 id="{e(r["target"])}">{e(r["target"])}: {e(r["verdict"])}</h2>')
+        body.append(f"<p>reproduce: <code>{e(r['reproduce'])}</code></p>")
+        for c in [r, *r.get("calls", ())]:
+            if c is not r:
+                body.append(f"<h3>{e(c['call'])} {e(c['function'])}: {e(c['verdict'])}</h3>")
+            if c.get("evidence"):
+                body.append("<ul>" + "".join(f"<li>{e(ln[2:])}</li>" for ln in _failure_lines(c["evidence"])) + "</ul>")
+            if c.get("check"):
+                body.append(f"<pre>{e(c['check'])}</pre>")
+    return _page("gradverify triage (rerun)", body)
+
+
+def junit_html(rows: Sequence[dict[str, Any]], files: int) -> str:
+    import html
+
+    e = html.escape
+    failed = sum(r["failures"] > 0 for r in rows)
+    body = [
+        f"<p>{files} run(s); {failed} test(s) failed at least once.</p>",
+        '<table id="tests"><tr><th>test</th><th>failures / runs</th><th>flip rate (95% interval)</th>'
+        "<th>verdict</th><th>separating fields</th></tr>",
+    ]
+    for r in sorted(rows, key=lambda r: (-r["failures"], r["test"])):
+        lo, hi = r["interval95"]
+        sep = "; ".join(f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in r["separating_fields"].items())
+        body.append(
+            f"<tr><td>{e(r['test'])}</td><td>{e(_failures_cell(r))}</td>"
+            f"<td>{r['flip_rate']:.2f} ({lo:.2f} - {hi:.2f})</td><td class=\"verdict\">{e(r['verdict'])}</td>"
+            f"<td>{e(sep or '-')}</td></tr>"
+        )
+    body.append("</table>")
+    return _page("gradverify triage (JUnit)", body)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _observe
 from ._check import check
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
@@ -161,8 +162,9 @@ def verify(
         state.last = (args, res)
         raise _Failed
 
+    options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
     try:
-        with _reproducible_generation():
+        with _observe.call("verify", fn, args_strategy, options), _reproducible_generation():
             prop()
     except _Failed:
         pass

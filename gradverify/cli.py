@@ -60,13 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = t.add_subparsers(dest="mode", required=True)
     tj = tsub.add_parser("junit", help="JUnit XML from several CI runs: flip rates and separating environment fields")
     tj.add_argument("files", nargs="+", metavar="FILE.xml")
-    tj.add_argument("--report", metavar="DIR", default=None, help="also write triage.md and triage.json here")
+    tj.add_argument("--report", metavar="DIR", default=None, help="also write triage.md, .json and .html here")
     tr = tsub.add_parser("rerun", help="rerun a check target across seeds, thread counts and repeated calls")
-    tr.add_argument("target", metavar="TARGET", help="bias_act:NAME, a normalization, an example, or module:function")
+    tr.add_argument(
+        "target", metavar="TARGET", help="a pytest node id, bias_act:NAME, a normalization, an example, or module:function"
+    )
     tr.add_argument("--backend", choices=BACKENDS, default="torch")
     tr.add_argument("--impl", choices=("reference", "fused"), default="fused")
     tr.add_argument("--dtype", default="float64")
-    tr.add_argument("--seeds", type=int, default=8)
+    tr.add_argument("--seeds", type=int, default=None, help="default: 8 for a check target, 4 for a node id")
+    tr.add_argument("--threads", default="1,4", help="thread counts, comma-separated (default: 1,4)")
     tr.add_argument("--max-examples", type=int, default=20)
     tr.add_argument("--strategy", metavar="MODULE:NAME")
     tr.add_argument("--report", metavar="DIR", default=None, help="write triage-rerun.md/.json/.html here")
@@ -204,14 +207,81 @@ def _triage_junit(args: argparse.Namespace) -> int:
         data = {"schema": "gradverify-triage-junit/1", "files": [r.file for r in runs], "tests": rows}
         _reports._atomic_write(Path(args.report) / "triage.md", text)
         _reports._atomic_write(Path(args.report) / "triage.json", json.dumps(data, indent=1) + "\n")
+        _reports._atomic_write(Path(args.report) / "triage.html", _triage.junit_html(rows, len(runs)))
     return 1 if any(r["failures"] for r in rows) else 0
+
+
+def _threads(text: str) -> list[int]:
+    try:
+        ts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        ts = []
+    if not ts or min(ts) < 1:
+        raise _Usage(f"--threads: expected positive integers separated by commas, e.g. 1,4; found {text!r}")
+    return ts
+
+
+def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
+    import json
+    from pathlib import Path
+
+    from . import _reports, _triage
+
+    texts = {
+        "triage-rerun.json": json.dumps({"schema": "gradverify-triage-rerun/1", "records": records}, indent=1, default=str)
+        + "\n",
+        "triage-rerun.md": _triage.rerun_markdown(records),
+        "triage-rerun.html": _triage.rerun_html(records),
+    }
+    for name, text in texts.items():
+        _reports._atomic_write(Path(directory) / name, text)
+    print(f"  report: {directory}/triage-rerun.md, .json, .html")
+
+
+def _triage_test(args: argparse.Namespace) -> int:
+    from . import _triage_node
+
+    seeds = 4 if args.seeds is None else args.seeds
+    threads = _threads(args.threads)
+    records = []
+    for t in _triage_node.triage_node(args.target, seeds=seeds, threads=threads, max_examples=args.max_examples):
+        reproduce = (
+            f"gradverify triage rerun {t['test']} --seeds {seeds} --threads {args.threads} "
+            f"--max-examples {args.max_examples}"
+        )
+        print(f"{t['test']}: {t['verdict']}")
+        runs = t["runs"]
+        if runs is not None:
+            lo, hi = runs["interval95"]
+            print(f"  CI runs (seeds x threads {threads}): {runs['failures']} of {runs['runs']} failed ({lo:.2f} - {hi:.2f})")
+            for field, v in runs["separating_fields"].items():
+                print(f"  {field}: fails on {v['failing']}, passes on {v['passing']}")
+        for c in t["calls"]:
+            ev = c["evidence"]
+            print(f"  {c['call']} {c['function']}: {c['verdict']} ({ev['failing_examples']} of {ev['examples']} inputs failed)")
+            for key in ("region", "kink_distances", "proposed_tolerance", "nondeterminism"):
+                if ev.get(key) is not None:
+                    print(f"    {key}: {ev[key]}")
+        if not t["calls"]:
+            print("  no gv.check / gv.verify call in the test: the verdict rests on its runs alone")
+        print(f"  reproduce: {reproduce}")
+        records.append({"target": t["test"], "verdict": t["verdict"], "runs": runs, "calls": t["calls"], "reproduce": reproduce})
+    if not records:
+        raise _Usage(f"triage rerun {args.target}: expected a node id that collects tests; found none")
+    if args.report:
+        _write_rerun_report(args.report, records)
+    return 0 if all(r["verdict"] == "passes" for r in records) else 1
 
 
 def _triage_rerun(args: argparse.Namespace) -> int:
     """Exit 0 when the target passes everywhere, 1 with any other verdict."""
     from gradverify import ops
 
-    from . import _sweep, _triage
+    from . import _sweep, _triage, _triage_node
+
+    if _triage_node.is_node_id(args.target):
+        return _triage_test(args)
+    seeds = 8 if args.seeds is None else args.seeds
 
     (case,) = _sweep.cases(
         [args.target],
@@ -231,44 +301,26 @@ def _triage_rerun(args: argparse.Namespace) -> int:
     if case.activation is not None:
         kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
         position = lambda x, b=None: x if b is None else x + b  # noqa: E731  (where the activation is evaluated)
-    r = _triage.rerun(fn, strategy, seeds=args.seeds, max_examples=args.max_examples, kinks=kinks, position=position)
-    ev = r["evidence"]
-    print(f"{case.id}: {r['verdict']}")
-    print(
-        f"  {ev['failing_examples']} of {ev['examples']} input(s) failed, on seeds {ev['failing_seeds'] or 'none'} "
-        f"of {ev['seeds']}"
+    r = _triage.rerun(
+        fn,
+        strategy,
+        seeds=seeds,
+        max_examples=args.max_examples,
+        kinks=kinks,
+        position=position,
+        threads=_threads(args.threads),
     )
-    for key in ("region", "kink_distances", "proposed_tolerance", "nondeterminism", "avoid_with"):
-        if key in ev and ev[key] is not None:
-            print(f"  {key}: {ev[key]}")
-    if r["check"] is not None:
-        print("  the check at the first failing input:")
-        print("\n".join("    " + ln for ln in str(r["check"]).splitlines()))
+    print(f"{case.id}: {r.verdict}")
+    print("\n".join(str(r).splitlines()[1:]))
     reproduce = (
         f"gradverify triage rerun {args.target} --backend {args.backend} --impl {args.impl} "
-        f"--dtype {args.dtype} --seeds {args.seeds} --max-examples {args.max_examples}"
+        f"--dtype {args.dtype} --seeds {seeds} --max-examples {args.max_examples} --threads {args.threads}"
         + (f" --strategy {args.strategy}" if args.strategy else "")
     )
     print(f"  reproduce: {reproduce}")
     if args.report:
-        import json
-        from pathlib import Path
-
-        from . import _reports
-
-        rec = _triage.rerun_record(case.id, r, reproduce)
-        texts = {
-            "triage-rerun.json": json.dumps(
-                {"schema": "gradverify-triage-rerun/1", "records": [rec]}, indent=1, default=str
-            )
-            + "\n",
-            "triage-rerun.md": _triage.rerun_markdown([rec]),
-            "triage-rerun.html": _triage.rerun_html([rec]),
-        }
-        for name, text in texts.items():
-            _reports._atomic_write(Path(args.report) / name, text)
-        print(f"  report: {args.report}/triage-rerun.md, .json, .html")
-    return 0 if r["verdict"] == "passes" else 1
+        _write_rerun_report(args.report, [_triage.rerun_record(case.id, r, reproduce)])
+    return 0 if r.ok else 1
 
 
 def _report(args: argparse.Namespace) -> int:

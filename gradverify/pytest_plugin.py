@@ -8,6 +8,7 @@
   ``gradverify.verify(fn, strategy)`` bound to the test's own seed (derived from
   the base seed and the node id: independent of order and worker count);
 * per-test figures in ``item.user_properties`` (so in JUnit XML, any family),
+  and every attempt's outcome where a test failed or was rerun (pytest-rerunfailures),
   failures with their minimal counterexample in the terminal summary, and a
   report written once, by the controller, under pytest-xdist.
 
@@ -228,8 +229,27 @@ def gradverify(request: pytest.FixtureRequest) -> Checker:
     return checker
 
 
+_attempts_key = pytest.StashKey[list[str]]()
+_outcome_key = pytest.StashKey[str]()
+
+
+def _record_attempt(item: pytest.Item) -> None:
+    """At an attempt's teardown: its outcome as a ``gradverify_attempt`` property
+    ("1:failed", "2:passed"). Reruns (pytest-rerunfailures) run the same item
+    again, so the last attempt's JUnit entry lists every attempt, where JUnit
+    itself keeps only the last outcome. Passing first attempts record nothing."""
+    attempts = item.stash.setdefault(_attempts_key, [])
+    outcome = item.stash.get(_outcome_key, "passed")
+    item.stash[_outcome_key] = "passed"
+    attempts.append(outcome)
+    if outcome != "passed" or len(attempts) > 1:
+        item.user_properties.append(("gradverify_attempt", f"{len(attempts)}:{outcome}"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    if call.when == "teardown":
+        _record_attempt(item)
     checker = item.stash.get(_checker_key, None)
     if call.when == "call" and checker is not None and checker.records:
         recs = checker.records
@@ -245,6 +265,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if npz:
             item.user_properties.append(("gradverify_counterexample", npz))
     outcome = yield
+    if call.when in ("setup", "call"):
+        report = outcome.get_result()
+        if report.failed:
+            item.stash[_outcome_key] = "error" if call.when == "setup" else "failed"
+        elif report.skipped and call.when == "setup":
+            item.stash[_outcome_key] = "skipped"
     if call.when == "call" and checker is not None and checker.records:
         report = outcome.get_result()
         setattr(report, _RECORDS_ATTR, list(checker.records))  # serialized to the xdist controller

@@ -5,6 +5,7 @@ on the runners with one thread: flagged, with the field named."""
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 
 import pytest
 
@@ -40,9 +41,11 @@ def ten_runs(pytester, monkeypatch):
 
 
 def test_ten_runs_one_test_failing_on_one_thread_count(ten_runs):
+    import gradverify as gv
+
     runs = _triage.read_junit(ten_runs)
     assert len(runs) == 10 and runs[0].env["env.omp_num_threads"] in ("1", "4")
-    rows = {r["test"].split("::")[-1]: r for r in _triage.triage_junit(runs)}
+    rows = {r["test"].split("::")[-1]: r for r in gv.triage_junit(ten_runs)}
     t = rows["test_thread_sensitive"]
     assert (t["failures"], t["runs"]) == (3, 10)
     assert t["verdict"] == "environment-specific"
@@ -63,6 +66,70 @@ def test_cli_prints_the_table_and_writes_the_report(ten_runs, tmp_path, capsys):
     assert "| 3 / 10 |" in line and "environment-specific" in line and "env.omp_num_threads: fails on ['1']" in line
     data = json.loads((tmp_path / "triage.json").read_text())
     assert data["schema"] == "gradverify-triage-junit/1" and len(data["files"]) == 10
+    cells = _TableCells()
+    cells.feed((tmp_path / "triage.html").read_text())
+    row = next(r for r in cells.rows if r and r[0].endswith("test_thread_sensitive"))
+    assert row[1] == "3 / 10" and row[3] == "environment-specific" and "env.omp_num_threads" in row[4]
+
+
+class _TableCells(HTMLParser):
+    """The text of each table row's cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+RERUN_SUITE = """
+import os, pathlib
+
+def test_fails_on_first_attempt():
+    counter = pathlib.Path(os.environ["ATTEMPTS_FILE"])
+    n = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(n + 1))
+    assert n >= 1
+
+def test_fine():
+    assert True
+"""
+
+
+def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
+    """pytest-rerunfailures reruns a failed test and JUnit keeps only the pass;
+    the plugin's own record of every attempt keeps the failure visible."""
+    pytester.makepyfile(test_rr=RERUN_SUITE)
+    files = []
+    for k in range(4):
+        monkeypatch.setenv("ATTEMPTS_FILE", str(pytester.path / f"attempts{k}"))
+        path = pytester.path / f"run{k}.xml"
+        result = pytester.runpytest("--reruns", "2", f"--junitxml={path}", "-p", "no:cacheprovider", "-q")
+        assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+        files.append(str(path))
+    runs = _triage.read_junit(files)
+    name = next(t for t in runs[0].outcomes if t.endswith("test_fails_on_first_attempt"))
+    assert all(r.outcomes[name] == "passed" for r in runs)  # what JUnit alone says
+    assert all(r.attempts[name] == ["failed", "passed"] for r in runs)
+    rows = {r["test"].split("::")[-1]: r for r in _triage.triage_junit(runs)}
+    t = rows["test_fails_on_first_attempt"]
+    assert (t["failures"], t["passed_on_rerun"], t["failed_attempts"], t["attempts"]) == (4, 4, 4, 8)
+    assert t["verdict"] == "flaky"
+    assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["attempts"] == 4
+    assert "4 passed on a rerun; 4 of 8 attempts failed" in _triage.render_markdown(list(rows.values()), 4)
 
 
 def test_hostile_or_broken_files_get_a_clear_error(tmp_path, capsys):
@@ -112,13 +179,20 @@ def _naive_inputs(lo=-5.0, hi=5.0):
 
 def test_rerun_wrong_saturated_slope_is_a_bug_in_a_region():
     """The seed's hardsigmoid: slope 1 instead of 0 beyond +-3, random inputs in [-5, 5]."""
-    r = _triage.rerun(_hardsigmoid_rule(1.0), _naive_inputs(), seeds=6, max_examples=5, kinks=[-3.0, 3.0])
-    assert r["verdict"] == "bug in a region", r["evidence"]
-    located = [v for f in r["evidence"]["failures"] for v in f["position"]]
+    import gradverify as gv
+
+    r = gv.triage(_hardsigmoid_rule(1.0), _naive_inputs(), seeds=6, max_examples=5, kinks=[-3.0, 3.0])
+    assert isinstance(r, gv.Triage) and not r.ok
+    assert r.verdict == "bug in a region", r.evidence
+    located = [v for f in r.evidence["failures"] for v in f["position"]]
     assert located and all(abs(v) > 3 for v in located)  # every wrong element found is a saturated one
-    assert 0 < r["evidence"]["failing_examples"] < r["evidence"]["examples"]
-    assert not r["check"].ok and r["example"][0].size >= 1
-    assert all(f["confirmed"] for f in r["evidence"]["failures"])
+    assert r.evidence["region"] and set(r.evidence["region"]) <= {"x < -3", "x > 3"}
+    assert 0 < r.evidence["failing_examples"] < r.evidence["examples"]
+    assert not r.check.ok and r.example[0].size >= 1
+    assert all(f["confirmed"] for f in r.evidence["failures"])
+    for f in r.evidence["failures"]:  # the error stays whatever the step, and in float64 too
+        assert f["fd_sweep"]["relative_floor"] > 1e-2 and "levels off" in f["fd_sweep"]["trend"]
+        assert f["dtypes"]["float64"]["ok"] is False
 
 
 def naive_fd_test(eps=1e-3, tol=1e-4):
@@ -145,10 +219,12 @@ def test_rerun_correct_rule_near_kinks_with_naive_fd_is_a_kink_flake():
     r = _triage.rerun(
         _hardsigmoid_rule(0.0), near, test=naive_fd_test(), seeds=6, max_examples=10, kinks=[-3.0, 3.0], fd_step=1e-3
     )
-    assert r["verdict"] == "kink flake", r["evidence"]
-    assert r["evidence"]["failing_seeds"]
-    assert all(d <= 2e-3 for d in r["evidence"]["kink_distances"])
-    assert "kinks" in r["evidence"]["avoid_with"]
+    assert r.verdict == "kink flake", r.evidence
+    assert r.evidence["failing_seeds"]
+    assert all(d <= 2e-3 for d in r.evidence["kink_distances"])
+    assert "kinks" in r.evidence["avoid_with"]
+    for f in r.evidence["failures"]:  # a small enough step sees the rule is right
+        assert f["fd_sweep"]["relative_floor"] < 1e-6 and "the step, not AD" in f["fd_sweep"]["trend"]
 
 
 def test_rerun_thread_dependent_bias_sum_is_a_nondeterministic_op():
@@ -183,8 +259,8 @@ def test_rerun_thread_dependent_bias_sum_is_a_nondeterministic_op():
         )
     )
     r = _triage.rerun(lambda x, b: Bias.apply(x, b), args, seeds=1, max_examples=1, threads=(1, 7))
-    assert r["verdict"] == "nondeterministic op", r["evidence"]
-    assert r["evidence"]["nondeterminism"]["differs_between"] == ["threads=1", "threads=7"]
+    assert r.verdict == "nondeterministic op", r.evidence
+    assert r.evidence["nondeterminism"]["differs_between"] == ["threads=1", "threads=7"]
 
 
 def test_rerun_float32_op_with_a_float64_tolerance_is_a_precision_flake():
@@ -202,10 +278,14 @@ def test_rerun_float32_op_with_a_float64_tolerance_is_a_precision_flake():
 
     args = gst.arrays("torch", "float32", st.tuples(st.integers(2, 6)), min_value=-2, max_value=2).map(lambda a: (a,))
     r = _triage.rerun(torch.tanh, args, test=strict, seeds=3, max_examples=5, threads=(1,))
-    assert r["verdict"] == "precision flake", r["evidence"]
-    tol = r["evidence"]["proposed_tolerance"]
+    assert r.verdict == "precision flake", r.evidence
+    tol = r.evidence["proposed_tolerance"]
     assert 1e-9 < tol < 1e-4  # float32 rounding, not a float64 one
-    assert all(not f["confirmed"] for f in r["evidence"]["failures"])
+    assert all(not f["confirmed"] for f in r.evidence["failures"])
+    for f in r.evidence["failures"]:  # the same values pass in float64: precision, not the rule
+        assert f["dtypes"]["float64"]["ok"] is True and f["dtypes"]["float32"]["ok"] is False
+        assert f["fd_sweep"]["relative_floor"] < 1e-4
+    assert "float64 passes, float32 fails" in str(r)
 
 
 def test_cli_rerun_a_check_target(capsys):
@@ -248,3 +328,83 @@ def test_cli_rerun_writes_its_report(tmp_path, capsys):
     page = Verdicts()
     page.feed((tmp_path / "triage-rerun.html").read_text())
     assert page.found == [rec["verdict"]]
+
+
+# -- triage rerun NODE_ID: a pytest test as the target ------------------------------------------
+NODE_SUITE = """
+import os
+
+import numpy as np
+from hypothesis import strategies as st
+
+import gradverify as gv
+from gradverify import strategies as gst
+
+
+def hardsigmoid(saturated_slope):
+    def slope(x):
+        return np.where(np.abs(x) < 3, 1 / 6, saturated_slope)
+
+    f = lambda x: np.clip((x + 3) / 6, 0, 1)
+    return gv.Rule(f, jvp=lambda p, t: slope(p[0]) * t[0], vjp=lambda p, g: (slope(p[0]) * g,))
+
+
+inputs = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 6)), min_value=-5, max_value=5).map(lambda a: (a,))
+
+
+def test_wrong_saturated_slope(gradverify):
+    assert gradverify.verify(hardsigmoid(1.0), inputs, max_examples=10).ok
+
+
+def test_right_rule(gradverify):
+    assert gradverify.verify(hardsigmoid(0.0), inputs, max_examples=10).ok
+
+
+def test_thread_count(gradverify):
+    assert gradverify.check(np.tanh, np.array([0.3, -1.2])).ok
+    assert os.environ["OMP_NUM_THREADS"] != "1"
+"""
+
+
+def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
+    """Each verdict of a node-id target, from real pytest runs and the test's own
+    gradient calls: the wrong rule is a bug in a region (its calls rerun), the
+    thread-count-dependent test environment-specific (its runs), the right rule passes."""
+    pytester.makepyfile(test_node=NODE_SUITE)
+    monkeypatch.chdir(pytester.path)
+    code = cli.main(["triage", "rerun", "test_node.py", "--seeds", "2", "--max-examples", "5", "--report", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    verdicts = dict(ln.split(": ", 1) for ln in out.splitlines() if ln.startswith("test_node.py::"))
+    assert verdicts == {
+        "test_node.py::test_right_rule": "passes",
+        "test_node.py::test_thread_count": "environment-specific",
+        "test_node.py::test_wrong_saturated_slope": "bug in a region",
+    }
+    assert "env.omp_num_threads: fails on ['1'], passes on ['4']" in out
+    assert "CI runs (seeds x threads [1, 4]): 4 of 4 failed" in out  # the wrong rule, every run
+    data = json.loads((tmp_path / "triage-rerun.json").read_text())
+    wrong = next(r for r in data["records"] if r["target"].endswith("test_wrong_saturated_slope"))
+    (call,) = wrong["calls"]
+    assert call["call"] == "verify" and call["verdict"] == "bug in a region"
+    assert all(abs(v) > 3 for f in call["evidence"]["failures"] for v in f["position"])
+    assert wrong["reproduce"].startswith("gradverify triage rerun test_node.py::test_wrong_saturated_slope --seeds 2")
+    cells = _TableCells()
+    cells.feed((tmp_path / "triage-rerun.html").read_text())
+    assert sorted(r[1] for r in cells.rows[1:]) == ["bug in a region", "environment-specific", "passes"]
+
+
+def test_cli_rerun_a_node_id_that_does_not_exist(pytester, capsys, monkeypatch):
+    pytester.makepyfile(test_node="def test_a():\n    pass\n")
+    monkeypatch.chdir(pytester.path)
+    code = cli.main(["triage", "rerun", "test_node.py::test_missing", "--seeds", "1", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "expected a pytest node id that collects and runs" in err
+
+
+def test_node_ids_map_to_junit_ids():
+    from gradverify._triage_node import is_node_id, junit_id
+
+    assert junit_id("tests/test_a.py::TestB::test_c[1-2]") == "tests.test_a.TestB::test_c[1-2]"
+    assert junit_id("test_a.py::test_b") == "test_a::test_b"
+    assert is_node_id("tests/test_a.py") and is_node_id("t.py::x") and not is_node_id("bias_act:relu")
