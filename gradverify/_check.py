@@ -582,8 +582,8 @@ class _Run:
             r = self.refs[b]
             where, arg, idx = self._where(b, i)
             values = {}
-            if status == _fd.KINK:  # the hull of the one-sided derivatives
-                values = {"left": float(self._unscale(b, r.lo[i])), "right": float(self._unscale(b, r.hi[i]))}
+            if status == _fd.KINK:  # the hull of the two one-sided derivatives (which side is which is not kept)
+                values = {"lower": float(self._unscale(b, r.lo[i])), "upper": float(self._unscale(b, r.hi[i]))}
             count = len({(i if not self.full else (b, i)) for b, i in hits})
             self.add(
                 kind,

@@ -192,7 +192,6 @@ def render_markdown(rows: Sequence[dict[str, Any]], files: int) -> str:
 
 
 # -- rerun: one test, many seeds, threads and repeats ----------------------------------------
-PRECISION_FACTOR = 8.0  # a failing error within this many FD/rounding bounds is a precision question
 
 
 def _flat(a: Any) -> Any:
@@ -317,6 +316,7 @@ def _first_failure(
     return found, counts
 
 
+KINK_MARGIN = 1e-3  # a minimal case stays this far (relative) from any declared kink
 FD_STEPS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 DTYPES = ("float64", "float32")
 
@@ -410,9 +410,10 @@ class Triage:
     "precision flake", "nondeterministic op"; ``evidence`` holds the counts,
     the failing seeds, per failure the kink distance, the FD-step and dtype
     sweeps, and the verdict's own figures (``region``, ``kink_distances`` and
-    ``avoid_with``, ``proposed_tolerance``, ``nondeterminism``); ``example``
-    is the first failing input (a confirmed one when there is one) and
-    ``check`` gv.check's result there."""
+    ``avoid_with``, ``proposed_tolerance``, ``nondeterminism``, and for a bug
+    ``minimal_case``); ``example`` is the minimal failing input for a bug (shrunk
+    by gv.verify), else the first failing one, and ``check`` gv.check's result
+    there."""
 
     verdict: str
     evidence: dict[str, Any]
@@ -430,7 +431,7 @@ class Triage:
             f"  {ev['failing_examples']} of {ev['examples']} input(s) failed, "
             f"on seeds {ev['failing_seeds'] or 'none'} of {ev['seeds']}",
         ]
-        for key in ("region", "kink_distances", "avoid_with", "proposed_tolerance", "nondeterminism"):
+        for key in ("region", "minimal_case", "kink_distances", "avoid_with", "proposed_tolerance", "nondeterminism"):
             if ev.get(key) is not None:
                 lines.append(f"  {key}: {ev[key]}")
         first = ev["failures"][0] if ev["failures"] else None
@@ -445,7 +446,7 @@ class Triage:
                 )
                 lines.append(f"  the failing input in other dtypes: {shown}")
         if self.check is not None:
-            lines.append("  the check at the first failing input:")
+            lines.append(f"  the check at the {'minimal' if 'minimal_case' in ev else 'first failing'} input:")
             lines += ["    " + ln for ln in str(self.check).splitlines()]
         return "\n".join(lines)
 
@@ -507,6 +508,9 @@ def rerun(
                     "confirmed": not accurate.ok,
                     "accurate_error": max((e.error or 0.0) for e in accurate.errors) if accurate.errors else 0.0,
                     "accurate_bound": max((e.bound or 0.0) for e in accurate.errors) if accurate.errors else None,
+                    # gv.check's worst |error| / (FD error estimate + rounding) at this input: <= 1 means the
+                    # derivative agrees with FD as well as FD can tell
+                    "error_over_estimate": float(accurate.worst_ratio),
                     "inconclusive": accurate.inconclusive,
                     "kink_distance": _kink_distance(args, kinks, position),
                     "position": _located(accurate, args, position),
@@ -551,13 +555,32 @@ def rerun(
         verdict = "precision flake"
         evidence["proposed_tolerance"] = 2 * max(f["test_error"] for f in failures)
     evidence["failures"] = [{k: v for k, v in f.items() if k not in ("args", "check")} for f in failures]
-    minimal = next((f for f in failures if f["confirmed"]), failures[0] if failures else None)
-    return Triage(
-        verdict=verdict,
-        evidence=evidence,
-        example=None if minimal is None else tuple(minimal["args"]),
-        check=None if minimal is None else minimal["check"],
-    )
+    first = next((f for f in failures if f["confirmed"]), failures[0] if failures else None)
+    example = None if first is None else tuple(first["args"])
+    at = None if first is None else first["check"]
+    if verdict in ("bug", "bug in a region"):
+        # shrink: gv.verify on the first confirmed seed gives the minimal case
+        from ._verify import verify
+
+        # a minimal case off the kinks, declared or found by gv.check there: no shrinking onto one
+        if len(kinks):
+            margin = KINK_MARGIN * max(1.0, *(abs(float(k)) for k in kinks))
+            strategy = args_strategy.filter(lambda a: (_kink_distance(a, kinks, position) or 0.0) > margin)
+        else:
+            from ._result import Kind
+
+            strategy = args_strategy.filter(lambda a: not check(fn, *a).by_kind(Kind.NONDIFFERENTIABLE))
+        shrunk = verify(fn, strategy, seed=first["seed"], max_examples=max_examples)
+        if not shrunk.ok:
+            example, at = tuple(shrunk.counterexample), shrunk.result
+            evidence["minimal_case"] = {
+                "seed": first["seed"],
+                "shrink_steps": shrunk.shrink_steps,
+                "shapes": [list(np.shape(a)) for a in example],
+                "kink_distance": _kink_distance(example, kinks, position),
+                "position": _located(shrunk.result, example, position),
+            }
+    return Triage(verdict=verdict, evidence=evidence, example=example, check=at)
 
 
 def _pieces(positions: Any, kinks: Sequence[float]) -> list[str]:
@@ -607,7 +630,8 @@ def _evidence_line(r: dict[str, Any]) -> str:
     parts = []
     if ev is not None:
         parts.append(f"{ev['failing_examples']} / {ev['examples']} inputs failed (seeds {ev['failing_seeds'] or 'none'})")
-        parts += [f"{k}: {ev[k]}" for k in ("region", "kink_distances", "proposed_tolerance", "nondeterminism") if ev.get(k)]
+        keys = ("region", "minimal_case", "kink_distances", "proposed_tolerance", "nondeterminism")
+        parts += [f"{k}: {ev[k]}" for k in keys if ev.get(k)]
     runs = r.get("runs")
     if runs is not None:
         lo, hi = runs["interval95"]
@@ -643,7 +667,8 @@ def rerun_markdown(records: Sequence[dict[str, Any]]) -> str:
             if c.get("evidence"):
                 lines += ["", *_failure_lines(c["evidence"])]
             if c.get("example"):
-                lines += ["", "first failing input:"]
+                minimal = "minimal_case" in (c.get("evidence") or {})
+                lines += ["", "minimal failing input (shrunk):" if minimal else "first failing input:"]
                 lines += [f"- `arg{k}` {a['dtype']}{a['shape']}: `{a['values']}`" for k, a in enumerate(c["example"])]
             if c.get("check"):
                 lines += ["", "```", c["check"], "```"]

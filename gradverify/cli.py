@@ -259,7 +259,7 @@ def _triage_test(args: argparse.Namespace) -> int:
         for c in t["calls"]:
             ev = c["evidence"]
             print(f"  {c['call']} {c['function']}: {c['verdict']} ({ev['failing_examples']} of {ev['examples']} inputs failed)")
-            for key in ("region", "kink_distances", "proposed_tolerance", "nondeterminism"):
+            for key in ("region", "minimal_case", "kink_distances", "proposed_tolerance", "nondeterminism"):
                 if ev.get(key) is not None:
                     print(f"    {key}: {ev[key]}")
         if not t["calls"]:

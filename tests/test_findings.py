@@ -154,7 +154,7 @@ def test_nondifferentiable_point_is_info_and_inconclusive():
     assert r.ok and r.inconclusive
     (f,) = r.by_kind(gv.Kind.NONDIFFERENTIABLE)
     assert f.level == "info" and f.input_index == (0,)
-    assert f.values["left"] == pytest.approx(-1, abs=1e-6) and f.values["right"] == pytest.approx(1, abs=1e-6)
+    assert f.values["lower"] == pytest.approx(-1, abs=1e-6) and f.values["upper"] == pytest.approx(1, abs=1e-6)
 
 
 def test_fd_unreliable_where_fn_is_undefined_beside_the_point():

@@ -187,6 +187,9 @@ def test_rerun_wrong_saturated_slope_is_a_bug_in_a_region():
     located = [v for f in r.evidence["failures"] for v in f["position"]]
     assert located and all(abs(v) > 3 for v in located)  # every wrong element found is a saturated one
     assert r.evidence["region"] and set(r.evidence["region"]) <= {"x < -3", "x > 3"}
+    m = r.evidence["minimal_case"]  # shrunk by gv.verify to one saturated element, far from the kinks
+    assert m["shapes"] == [[1]] and m["kink_distance"] >= 0.5 and abs(m["position"][0]) > 3
+    assert r.example[0].shape == (1,) and not r.check.ok
     assert 0 < r.evidence["failing_examples"] < r.evidence["examples"]
     assert not r.check.ok and r.example[0].size >= 1
     assert all(f["confirmed"] for f in r.evidence["failures"])
@@ -292,7 +295,7 @@ def test_cli_rerun_a_check_target(capsys):
     code = cli.main(["triage", "rerun", "example:seed-bug", "--backend", "numpy", "--seeds", "2"])
     out = capsys.readouterr().out
     assert code == 1 and out.startswith("example:seed-bug[numpy,fused,float64]: bug")
-    assert "the check at the first failing input:" in out and "reproduce: gradverify triage rerun" in out
+    assert "the check at the minimal input:" in out and "reproduce: gradverify triage rerun" in out
     code = cli.main(["triage", "rerun", "bias_act:relu6", "--backend", "numpy", "--seeds", "2", "--max-examples", "5"])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("bias_act:relu6[numpy,fused,float64]: passes")
@@ -310,6 +313,7 @@ def test_cli_rerun_writes_its_report(tmp_path, capsys):
     (rec,) = data["records"]
     assert rec["verdict"].startswith("bug") and rec["reproduce"].startswith("gradverify triage rerun example:seed-bug")
     assert rec["example"][1]["values"] != [0.0] * len(rec["example"][1]["values"])  # b != 0 where it fails
+    assert rec["example"][0]["shape"] == [1, 1] and rec["evidence"]["minimal_case"]["shapes"] == [[1, 1], [1]]
     md = (tmp_path / "triage-rerun.md").read_text()
     assert f"reproduce: `{rec['reproduce']}`" in md
 
@@ -388,6 +392,8 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     (call,) = wrong["calls"]
     assert call["call"] == "verify" and call["verdict"] == "bug in a region"
     assert all(abs(v) > 3 for f in call["evidence"]["failures"] for v in f["position"])
+    minimal = call["evidence"]["minimal_case"]  # off the kink, though none was declared
+    assert minimal["shapes"] == [[1]] and abs(minimal["position"][0]) > 3 + 1e-3
     assert wrong["reproduce"].startswith("gradverify triage rerun test_node.py::test_wrong_saturated_slope --seeds 2")
     cells = _TableCells()
     cells.feed((tmp_path / "triage-rerun.html").read_text())
