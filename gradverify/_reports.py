@@ -58,6 +58,21 @@ def build(records: Sequence[dict[str, Any]], *, command: str, seed: int) -> dict
     }
 
 
+TIMING = ("seconds",)
+
+
+def canonical_case(case: dict[str, Any]) -> dict[str, Any]:
+    """A case record without its timing: what must not depend on where it ran."""
+    return {k: v for k, v in case.items() if k not in TIMING}
+
+
+def canonical(report: dict[str, Any]) -> dict[str, Any]:
+    """What two reports of one sweep share however it was run: the totals and
+    every case's record in order, timings aside (and not when, where or by
+    which command it was made)."""
+    return {"totals": report["totals"], "cases": [canonical_case(c) for c in report["cases"]]}
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -178,7 +193,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         for a in f["counterexample"]:
             lines.append(f"  - `{a['name']}` {a['dtype']}{a['shape']}: `{a['values']}`")
         if f.get("script"):
-            lines.append(f"- reproduce: `python {f['script']}` (inputs in `{f['npz']}`)")
+            lines.append(f"- reproduce: `python {f['script']}` in the report directory (inputs in `{f['npz']}`)")
     errors = [c for c in report["cases"] if c["status"] == "error"]
     for c in errors:
         lines += ["", f"## ERROR {c['id']}", "", f"{c['reason']}"]

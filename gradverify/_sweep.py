@@ -13,6 +13,8 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -186,7 +188,13 @@ def build(case: Case) -> tuple[Callable[..., Any], Any]:
 # -- running a case -------------------------------------------------------------------------
 def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]:
     """Run one case through gv.verify: a JSON-ready record (never raises for
-    the case's own failures; a usage error is recorded as status "error")."""
+    the case's own failures; a usage error is recorded as status "error").
+
+    The record depends on the case alone, not on the process, worker or
+    directory it ran in: a failure's files are named relative to a report
+    directory (``cases/NAME-seedS.npz`` and ``.py``) and written by
+    :func:`materialize` from the record's exact values - with ``report_dir``
+    here, or by whoever collects the records (a pool, a Dask client, a merge)."""
     from ._verify import verify
 
     record: dict[str, Any] = {
@@ -209,25 +217,28 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
     except UsageError as e:
         record.update(status="error", reason=str(e))
         return record
-    files = None if report_dir is None else Path(report_dir) / "cases"
-    res = verify(fn, strategy, max_examples=case.max_examples, seed=case.seed, order=case.order, report_dir=files)
-    record.update(
-        status="passed" if res.ok else "failed",
-        examples_run=res.examples_run,
-        inconclusive=res.inconclusive,
-        worst_ratio=res.worst_ratio,
-        seconds=round(time.perf_counter() - t0, 3),
-    )
-    if not res.ok:
-        record["failure"] = _failure(case, res, files)
+    with tempfile.TemporaryDirectory(prefix="gradverify-case-") as scratch:
+        res = verify(fn, strategy, max_examples=case.max_examples, seed=case.seed, order=case.order, report_dir=scratch)
+        record.update(
+            status="passed" if res.ok else "failed",
+            examples_run=res.examples_run,
+            inconclusive=res.inconclusive,
+            worst_ratio=res.worst_ratio,
+            seconds=round(time.perf_counter() - t0, 3),
+        )
+        if not res.ok:
+            record["failure"] = _failure(case, res)
+    if report_dir is not None:
+        materialize(record, report_dir)
     return record
 
 
-def _failure(case: Case, res: Any, files: Path | None) -> dict[str, Any]:
+def _failure(case: Case, res: Any) -> dict[str, Any]:
     from ._verify import _exact, _literal, _to_numpy
 
     err = res.result.errors[0]
     args = [np.asarray(_to_numpy(a)) for a in res.counterexample]
+    npz = f"cases/{Path(res.saved).name}"  # relative to the report directory
     failure = {
         "kind": err.kind,
         "message": err.message,
@@ -241,15 +252,47 @@ def _failure(case: Case, res: Any, files: Path | None) -> dict[str, Any]:
         "counterexample": [{"name": f"arg{i}", **_exact(a)} for i, a in enumerate(args)],
         "literals": [_literal(a) for a in res.counterexample],
         "kink_distance": _kink_distance(case, args),
-        "npz": res.saved,
-        "script": None,
-        "report": str(res),
+        "npz": npz,
+        "script": npz[: -len(".npz")] + ".py",
+        "report": str(dataclasses.replace(res, saved=npz)),
         "check": res.result.to_dict(),
     }
     failure["fd_vs_step"], failure["ad_vs_fd"] = _probe(case, res, err)
-    if files is not None and res.saved:
-        failure["script"] = _write_script(case, Path(res.saved))
     return failure
+
+
+def case_of(record: dict[str, Any]) -> Case:
+    """The case a record was made from (records carry every field of their case)."""
+    return Case(**{f.name: record[f.name] for f in dataclasses.fields(Case)})
+
+
+def arrays_of(failure: dict[str, Any]) -> list[np.ndarray]:
+    """A failure's counterexample, bit for bit, from its exact values (float.hex)."""
+    out = []
+    for a in failure["counterexample"]:
+        values = [float.fromhex(h) for h in a["hex"]] if a.get("hex") else a["values"]
+        out.append(np.array(values, dtype=a["dtype"]).reshape(a["shape"]))
+    return out
+
+
+def materialize(record: dict[str, Any], report_dir: str | Path) -> None:
+    """Write a failed record's counterexample (.npz) and reproduce script (.py)
+    under ``report_dir``, atomically; nothing for other records."""
+    failure = record.get("failure")
+    if not failure or not failure.get("npz"):
+        return
+    path = Path(report_dir) / failure["npz"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays_of(failure))})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _write_script(case_of(record), path)
 
 
 def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, list[dict[str, Any]] | None]:

@@ -166,7 +166,9 @@ def triage_junit(runs: Sequence[Run]) -> list[dict[str, Any]]:
 def _failures_cell(r: dict[str, Any]) -> str:
     cell = f"{r['failures']} / {r['runs']}"
     if r.get("passed_on_rerun"):
-        cell += f" ({r['passed_on_rerun']} passed on a rerun; {r['failed_attempts']} of {r['attempts']} attempts failed)"
+        cell += (
+            f" ({r['passed_on_rerun']} passed on a rerun; {r['failed_attempts']} of {r['attempts']} attempts failed)"
+        )
     return cell
 
 
@@ -544,7 +546,9 @@ def rerun(
         everywhere = totals["failing"] >= 0.95 * totals["examples"]
         verdict = "bug" if everywhere else "bug in a region"
         positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures if f["confirmed"]])
-        evidence["region"] = _pieces(positions, kinks) if len(kinks) else [float(positions.min()), float(positions.max())]
+        evidence["region"] = (
+            _pieces(positions, kinks) if len(kinks) else [float(positions.min()), float(positions.max())]
+        )
     elif all(near_kink(f) for f in unconfirmed):
         verdict = "kink flake"
         evidence["kink_distances"] = [f["kink_distance"] for f in failures]
@@ -629,14 +633,18 @@ def _evidence_line(r: dict[str, Any]) -> str:
     ev = r.get("evidence")
     parts = []
     if ev is not None:
-        parts.append(f"{ev['failing_examples']} / {ev['examples']} inputs failed (seeds {ev['failing_seeds'] or 'none'})")
+        parts.append(
+            f"{ev['failing_examples']} / {ev['examples']} inputs failed (seeds {ev['failing_seeds'] or 'none'})"
+        )
         keys = ("region", "minimal_case", "kink_distances", "proposed_tolerance", "nondeterminism")
         parts += [f"{k}: {ev[k]}" for k in keys if ev.get(k)]
     runs = r.get("runs")
     if runs is not None:
         lo, hi = runs["interval95"]
         parts.append(f"{runs['failures']} / {runs['runs']} runs failed ({lo:.2f} - {hi:.2f})")
-        parts += [f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in runs["separating_fields"].items()]
+        parts += [
+            f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in runs["separating_fields"].items()
+        ]
     for c in r.get("calls", ()):
         parts.append(f"{c['call']} {c['function']}: {c['verdict']}")
     return "; ".join(parts) or "-"
@@ -647,7 +655,9 @@ def _failure_lines(ev: dict[str, Any]) -> list[str]:
     for f in ev.get("failures", ()):
         sweep = f.get("fd_sweep") or {}
         dtypes = f.get("dtypes") or {}
-        shown = ", ".join(f"{d}: {'passes' if v['ok'] else 'fails' if v['ok'] is False else 'raises'}" for d, v in dtypes.items())
+        shown = ", ".join(
+            f"{d}: {'passes' if v['ok'] else 'fails' if v['ok'] is False else 'raises'}" for d, v in dtypes.items()
+        )
         lines.append(
             f"- seed {f['seed']}: error {f['test_error']:.3g}, confirmed by gv.check: {f['confirmed']}, "
             f"kink distance {f['kink_distance']}; FD step sweep {sweep.get('trend', '-')}; dtypes {shown or '-'}"
@@ -685,15 +695,18 @@ _STYLE = (
 def _page(title: str, body: list[str]) -> str:
     import html
 
-    return "\n".join(
-        [
-            "<!doctype html>",
-            f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>{_STYLE}</head><body>',
-            f"<h1>{html.escape(title)}</h1>",
-            *body,
-            "</body></html>",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                "<!doctype html>",
+                f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>{_STYLE}</head><body>',
+                f"<h1>{html.escape(title)}</h1>",
+                *body,
+                "</body></html>",
+            ]
+        )
+        + "\n"
+    )
 
 
 def rerun_html(records: Sequence[dict[str, Any]]) -> str:
@@ -732,10 +745,12 @@ def junit_html(rows: Sequence[dict[str, Any]], files: int) -> str:
     ]
     for r in sorted(rows, key=lambda r: (-r["failures"], r["test"])):
         lo, hi = r["interval95"]
-        sep = "; ".join(f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in r["separating_fields"].items())
+        sep = "; ".join(
+            f"{f}: fails on {v['failing']}, passes on {v['passing']}" for f, v in r["separating_fields"].items()
+        )
         body.append(
             f"<tr><td>{e(r['test'])}</td><td>{e(_failures_cell(r))}</td>"
-            f"<td>{r['flip_rate']:.2f} ({lo:.2f} - {hi:.2f})</td><td class=\"verdict\">{e(r['verdict'])}</td>"
+            f'<td>{r["flip_rate"]:.2f} ({lo:.2f} - {hi:.2f})</td><td class="verdict">{e(r["verdict"])}</td>'
             f"<td>{e(sep or '-')}</td></tr>"
         )
     body.append("</table>")

@@ -47,9 +47,7 @@ def junit_id(nodeid: str) -> str:
 
 
 def _pytest(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", *args], env=env, capture_output=True, text=True, check=False
-    )
+    return subprocess.run([sys.executable, "-m", "pytest", *args], env=env, capture_output=True, text=True, check=False)
 
 
 def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> list[_triage.Run]:
@@ -60,8 +58,15 @@ def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> l
             env = {**os.environ, **{k: str(t) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
             xml = directory / f"seed{s}-threads{t}.xml"
             done = _pytest(
-                [node, "-q", "-p", "no:cacheprovider", f"--hypothesis-seed={s}", f"--gradverify-seed={s}",
-                 f"--junitxml={xml}"],
+                [
+                    node,
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--hypothesis-seed={s}",
+                    f"--gradverify-seed={s}",
+                    f"--junitxml={xml}",
+                ],
                 env,
             )
             if done.returncode not in (0, 1) or not xml.exists():
@@ -84,8 +89,16 @@ def captured(node: str, seeds: int, threads: Sequence[int], max_examples: int, d
     makes; the records (JSON-ready, one per call) come back through a file."""
     out = directory / "calls.json"
     done = subprocess.run(
-        [sys.executable, "-m", "gradverify._triage_node", node, str(seeds), ",".join(map(str, threads)),
-         str(max_examples), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "gradverify._triage_node",
+            node,
+            str(seeds),
+            ",".join(map(str, threads)),
+            str(max_examples),
+            str(out),
+        ],
         capture_output=True,
         text=True,
         check=False,

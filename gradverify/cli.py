@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from . import _sweep
 from ._sweep import EXAMPLES
 
 BACKENDS = ("numpy", "torch", "jax")
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="verify bundled ops, examples, or module:function targets")
     c.add_argument("targets", nargs="+", metavar="TARGET", help="all, bias_act[:NAME], a normalization, module:fn")
-    c.add_argument("--backend", choices=(*BACKENDS, "all"), default="all")
+    c.add_argument("--backend", nargs="+", choices=(*BACKENDS, "all"), default=["all"], help="one or more (default: all)")
     c.add_argument("--impl", choices=("reference", "fused", "both"), default="both")
     c.add_argument("--dtype", nargs="+", choices=("float64", "float32", "float16", "bfloat16"), default=["float64"])
     c.add_argument("--seed", type=int, default=0)
@@ -55,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", metavar="DIR", default="reports", help="where reports go (default: reports/)")
     c.add_argument("--no-report", action="store_true", help="write no files")
     c.add_argument("--format", type=_formats, default=["md", "json", "junit", "html"], help="md,json,junit,html")
+    c.add_argument("--workers", type=int, default=1, help="local worker processes (spawned; default 1: this process)")
+    c.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run the cases on this Dask cluster (the dask extra)")
+    c.add_argument("--shard", metavar="K/N", help="run every N-th case from the K-th (CI matrix jobs; see merge)")
+    m = sub.add_parser("merge", help="join results files of shards into one report")
+    m.add_argument("files", nargs="+", metavar="FILE", help="results.jsonl (or report.json) of each shard")
+    m.add_argument(
+        "--report", metavar="DIR", default="reports", help="where the merged report goes (default: reports/)"
+    )
+    m.add_argument("--format", type=_formats, default=["md", "json", "junit", "html"], help="md,json,junit,html")
     sub.add_parser("list", help="the bundled ops and activations, with their kinks and conventions")
     t = sub.add_parser("triage", help="tell a real gradient bug from a flaky test")
     tsub = t.add_subparsers(dest="mode", required=True)
@@ -63,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     tj.add_argument("--report", metavar="DIR", default=None, help="also write triage.md, .json and .html here")
     tr = tsub.add_parser("rerun", help="rerun a check target across seeds, thread counts and repeated calls")
     tr.add_argument(
-        "target", metavar="TARGET", help="a pytest node id, bias_act:NAME, a normalization, an example, or module:function"
+        "target",
+        metavar="TARGET",
+        help="a pytest node id, bias_act:NAME, a normalization, an example, or module:function",
     )
     tr.add_argument("--backend", choices=BACKENDS, default="torch")
     tr.add_argument("--impl", choices=("reference", "fused"), default="fused")
@@ -116,9 +129,8 @@ def _line(rec: dict[str, Any]) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from . import _reports, _sweep
 
-    backends = BACKENDS if args.backend == "all" else (args.backend,)
+    backends = BACKENDS if "all" in args.backend else tuple(dict.fromkeys(args.backend))
     impls = ("reference", "fused") if args.impl == "both" else (args.impl,)
     if args.max_examples < 1:
         raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}")
@@ -140,30 +152,61 @@ def _check(args: argparse.Namespace) -> int:
             "a module:function target: expected --strategy module:name for a user function "
             "(a Hypothesis strategy of argument tuples); found none. Fix: pass --strategy mypkg.tests:args"
         )
+    from . import _distribute
+
+    if args.scheduler and args.workers != 1:
+        raise _Usage(
+            "--workers and --scheduler: expected one of them; found both. Fix: the cluster has its own workers"
+        )
+    items = _distribute.shard(cases, args.shard)
     report_dir = None if args.no_report else args.report
-    bar = _progress(len(cases))
-    records = []
+    command = "gradverify check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["check"] else args.targets)
+    results = None
+    if report_dir is not None:
+        results = _distribute.ResultsFile(Path(report_dir) / "results.jsonl", command=command, seed=args.seed)
+    bar = _progress(len(items))
+
+    def arrived(rec: dict[str, Any]) -> None:
+        if report_dir is not None:
+            _sweep.materialize(rec, report_dir)
+            results.add(rec)
+        print(_line(rec), flush=True)
+        if rec["status"] == "failed":
+            print("\n".join("      " + ln for ln in rec["failure"]["report"].splitlines()), flush=True)
+        if bar is not None:
+            bar[0]()
+
     try:
-        for case in cases:
-            rec = _sweep.run_case(case, report_dir)
-            records.append(rec)
-            print(_line(rec), flush=True)
-            if rec["status"] == "failed":
-                print("\n".join("      " + ln for ln in rec["failure"]["report"].splitlines()), flush=True)
-            if bar is not None:
-                bar[0]()
+        records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
     finally:
         if bar is not None:
             bar[1]()
-    command = "gradverify check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["check"] else args.targets)
+        if results is not None:
+            results.close()
+    return _finish(records, report_dir, args.format, command, args.seed)
+
+
+def _finish(records: list[dict[str, Any]], report_dir: str | None, formats: list[str], command: str, seed: int) -> int:
+    from . import _reports
+
     totals = _sweep.summary(records)
     if report_dir is not None:
-        paths = _reports.write(_reports.build(records, command=command, seed=args.seed), report_dir, args.format)
+        paths = _reports.write(_reports.build(records, command=command, seed=seed), report_dir, formats)
         print("reports: " + ", ".join(paths))
     print(_reports._totals_line(totals))
     if totals["error"]:
         return 2
     return 1 if totals["failed"] else 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from . import _distribute
+
+    records, seed = _distribute.read_results(args.files)
+    for rec in records:
+        _sweep.materialize(rec, args.report)
+    print(f"merged {len(records)} case(s) from {len(args.files)} file(s)")
+    return _finish(records, args.report, args.format, "gradverify merge " + " ".join(map(str, args.files)), seed)
 
 
 # -- list / report --------------------------------------------------------------------------------
@@ -228,7 +271,9 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
     from . import _reports, _triage
 
     texts = {
-        "triage-rerun.json": json.dumps({"schema": "gradverify-triage-rerun/1", "records": records}, indent=1, default=str)
+        "triage-rerun.json": json.dumps(
+            {"schema": "gradverify-triage-rerun/1", "records": records}, indent=1, default=str
+        )
         + "\n",
         "triage-rerun.md": _triage.rerun_markdown(records),
         "triage-rerun.html": _triage.rerun_html(records),
@@ -253,19 +298,23 @@ def _triage_test(args: argparse.Namespace) -> int:
         runs = t["runs"]
         if runs is not None:
             lo, hi = runs["interval95"]
-            print(f"  CI runs (seeds x threads {threads}): {runs['failures']} of {runs['runs']} failed ({lo:.2f} - {hi:.2f})")
+            failed = f"{runs['failures']} of {runs['runs']} failed ({lo:.2f} - {hi:.2f})"
+            print(f"  CI runs (seeds x threads {threads}): {failed}")
             for field, v in runs["separating_fields"].items():
                 print(f"  {field}: fails on {v['failing']}, passes on {v['passing']}")
         for c in t["calls"]:
             ev = c["evidence"]
-            print(f"  {c['call']} {c['function']}: {c['verdict']} ({ev['failing_examples']} of {ev['examples']} inputs failed)")
+            inputs = f"{ev['failing_examples']} of {ev['examples']} inputs failed"
+            print(f"  {c['call']} {c['function']}: {c['verdict']} ({inputs})")
             for key in ("region", "minimal_case", "kink_distances", "proposed_tolerance", "nondeterminism"):
                 if ev.get(key) is not None:
                     print(f"    {key}: {ev[key]}")
         if not t["calls"]:
             print("  no gv.check / gv.verify call in the test: the verdict rests on its runs alone")
         print(f"  reproduce: {reproduce}")
-        records.append({"target": t["test"], "verdict": t["verdict"], "runs": runs, "calls": t["calls"], "reproduce": reproduce})
+        records.append(
+            {"target": t["test"], "verdict": t["verdict"], "runs": runs, "calls": t["calls"], "reproduce": reproduce}
+        )
     if not records:
         raise _Usage(f"triage rerun {args.target}: expected a node id that collects tests; found none")
     if args.report:
@@ -277,7 +326,7 @@ def _triage_rerun(args: argparse.Namespace) -> int:
     """Exit 0 when the target passes everywhere, 1 with any other verdict."""
     from gradverify import ops
 
-    from . import _sweep, _triage, _triage_node
+    from . import _triage, _triage_node
 
     if _triage_node.is_node_id(args.target):
         return _triage_test(args)
@@ -346,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _check(args)
+        if args.command == "merge":
+            return _merge(args)
         if args.command == "list":
             return _list()
         if args.command == "triage":

@@ -68,7 +68,8 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     assert page.startswith("<!doctype html>") and 'class="failed"' in page and "FAILED example:seed-bug" in page
     assert '<svg class="fd-vs-step"' in page and '<svg class="ad-vs-fd"' in page  # drawn without a plotting library
     # the script next to the .npz reproduces the failure
-    rerun = subprocess.run([sys.executable, f["script"]], capture_output=True, text=True)
+    assert f["script"] == f["npz"][: -len(".npz")] + ".py" and f["npz"].startswith("cases/")  # relative: portable
+    rerun = subprocess.run([sys.executable, tmp_path / f["script"]], capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
     assert "gradverify FAILED" in rerun.stdout and "mismatch" in rerun.stdout
     # no half-written files left behind

@@ -376,7 +376,9 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     thread-count-dependent test environment-specific (its runs), the right rule passes."""
     pytester.makepyfile(test_node=NODE_SUITE)
     monkeypatch.chdir(pytester.path)
-    code = cli.main(["triage", "rerun", "test_node.py", "--seeds", "2", "--max-examples", "5", "--report", str(tmp_path)])
+    code = cli.main(
+        ["triage", "rerun", "test_node.py", "--seeds", "2", "--max-examples", "5", "--report", str(tmp_path)]
+    )
     out = capsys.readouterr().out
     assert code == 1
     verdicts = dict(ln.split(": ", 1) for ln in out.splitlines() if ln.startswith("test_node.py::"))
