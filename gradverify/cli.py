@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="verify bundled ops, examples, or module:function targets")
     c.add_argument("targets", nargs="+", metavar="TARGET", help="all, bias_act[:NAME], a normalization, module:fn")
-    c.add_argument("--backend", nargs="+", choices=(*BACKENDS, "all"), default=["all"], help="one or more (default: all)")
+    c.add_argument("--backend", nargs="+", choices=(*BACKENDS, "all"), default=["all"], help="default: all")
     c.add_argument("--impl", choices=("reference", "fused", "both"), default="both")
     c.add_argument("--dtype", nargs="+", choices=("float64", "float32", "float16", "bfloat16"), default=["float64"])
     c.add_argument("--seed", type=int, default=0)
