@@ -74,6 +74,13 @@ def bias_act(name: str, x, b, kind: str, buggy: bool, slope: Callable | None = N
     return Case(name, kind, buggy, lambda x, b: act(x + b), vjp, [x, b])
 
 
+def swish_fed_shifted_output(x, b):
+    """NNlib's exact path: the output computed as swish(x) + b (bias after the
+    activation) fed with z = x + b to the rule y + sigmoid(z) (1 - y)."""
+    y = ACTS["swish"][0](x) + b
+    return y + sigmoid(x + b) * (1 - y)
+
+
 def flipped(at: tuple[int, int]):
     def slope(x, b):
         d = ACTS["tanh"][1](x + b)
@@ -157,6 +164,7 @@ def catalogue() -> list[Case]:
 
     return [
         bias_act("swish", x, b, "seed bug: swish' at x, not x + b", True, lambda x, b: ACTS["swish"][1](x)),
+        bias_act("swish", x, b, "seed bug: rule fed y = swish(x) + b", True, swish_fed_shifted_output),
         bias_act(
             "hardsigmoid",
             x,
