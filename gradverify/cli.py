@@ -384,6 +384,18 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _current_directory_importable() -> None:
+    """``module:function`` targets import from the current directory, as under
+    ``python -m`` and pytest: the console script's own ``sys.path[0]`` is its
+    ``bin/`` directory. Spawned ``--workers`` inherit the path; Dask workers
+    need the module importable where they run."""
+    import os
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -392,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0) and 2
     from ._errors import UsageError
 
+    _current_directory_importable()
     try:
         if args.command == "check":
             return _check(args)

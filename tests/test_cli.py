@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +121,37 @@ def test_user_function_and_strategy(tmp_path):
     assert bad.returncode == 1, bad.stdout + bad.stderr
     case = json.loads((tmp_path / "r" / "report.json").read_text())["cases"][0]
     assert case["failure"]["counterexample"][0]["shape"] == [1]
+
+
+def test_user_module_in_the_current_directory_imports_from_the_console_script(tmp_path):
+    """`gradverify check mymod:fn` from the directory holding mymod.py, through
+    the installed console script (whose sys.path[0] is bin/), serial and with
+    spawned workers."""
+    (tmp_path / "mymod.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import gradverify as gv
+            from gradverify import strategies as gst
+            from hypothesis import strategies as st
+
+            fn = gv.Rule(np.sin, jvp=lambda p, t: np.cos(p[0]) * t[0], vjp=lambda p, g: (np.cos(p[0]) * g,))
+            args = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 3))).map(lambda a: (a,))
+            """
+        )
+    )
+    script = str(Path(sys.executable).with_name("gradverify"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    for extra in ([], ["--workers", "2"]):
+        done = subprocess.run(
+            [script, "check", "mymod:fn", "--strategy", "mymod:args", "--no-report", *extra],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[-1] == "1 passed, 0 failed"
 
 
 def test_list_shows_activations_kinks_and_conventions(capsys):
