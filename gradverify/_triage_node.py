@@ -84,9 +84,10 @@ def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> l
     return runs
 
 
-def captured(node: str, seeds: int, threads: Sequence[int], max_examples: int, directory: Path) -> list[dict[str, Any]]:
+def captured(node: str, seeds: int, threads: Sequence[int], max_examples: int, directory: Path) -> dict[str, Any]:
     """Run the test once in a child process that reruns each gradient call it
-    makes; the records (JSON-ready, one per call) come back through a file."""
+    makes; the node ids it ran (``tests``) and the records (``records``,
+    JSON-ready, one per call) come back through a file."""
     out = directory / "calls.json"
     done = subprocess.run(
         [
@@ -115,12 +116,12 @@ def triage_node(
     gradient calls' records."""
     with tempfile.TemporaryDirectory(prefix="gradverify-triage-") as tmp:
         runs = ci_runs(node, seeds, threads, Path(tmp))
-        calls = captured(node, seeds, threads, max_examples, Path(tmp))
+        seen = captured(node, seeds, threads, max_examples, Path(tmp))
     rows = {r["test"]: r for r in _triage.triage_junit(runs)}
-    tests = sorted({c["nodeid"] for c in calls} | {t for t in rows})
-    by_junit = {junit_id(c["nodeid"]): c["nodeid"] for c in calls}
+    ran, calls = seen["tests"], seen["records"]
+    by_junit = {junit_id(t): t for t in ran}
     out = []
-    for t in sorted({by_junit.get(t, t) for t in tests}):
+    for t in sorted(set(ran) | {r for r in rows if r not in by_junit}):
         row = rows.get(junit_id(t)) or rows.get(t)
         own = [c for c in calls if c["nodeid"] == t]
         verdicts = [c["verdict"] for c in own if c["verdict"] != "passes"]
@@ -150,11 +151,13 @@ def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, out
 
     current = {"nodeid": None}
     seen: list[tuple[str, str, Any, Any, dict[str, Any]]] = []
+    ran: list[str] = []
 
     class Tracker:
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_call(self, item: pytest.Item) -> Any:
             current["nodeid"] = item.nodeid
+            ran.append(item.nodeid)
             try:
                 return (yield)
             finally:
@@ -187,7 +190,7 @@ def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, out
         record = _triage.rerun_record(f"{nodeid} ({kind} {label})", result, f"gradverify triage rerun {nodeid}")
         records.append({"nodeid": nodeid, "call": kind, "function": label, **record})
     tmp = Path(output).with_suffix(".tmp")
-    tmp.write_text(json.dumps(records, default=str))
+    tmp.write_text(json.dumps({"tests": ran, "records": records}, default=str))
     tmp.replace(output)
     return 0
 

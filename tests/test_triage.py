@@ -367,6 +367,10 @@ def test_right_rule(gradverify):
 def test_thread_count(gradverify):
     assert gradverify.check(np.tanh, np.array([0.3, -1.2])).ok
     assert os.environ["OMP_NUM_THREADS"] != "1"
+
+
+def test_no_gradient_call():
+    assert os.environ["OMP_NUM_THREADS"] in ("1", "4")
 """
 
 
@@ -381,8 +385,9 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     )
     out = capsys.readouterr().out
     assert code == 1
-    verdicts = dict(ln.split(": ", 1) for ln in out.splitlines() if ln.startswith("test_node.py::"))
+    verdicts = dict(ln.split(": ", 1) for ln in out.splitlines() if ln.startswith("test_node"))
     assert verdicts == {
+        "test_node.py::test_no_gradient_call": "passes",  # by its node id, though it makes no gradient call
         "test_node.py::test_right_rule": "passes",
         "test_node.py::test_thread_count": "environment-specific",
         "test_node.py::test_wrong_saturated_slope": "bug in a region",
@@ -399,7 +404,8 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     assert wrong["reproduce"].startswith("gradverify triage rerun test_node.py::test_wrong_saturated_slope --seeds 2")
     cells = _TableCells()
     cells.feed((tmp_path / "triage-rerun.html").read_text())
-    assert sorted(r[1] for r in cells.rows[1:]) == ["bug in a region", "environment-specific", "passes"]
+    assert sorted(r[1] for r in cells.rows[1:]) == ["bug in a region", "environment-specific", "passes", "passes"]
+    assert "no gv.check / gv.verify call in the test" in out
 
 
 def test_cli_rerun_a_node_id_that_does_not_exist(pytester, capsys, monkeypatch):
