@@ -218,13 +218,9 @@ def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[An
     """VJP of fn at args for a fixed cotangent, through the checker's Evaluator."""
     import numpy as np
 
-    from ._check import backend_of
     from ._errors import ModeUnavailable
-    from ._evaluate import Evaluator
-    from ._validate import resolve_wrt
 
-    ev = Evaluator(fn, backend_of(args), args, ())
-    ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
+    ev = _evaluator(fn, args)
     out = ev.primal(None, None)
     v = np.random.default_rng(cotangent_seed).standard_normal(out.shape)
     dtype = next(d for d, f in zip(ev.dtypes, ev.floating) if f)
