@@ -80,25 +80,54 @@ def evaluate_level(F: Callable[[float], np.ndarray], h: float) -> Stencil:
     return Stencil(h, F(-h), F(-h / 2), F(h / 2), F(h))
 
 
+CHUNK = 1 << 15  # elements per block of estimate(): its ~25 passes stay in cache
+
+
 def estimate(
-    s: Stencil, f0: np.ndarray, u_oracle: float, ad_tol: np.ndarray, f0_scale: float | None = None
+    s: Stencil,
+    f0: np.ndarray,
+    u_oracle: float,
+    ad_tol: np.ndarray | float,
+    f0_scale: float | None = None,
+    chunk: int = CHUNK,
 ) -> Estimate:
-    """Central Richardson value, its error bound and the kink flags; about twenty
-    whole-vector operations (this runs on every direction of every check)."""
+    """Central Richardson value, its error bound and the kink flags; about
+    twenty-five elementwise operations (this runs on every direction of every
+    check), done block by block: on a large vector each pass over the whole of
+    it would leave the caches (measured: 1.3 s of a 5 s check at n = 10^7
+    before). Element for element the same operations in the same order, so the
+    result does not depend on ``chunk`` (a test holds it bit for bit); only the
+    scales (maxima) need the whole vector, gathered in a first pass."""
     h = s.h
+    shape = np.shape(f0)
+    fm1, fm2, fp2, fp1, f0f = (np.ravel(a) for a in (s.fm1, s.fm2, s.fp2, s.fp1, f0))
+    n = f0f.size
+    tol_array = np.ndim(ad_tol) > 0
+    tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
+    value = np.empty(n)
+    err = np.empty(n)
+    kink = np.empty(n, dtype=bool)
+    finite = np.empty(n, dtype=bool)
+    blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
+    slope_scale = stencil_scale = f0_max = 0.0
     with np.errstate(invalid="ignore", over="ignore"):
-        d1 = s.fp1 - s.fm1  # 2h D(h)
-        d2 = s.fp2 - s.fm2  # h D(h/2)
-        d2 *= 2.0  # 2h D(h/2)
-        # Richardson: D(h/2) + (D(h/2) - D(h))/3 = (4 (2h D(h/2)) - 2h D(h)) / (6h)
-        value = d2 * 4.0
-        value -= d1
-        value *= 1.0 / (6.0 * h)
-        finite = np.isfinite(value)
+        # pass 1: the value (Richardson: D(h/2) + (D(h/2) - D(h))/3 = (4 (2h D(h/2)) - 2h D(h)) / (6h))
+        # and the scales
+        for b in blocks:
+            d1 = fp1[b] - fm1[b]  # 2h D(h)
+            d2 = fp2[b] - fm2[b]  # h D(h/2)
+            d2 *= 2.0  # 2h D(h/2)
+            v = np.multiply(d2, 4.0, out=value[b])
+            v -= d1
+            v *= 1.0 / (6.0 * h)
+            np.isfinite(v, out=finite[b])
+            slope_scale = max(slope_scale, _finite_max(v, finite[b]))
+            stencil_scale = max(stencil_scale, *(_finite_max(a[b]) for a in (fp1, fm1, fp2, fm2)))
+            if f0_scale is None:
+                f0_max = max(f0_max, _finite_max(f0f[b]))
         everywhere = bool(finite.all())
-        slope_scale = float(np.max(np.abs(value)) if everywhere else np.max(np.abs(value), where=finite, initial=0.0))
         if f0_scale is None:
-            f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
+            f0_scale = f0_max
         # Error of one F value, relative to the vector's scale: fn's own rounding
         # (cancellation inside fn included) plus the rounding of the point
         # x + t u itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u
@@ -106,32 +135,40 @@ def estimate(
         # The stencil's own values bound its rounding too: at a minimum F(+-h)
         # ~ h^2 F''/2 can dwarf both |F0| and h |F'| (logcosh at z = 1e-45:
         # found by `gradverify check all`, a false alarm of 1e-45).
-        stencil_scale = max(_finite_max(v) for v in (s.fp1, s.fm1, s.fp2, s.fm2))
         eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
-        # err: |D(h/2) - D(h)|/3 (the error of D(h/2), a safe bound for R's)
-        # plus rounding; R = (4 D(h/2) - D(h))/3 weighs F errors by 3/h.
-        err = d2 - d1
-        np.abs(err, out=err)
-        err *= tol.FD_SAFETY / (6.0 * h)
-        err += tol.FD_SAFETY * 3.0 * eps_f / h
-        # Kink indicator h |SD(h/2) - SD(h)| = |4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F0| / h:
-        # O(h^3) where F is smooth, the slope jump at a kink. It sums F errors
-        # with weights (4+4+1+1+6)/h = 16/h; we allow 32/h times the safety.
-        kappa = s.fp2 + s.fm2
-        kappa *= 4.0
-        kappa -= s.fp1
-        kappa -= s.fm1
-        kappa -= 6.0 * f0
-        np.abs(kappa, out=kappa)
-        if np.ndim(ad_tol):
-            threshold = ad_tol * h
-            threshold += tol.FD_SAFETY * 32.0 * eps_f
-        else:
-            threshold = float(ad_tol) * h + tol.FD_SAFETY * 32.0 * eps_f
-        kink = kappa > threshold
-        if not everywhere:
-            kink |= ~finite
-    return Estimate(s, f0, value, err, kink, finite, np.full(1, eps_f))
+        noise = tol.FD_SAFETY * 32.0 * eps_f
+        # pass 2: the error bound and the kink indicator (one block: d1, d2 as they are)
+        for b in blocks:
+            if len(blocks) > 1:
+                d1 = fp1[b] - fm1[b]
+                d2 = fp2[b] - fm2[b]
+                d2 *= 2.0
+            # err: |D(h/2) - D(h)|/3 (the error of D(h/2), a safe bound for R's)
+            # plus rounding; R = (4 D(h/2) - D(h))/3 weighs F errors by 3/h.
+            e = np.subtract(d2, d1, out=err[b])
+            np.abs(e, out=e)
+            e *= tol.FD_SAFETY / (6.0 * h)
+            e += tol.FD_SAFETY * 3.0 * eps_f / h
+            # Kink indicator h |SD(h/2) - SD(h)| = |4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F0| / h:
+            # O(h^3) where F is smooth, the slope jump at a kink. It sums F errors
+            # with weights (4+4+1+1+6)/h = 16/h; we allow 32/h times the safety.
+            kappa = fp2[b] + fm2[b]
+            kappa *= 4.0
+            kappa -= fp1[b]
+            kappa -= fm1[b]
+            kappa -= 6.0 * f0f[b]
+            np.abs(kappa, out=kappa)
+            if tol_array:
+                threshold = tol_f[b] * h
+                threshold += noise
+            else:
+                threshold = tol_f * h + noise
+            k = np.greater(kappa, threshold, out=kink[b])
+            if not everywhere:
+                k |= ~finite[b]
+    return Estimate(
+        s, f0, value.reshape(shape), err.reshape(shape), kink.reshape(shape), finite.reshape(shape), np.full(1, eps_f)
+    )
 
 
 @dataclass
@@ -156,8 +193,8 @@ class Reference:
         return self.value + self.err
 
 
-def _finite_max(v: np.ndarray) -> float:
-    return float(np.max(np.abs(v), where=np.isfinite(v), initial=0.0))
+def _finite_max(v: np.ndarray, finite: np.ndarray | None = None) -> float:
+    return float(np.max(np.abs(v), where=np.isfinite(v) if finite is None else finite, initial=0.0))
 
 
 def reference(
