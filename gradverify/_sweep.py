@@ -13,7 +13,6 @@ import hashlib
 import importlib
 import importlib.util
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -281,17 +280,11 @@ def materialize(record: dict[str, Any], report_dir: str | Path) -> None:
     failure = record.get("failure")
     if not failure or not failure.get("npz"):
         return
+    from ._verify import write_npz
+
     path = Path(report_dir) / failure["npz"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays_of(failure))})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_npz(path, arrays_of(failure))
     _write_script(case_of(record), path)
 
 

@@ -279,17 +279,21 @@ def _save(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label) or "fn"
     path = directory / f"{safe}-seed{seed}.npz"
-    arrays = {f"arg{i}": np.asarray(_to_numpy(a)) for i, a in enumerate(args)}
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
+    write_npz(path, [np.asarray(_to_numpy(a)) for a in args])
+    return str(path)
+
+
+def write_npz(path: Path, arrays: list[np.ndarray]) -> None:
+    """``arg0``, ``arg1``, ... into ``path``, atomically (a temporary name, then a rename)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
     os.close(fd)
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays)})
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return str(path)
 
 
 def render_verify(r: VerifyResult) -> str:
