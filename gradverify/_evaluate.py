@@ -76,9 +76,9 @@ class Evaluator:
             out.append(self.backend.from_numpy(a, like, dtype))
         return out
 
-    def _tangent_args(self, tangents: Sequence[np.ndarray]) -> list[Any]:
+    def _tangent_args(self, tangents: Sequence[np.ndarray], precision: str | None = None) -> list[Any]:
         return [
-            self.backend.from_numpy(np.array(t, copy=True), self.originals[i], self.dtypes[i])
+            self.backend.from_numpy(np.array(t, copy=True), self.originals[i], precision or self.dtypes[i])
             for i, t in zip(self.wrt, tangents)
         ]
 
@@ -100,18 +100,29 @@ class Evaluator:
             return self.backend.to_numpy(out).astype(np.float64, copy=False)
 
     # -- the modes ----------------------------------------------------------------------
-    def jvp(self, tangents: Sequence[np.ndarray]) -> Derivative:
-        with self.backend.precision(self.native_precision):
-            return self._jvp(tangents)
+    def jvp(
+        self, tangents: Sequence[np.ndarray], precision: str | None = None, points: Sequence[np.ndarray] | None = None
+    ) -> Derivative:
+        """J u at the base point (or at ``points`` for the wrt arguments);
+        ``precision`` (e.g. "float64") runs the arguments, the tangents and so
+        the whole derivative in that dtype instead of their own."""
+        with self.backend.precision(precision or self.native_precision):
+            return self._jvp(tangents, precision, points)
 
-    def vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
-        with self.backend.precision(self.native_precision):
-            return self._vjp(cotangent, out_dtype)
+    def vjp(
+        self,
+        cotangent: np.ndarray,
+        out_dtype: str,
+        precision: str | None = None,
+        points: Sequence[np.ndarray] | None = None,
+    ) -> list[Derivative]:
+        with self.backend.precision(precision or self.native_precision):
+            return self._vjp(cotangent, precision or out_dtype, precision, points)
 
-    def _jvp(self, tangents: Sequence[np.ndarray]) -> Derivative:
+    def _jvp(self, tangents: Sequence[np.ndarray], precision: str | None, points: Any = None) -> Derivative:
         self.counts["jvp"] += 1
-        args = self._args(None, None)
-        tans = self._tangent_args(tangents)
+        args = self._args(points, precision)
+        tans = self._tangent_args(tangents, precision)
         if self.rule is not None:
             if self.rule.jvp is None:
                 raise ModeUnavailable("the gv.Rule has no jvp rule")
@@ -120,7 +131,8 @@ class Evaluator:
                 if i in self.wrt:
                     full.append(tans[self.wrt.index(i)])
                 elif self.floating[i]:
-                    full.append(self.backend.from_numpy(np.zeros_like(self.values[i]), a, self.dtypes[i]))
+                    dtype = precision or self.dtypes[i]
+                    full.append(self.backend.from_numpy(np.zeros_like(self.values[i]), a, dtype))
                 else:
                     full.append(None)
             out = self._call(lambda: self.rule.jvp(tuple(args), tuple(full)), (), "the jvp rule")
@@ -128,9 +140,11 @@ class Evaluator:
             out = self._call(lambda: self.backend.jvp(self.fn, args, self.wrt, tans), (), "forward mode (JVP)")
         return self._derivative(out)
 
-    def _vjp(self, cotangent: np.ndarray, out_dtype: str) -> list[Derivative]:
+    def _vjp(
+        self, cotangent: np.ndarray, out_dtype: str, precision: str | None, points: Any = None
+    ) -> list[Derivative]:
         self.counts["vjp"] += 1
-        args = self._args(None, None)
+        args = self._args(points, precision)
         cot = self.backend.from_numpy(np.array(cotangent, copy=True), self.originals[0], out_dtype)
         if self.rule is not None:
             if self.rule.vjp is None:

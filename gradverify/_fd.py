@@ -1,20 +1,33 @@
 """Finite differences along a direction: F(t) = fn(x + t u), F'(0) = J u.
 
-Two central stencils (steps h and h/2) give D(h), D(h/2), their Richardson
-extrapolation R and an error estimate |D(h) - D(h/2)|/3 (the error of D(h/2),
-a safe bound for R's). The same four evaluations plus F(0) also give
+One level of step h evaluates F at the nine equally spaced points
+t = k h/4, k = -4..4 (F(0) is shared by every level). From them:
 
-* one-sided second-order estimates D+ and D- (the derivatives on each side),
-* a kink indicator kappa = h |SD(h/2) - SD(h)|, SD the second difference:
-  O(h^3) on smooth pieces but equal to the slope jump |D+ - D-| at a kink,
-  whatever its size, so a kink the central difference silently averages over
-  is still seen.
+* three central differences D(h), D(h/2), D(h/4) and two Richardson values
+  R1 = R(h, h/2) and R2 = R(h/2, h/4). R2 is the estimate; |R1 - R2| bounds
+  its truncation error (in the asymptotic range it is about 15x that error);
+* the noise of fn, *measured*: a fourth difference on spacing h/4 has a
+  truncation part (h/4)^4 F'''' far below rounding, so what it shows is fn's
+  own noise, |Delta^4| ~ sqrt(70) sigma (Moré & Wild, "Estimating
+  computational noise", SIAM J. Sci. Comput. 2011). Where fn cancels inside
+  (a log-sum-exp near 0, 1 + erf in a tail) that noise is many times u |F|;
+  the bound never drops below it, nor below the rounding model;
+* a kink indicator kappa = |4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F(0)|:
+  O(h^4) on smooth pieces, about the slope jump times h at a kink, whatever
+  its size. Its noise threshold comes from the *one-sided* fourth
+  differences (points -4..0 and 0..4), which a kink at the point leaves clean;
+* a convergence test: D(h/2) - D(h/4) must be about a quarter of
+  D(h) - D(h/2). A step larger than a feature of fn (an eps inside a
+  normalisation, a period of sin at 1e15) breaks that.
 
-Elements the indicator flags go down a ladder of smaller steps: a kink *beside*
-the point stops looking like one once the step is smaller than its distance
-(then both sides agree), a kink *at* the point never does (then an AD value is
-valid when it lies between D- and D+), and a jump shows as F(h) - F(0) that
-does not shrink with h.
+Elements flagged by either test go down a ladder of smaller steps: a kink
+*beside* the point stops looking like one once the step is smaller than its
+distance (then both sides agree), a kink *at* the point never does (then an AD
+value is valid between the one-sided derivatives, which must agree from one
+level to the next), a jump shows as F(h) - F(0) that does not shrink with h,
+and what never settles is *unreliable*: finite differences cannot decide
+there, and nothing is compared. So is an element whose error bound is as
+large as the derivatives themselves.
 """
 
 from __future__ import annotations
@@ -30,57 +43,101 @@ from . import _tolerance as tol
 SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
 STATUS_NAMES = {SMOOTH: "smooth", KINK: "kink", JUMP: "jump", UNRELIABLE: "unreliable"}
 
+#: The stencil's offsets in units of h/4 (0 is F(0), shared).
+OFFSETS = (-4, -3, -2, -1, 1, 2, 3, 4)
+#: sqrt(C(8, 4)) and sqrt(C(6, 3)): a k-th difference of independent noise of
+#: standard deviation sigma has standard deviation sqrt(C(2k, k)) sigma.
+_D4_NOISE = float(np.sqrt(70.0))
+_D3_NOISE = float(np.sqrt(20.0))
+#: The noise weights (sum of |coefficients| times h) of the stencil's
+#: combinations: R1 = (8 (F(h/2) - F(-h/2)) - (F(h) - F(-h))) / (6h),
+#: R2 = (8 (F(h/4) - F(-h/4)) - (F(h/2) - F(-h/2))) / (3h),
+#: kappa (1 + 4 + 6 + 4 + 1), D(h/2) - D(h/4) (2 + 4).
+_R1_WEIGHT, _R2_WEIGHT, _KAPPA_WEIGHT, _DIFF_WEIGHT = 3.0, 6.0, 16.0, 6.0
+
 
 @dataclass
 class Stencil:
-    """One level: F at -h, -h/2, h/2, h (and F(0) shared)."""
+    """One level: F(k h/4) for k in OFFSETS (F(0) shared)."""
 
     h: float
-    fm1: np.ndarray
-    fm2: np.ndarray
-    fp2: np.ndarray
-    fp1: np.ndarray
+    f: tuple[np.ndarray, ...]  # in the order of OFFSETS
+
+    def at(self, k: int) -> np.ndarray:
+        return self.f[OFFSETS.index(k)]
 
 
 @dataclass
 class Estimate:
     """What one level says about F'(0), element by element. The one-sided
-    quantities are computed on demand, for the few flagged elements only: the
-    whole-vector work stays at a dozen array operations."""
+    quantities are computed on demand, for the few flagged elements only."""
 
     stencil: Stencil
     f0: np.ndarray
-    value: np.ndarray  # Richardson-extrapolated central difference
-    err: np.ndarray  # its error bound (safety factor and rounding included)
-    kink: np.ndarray  # bool: the kink indicator exceeds its noise (or not finite)
+    value: np.ndarray  # R2, or R1 where its bound is tighter
+    err: np.ndarray  # its error bound: truncation + noise (measured or modelled)
+    kink: np.ndarray  # bool: flagged (kink indicator, no convergence, or not finite)
     finite: np.ndarray  # bool: every stencil value finite
-    eps_f: np.ndarray  # error of one F value (one element: the same for all)
+    noise: np.ndarray  # measured noise of one F value (sigma), per element
+    eps_f: np.ndarray  # modelled error of one F value (one element: the same for all)
+    slope: float = 0.0  # the largest finite |D(h/2)|: the vector's slope scale
 
-    def sides(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One-sided second-order D+ and D- at ``idx`` and their error bound."""
-        s, h, f0 = self.stencil, self.stencil.h, self.f0[idx]
-        fp1, fp2, fm1, fm2 = s.fp1[idx], s.fp2[idx], s.fm1[idx], s.fm2[idx]
+    def curvature(self, smooth: np.ndarray) -> float:
+        """The largest |F''| over the ``smooth`` elements: at a minimum the slope
+        is 0 while a unit step still moves F by about F''."""
+        ok = self.finite & smooth
+        if not ok.any():
+            return 0.0
+        F, h = self.stencil, self.stencil.h
         with np.errstate(invalid="ignore", over="ignore"):
-            right = (4 * fp2 - 3 * f0 - fp1) / h
-            left = (3 * f0 - 4 * fm2 + fm1) / h
-            first_r = (fp2 - f0) / (h / 2)
-            first_l = (f0 - fm2) / (h / 2)
-            err = tol.FD_SAFETY * (
-                np.maximum(np.abs(right - first_r), np.abs(left - first_l)) + 8.0 * self.eps_f[0] / h
-            )
+            second = np.abs(F.at(4) + F.at(-4) - 2.0 * self.f0) / (h * h)
+        return float(np.max(second, where=ok & np.isfinite(second), initial=0.0))
+
+    def side_noise(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Noise measured on each side of the point alone (points -4..0 and
+        0..4: third and fourth differences), at ``idx``."""
+        F = self._values(idx)
+        out = []
+        for ks in ((-4, -3, -2, -1, 0), (0, 1, 2, 3, 4)):
+            a, b, c, d, e = (F[k] for k in ks)
+            with np.errstate(invalid="ignore", over="ignore"):
+                s = np.maximum(
+                    np.abs(a - 4 * b + 6 * c - 4 * d + e) / _D4_NOISE, np.abs(a - 3 * b + 3 * c - d) / _D3_NOISE
+                )
+                s = np.maximum(s, np.abs(b - 3 * c + 3 * d - e) / _D3_NOISE)
+            out.append(s)
+        return out[0], out[1]
+
+    def sides(self, idx: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One-sided second-order D+ and D- at ``idx`` (steps h/2 and h) and
+        their error bound, given the noise of one F value there."""
+        F, h = self._values(idx), self.stencil.h
+        with np.errstate(invalid="ignore", over="ignore"):
+            right = (4 * F[2] - 3 * F[0] - F[4]) / h
+            left = (3 * F[0] - 4 * F[-2] + F[-4]) / h
+            first_r = (F[2] - F[0]) / (h / 2)
+            first_l = (F[0] - F[-2]) / (h / 2)
+            eps = np.maximum(self.eps_f[0], noise)
+            err = tol.FD_SAFETY * np.maximum(np.abs(right - first_r), np.abs(left - first_l))
+            err += tol.NOISE_SAFETY * 8.0 * eps / h
         return right, left, err
 
     def step_f(self, idx: np.ndarray) -> np.ndarray:
         """max(|F(h) - F(0)|, |F(-h) - F(0)|): shrinks with h unless F jumps."""
-        s, f0 = self.stencil, self.f0[idx]
-        return np.maximum(np.abs(s.fp1[idx] - f0), np.abs(s.fm1[idx] - f0))
+        F = self._values(idx)
+        return np.maximum(np.abs(F[4] - F[0]), np.abs(F[-4] - F[0]))
+
+    def _values(self, idx: np.ndarray) -> dict[int, np.ndarray]:
+        F = {k: a[idx] for k, a in zip(OFFSETS, self.stencil.f)}
+        F[0] = self.f0[idx]
+        return F
 
 
 def evaluate_level(F: Callable[[float], np.ndarray], h: float) -> Stencil:
-    return Stencil(h, F(-h), F(-h / 2), F(h / 2), F(h))
+    return Stencil(h, tuple(F(k * h / 4) for k in OFFSETS))
 
 
-CHUNK = 1 << 15  # elements per block of estimate(): its ~25 passes stay in cache
+CHUNK = 1 << 15  # elements per block of estimate(): its passes stay in cache
 
 
 def estimate(
@@ -91,16 +148,16 @@ def estimate(
     f0_scale: float | None = None,
     chunk: int = CHUNK,
 ) -> Estimate:
-    """Central Richardson value, its error bound and the kink flags; about
-    twenty-five elementwise operations (this runs on every direction of every
-    check), done block by block: on a large vector each pass over the whole of
-    it would leave the caches (measured: 1.3 s of a 5 s check at n = 10^7
-    before). Element for element the same operations in the same order, so the
-    result does not depend on ``chunk`` (a test holds it bit for bit); only the
-    scales (maxima) need the whole vector, gathered in a first pass."""
+    """Richardson value, its error bound, the measured noise and the flags, done
+    block by block: on a large vector each pass over the whole of it would leave
+    the caches. Element for element the same operations in the same order, so
+    the result does not depend on ``chunk`` (a test holds it bit for bit); only
+    the scales of the rounding model (maxima) need the whole vector, gathered in
+    a first pass."""
     h = s.h
     shape = np.shape(f0)
-    fm1, fm2, fp2, fp1, f0f = (np.ravel(a) for a in (s.fm1, s.fm2, s.fp2, s.fp1, f0))
+    f0f = np.ravel(f0)
+    F = {k: np.ravel(a) for k, a in zip(OFFSETS, s.f)}
     n = f0f.size
     tol_array = np.ndim(ad_tol) > 0
     tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
@@ -108,66 +165,80 @@ def estimate(
     err = np.empty(n)
     kink = np.empty(n, dtype=bool)
     finite = np.empty(n, dtype=bool)
+    noise = np.empty(n)
     blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
     slope_scale = stencil_scale = f0_max = 0.0
     with np.errstate(invalid="ignore", over="ignore"):
-        # pass 1: the value (Richardson: D(h/2) + (D(h/2) - D(h))/3 = (4 (2h D(h/2)) - 2h D(h)) / (6h))
-        # and the scales
+        # pass 1: the scales of the rounding model
         for b in blocks:
-            d1 = fp1[b] - fm1[b]  # 2h D(h)
-            d2 = fp2[b] - fm2[b]  # h D(h/2)
-            d2 *= 2.0  # 2h D(h/2)
-            v = np.multiply(d2, 4.0, out=value[b])
-            v -= d1
-            v *= 1.0 / (6.0 * h)
-            np.isfinite(v, out=finite[b])
-            slope_scale = max(slope_scale, _finite_max(v, finite[b]))
-            stencil_scale = max(stencil_scale, *(_finite_max(a[b]) for a in (fp1, fm1, fp2, fm2)))
+            d2 = F[2][b] - F[-2][b]
+            d2 *= 1.0 / h  # D(h/2)
+            fin = np.isfinite(d2)
+            slope_scale = max(slope_scale, _finite_max(d2, fin))
+            stencil_scale = max(stencil_scale, *(_finite_max(F[k][b]) for k in (-4, -2, 2, 4)))
             if f0_scale is None:
                 f0_max = max(f0_max, _finite_max(f0f[b]))
-        everywhere = bool(finite.all())
         if f0_scale is None:
             f0_scale = f0_max
-        # Error of one F value, relative to the vector's scale: fn's own rounding
-        # (cancellation inside fn included) plus the rounding of the point
-        # x + t u itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u
-        # (directions are scaled so that |u_j| >= |x_j|). |F(+-h)| <= |F0| + h max|F'|.
-        # The stencil's own values bound its rounding too: at a minimum F(+-h)
-        # ~ h^2 F''/2 can dwarf both |F0| and h |F'| (logcosh at z = 1e-45:
-        # found by `gradverify check all`, a false alarm of 1e-45).
+        # The rounding model, a floor under the measured noise: fn's rounding
+        # relative to the vector's scale plus the rounding of the point x + t u
+        # itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u (directions
+        # are scaled so that |u_j| >= |x_j|). The stencil's own values count
+        # too: at a minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
         eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
-        noise = tol.FD_SAFETY * 32.0 * eps_f
-        # pass 2: the error bound and the kink indicator (one block: d1, d2 as they are)
         for b in blocks:
-            if len(blocks) > 1:
-                d1 = fp1[b] - fm1[b]
-                d2 = fp2[b] - fm2[b]
-                d2 *= 2.0
-            # err: |D(h/2) - D(h)|/3 (the error of D(h/2), a safe bound for R's)
-            # plus rounding; R = (4 D(h/2) - D(h))/3 weighs F errors by 3/h.
-            e = np.subtract(d2, d1, out=err[b])
-            np.abs(e, out=e)
-            e *= tol.FD_SAFETY / (6.0 * h)
-            e += tol.FD_SAFETY * 3.0 * eps_f / h
-            # Kink indicator h |SD(h/2) - SD(h)| = |4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F0| / h:
-            # O(h^3) where F is smooth, the slope jump at a kink. It sums F errors
-            # with weights (4+4+1+1+6)/h = 16/h; we allow 32/h times the safety.
-            kappa = fp2[b] + fm2[b]
-            kappa *= 4.0
-            kappa -= fp1[b]
-            kappa -= fm1[b]
-            kappa -= 6.0 * f0f[b]
-            np.abs(kappa, out=kappa)
-            if tol_array:
-                threshold = tol_f[b] * h
-                threshold += noise
-            else:
-                threshold = tol_f * h + noise
+            f = {k: a[b] for k, a in F.items()}
+            f[0] = f0f[b]
+            # central differences and Richardson (R = (4 D(k/2) - D(k)) / 3)
+            d1 = (f[4] - f[-4]) * (0.5 / h)
+            d2 = (f[2] - f[-2]) * (1.0 / h)
+            d4 = (f[1] - f[-1]) * (2.0 / h)
+            r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
+            r2 = np.multiply(4.0 * d4 - d2, 1.0 / 3.0, out=value[b])
+            fin = np.isfinite(r1)
+            fin &= np.isfinite(r2)
+            np.copyto(finite[b], fin)
+            # measured noise: fourth differences on spacing h/4, over the five
+            # windows (the two one-sided ones kept apart for the kink threshold)
+            d4s = [np.abs(f[j] - 4.0 * f[j + 1] + 6.0 * f[j + 2] - 4.0 * f[j + 3] + f[j + 4]) for j in range(-4, 1)]
+            one_sided = np.minimum(d4s[0], d4s[4])
+            one_sided *= 1.0 / _D4_NOISE
+            sig = np.maximum(np.maximum(d4s[0], d4s[1]), np.maximum(d4s[2], np.maximum(d4s[3], d4s[4])))
+            sig *= 1.0 / _D4_NOISE
+            np.copyto(noise[b], sig)
+            eps = np.maximum(sig, eps_f)
+            # error bound: truncation and noise, each with its safety. |R1 - R2|
+            # bounds R2's truncation generously and is ~16/15 of R1's; R1 weighs
+            # noise half as much (3/h). Each element takes the one bounded tighter
+            # (R1 where noise dominates: a linear piece, a cancelling fn).
+            trunc = np.abs(r1 - r2)
+            trunc *= tol.FD_SAFETY
+            e = np.add(trunc, (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps, out=err[b])
+            e1 = trunc * (16.0 / 15.0)
+            e1 += (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps
+            use_r1 = e1 < e
+            np.copyto(value[b], r1, where=use_r1)
+            np.copyto(e, e1, where=use_r1)
+            # kink indicator against the one-sided noise and the AD tolerance
+            kappa = np.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f[0])
+            threshold = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * np.maximum(one_sided, eps_f)
+            threshold += (tol_f[b] if tol_array else tol_f) * h
             k = np.greater(kappa, threshold, out=kink[b])
-            if not everywhere:
-                k |= ~finite[b]
+            # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4
+            drift = np.abs(d2 - d4)
+            drift -= 0.5 * np.abs(d1 - d2)
+            k |= drift > (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps
+            k |= ~fin
     return Estimate(
-        s, f0, value.reshape(shape), err.reshape(shape), kink.reshape(shape), finite.reshape(shape), np.full(1, eps_f)
+        s,
+        f0,
+        value.reshape(shape),
+        err.reshape(shape),
+        kink.reshape(shape),
+        finite.reshape(shape),
+        noise.reshape(shape),
+        np.full(1, eps_f),
+        slope_scale,
     )
 
 
@@ -183,6 +254,10 @@ class Reference:
     status: np.ndarray  # SMOOTH / KINK / JUMP / UNRELIABLE per element
     evaluations: int
     all_smooth: bool  # no element was flagged: every status is SMOOTH
+    noise: np.ndarray | None = None  # measured noise of one F value, per element
+    reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
+    typical: float = 0.0  # the size of a derivative along this direction (|F| and slope scales)
+    flagged: np.ndarray | None = None  # bool: went down the ladder (a kink, jump or feature near)
 
     @property
     def lo(self) -> np.ndarray:
@@ -195,6 +270,29 @@ class Reference:
 
 def _finite_max(v: np.ndarray, finite: np.ndarray | None = None) -> float:
     return float(np.max(np.abs(v), where=np.isfinite(v) if finite is None else finite, initial=0.0))
+
+
+#: Two sides whose measured noise differs by more than this factor are not
+#: both noise: one of them holds a kink (or a jump) near the point.
+_SIDES_ALIKE = 8.0
+
+
+def _noise_explains(est: Estimate, idx: np.ndarray, ad_tol: np.ndarray | float) -> np.ndarray:
+    """Of the flagged elements ``idx``, those whose flag is the function's noise:
+    both sides of the point equally noisy, and the kink indicator and the
+    convergence test within that noise."""
+    left, right = est.side_noise(idx)
+    lo, hi = np.minimum(left, right), np.maximum(left, right)
+    eps = np.maximum(hi, est.eps_f[0])
+    F, h = est._values(idx), est.stencil.h
+    tol_i = np.broadcast_to(ad_tol, est.value.shape).ravel()[idx] if np.ndim(ad_tol) else ad_tol
+    with np.errstate(invalid="ignore", over="ignore"):
+        kappa = np.abs(4.0 * (F[2] + F[-2]) - (F[4] + F[-4]) - 6.0 * F[0])
+        d1, d2, d4 = (F[4] - F[-4]) / (2 * h), (F[2] - F[-2]) / h, (F[1] - F[-1]) * (2 / h)
+        ok = kappa <= tol.NOISE_SAFETY * _KAPPA_WEIGHT * eps + tol_i * h
+        ok &= np.abs(d2 - d4) - 0.5 * np.abs(d1 - d2) <= tol.NOISE_SAFETY * _DIFF_WEIGHT / h * eps
+        ok &= (hi <= _SIDES_ALIKE * lo) | (hi <= est.eps_f[0])
+    return ok & est.finite.ravel()[idx]
 
 
 def reference(
@@ -212,54 +310,185 @@ def reference(
     if f0_scale is None:
         f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
     level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol, f0_scale)
-    evaluations = 4
-    value = level0.value
-    err = level0.err
+    evaluations = len(OFFSETS)
+    value, err, noise = level0.value, level0.err, level0.noise
     status = np.zeros(value.shape, dtype=np.int8)  # SMOOTH
     suspects = np.flatnonzero(level0.kink)
-    if not suspects.size:
-        return Reference(value, err, status, evaluations, True)
+    if suspects.size:
+        suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
+    reasons: dict[int, str] = {}
+    if suspects.size:
+        evaluations += _ladder(
+            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, value, err, status, ladder
+        )
+    typical = max(f0_scale, level0.slope, level0.curvature(status == SMOOTH))
+    mark_unresolved(value, err, status, typical, reasons)
+    all_smooth = not suspects.size and not status.any()
+    flagged = np.zeros(value.shape, dtype=bool)
+    flagged.ravel()[suspects] = True
+    return Reference(value, err, status, evaluations, all_smooth, noise, reasons, typical, flagged)
+
+
+def _ladder(
+    F: Callable[[float], np.ndarray],
+    f0: np.ndarray,
+    h: float,
+    floor: float,
+    u_oracle: float,
+    ad_tol: np.ndarray | float,
+    f0_scale: float,
+    level0: Estimate,
+    suspects: np.ndarray,
+    value: np.ndarray,
+    err: np.ndarray,
+    status: np.ndarray,
+    ladder: bool,
+) -> int:
+    """Settle the flagged elements (in place); return the evaluations made."""
+    evaluations = 0
     central, central_err = level0.value.copy(), level0.err.copy()
-    # At a kink the interval is the hull of the one-sided derivatives.
-    r, le, se = level0.sides(suspects)
-    lo = np.minimum(r, le) - se
-    hi = np.maximum(r, le) + se
-    # no measurable slope jump: the indicator may have seen noise, not a kink
+    left_n, right_n = level0.side_noise(suspects)
+    r, le, se = level0.sides(suspects, np.minimum(left_n, right_n))
+    # no measurable slope jump at the first level: the flag may be noise or a
+    # feature smaller than the step, not a kink
     flat = np.zeros(value.shape, dtype=bool)
     flat[suspects] = np.abs(r - le) <= 2 * se
-    status[suspects] = np.where(np.isfinite(lo) & np.isfinite(hi), KINK, UNRELIABLE)
-    value[suspects] = (lo + hi) / 2
-    err[suspects] = (hi - lo) / 2
-    if ladder:
-        prev_step = level0.step_f(suspects)
-        k = h
-        open_ = suspects
-        while open_.size and k / tol.LADDER_FACTOR >= floor:
-            k /= tol.LADDER_FACTOR
-            est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
-            evaluations += 4
-            sub = est.kink[open_]
-            smooth = open_[~sub]
-            # The kink was beside the point: at this step both sides agree.
-            value[smooth], err[smooth] = est.value[smooth], est.err[smooth]
-            status[smooth] = SMOOTH
-            # ... or there was no kink, only rounding noise above the model
-            # (a formula that cancels inside fn): then the first step's
-            # central estimate was fine and the finer one is noise over a
-            # smaller step. Estimates that disagree beyond both bounds cannot
-            # tell which: undecided, not a confident wrong reference.
-            drift = np.abs(est.value[smooth] - central[smooth]) > est.err[smooth] + central_err[smooth]
-            noisy = smooth[drift & flat[smooth]]
-            status[noisy] = UNRELIABLE
-            keep = open_[sub]
-            step = est.step_f(keep)
-            # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump.
-            prev = prev_step[sub]
-            jump = (step > 0.5 * prev) & (step > 1e3 * est.eps_f[0]) & est.finite[keep]
-            status[keep] = np.where(status[keep] == UNRELIABLE, UNRELIABLE, KINK)
-            status[keep[jump]] = JUMP
-            prev_step = step
-            open_ = keep
-        # Whatever is still open at the floor is a kink at the point (hull kept)
-        # unless its last level called it a jump.
-    return Reference(value, err, status, evaluations, False)
+    sides = {"r": r, "le": le, "se": se}
+    status[suspects] = np.where(level0.finite.ravel()[suspects], KINK, UNRELIABLE)
+    _hull(value, err, suspects, r, le, se)
+    if not ladder:
+        return evaluations
+    prev_step = level0.step_f(suspects)
+    settled_sides = np.zeros(value.shape, dtype=bool)  # one-sided derivatives agreed between two levels
+    k = h
+    open_ = suspects
+    while open_.size and k / tol.LADDER_FACTOR >= floor:
+        k /= tol.LADDER_FACTOR
+        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
+        evaluations += len(OFFSETS)
+        sub = est.kink.ravel()[open_]
+        if sub.any():
+            flagged = open_[sub]
+            sub[sub] = ~_noise_explains(est, flagged, ad_tol)
+        smooth = open_[~sub]
+        # The kink was beside the point: at this step both sides agree.
+        value[smooth], err[smooth] = est.value.ravel()[smooth], est.err.ravel()[smooth]
+        status[smooth] = SMOOTH
+        # ... or there was no kink, only noise the first level's estimate
+        # already carried: estimates that disagree beyond both bounds cannot
+        # tell which is right. Undecided, not a confident wrong reference.
+        drift = np.abs(est.value.ravel()[smooth] - central[smooth]) > est.err.ravel()[smooth] + central_err[smooth]
+        status[smooth[drift & flat[smooth]]] = UNRELIABLE
+        keep = open_[sub]
+        position = np.searchsorted(open_, keep)
+        ln, rn = est.side_noise(keep)
+        r, le, se = est.sides(keep, np.minimum(ln, rn))
+        # a kink at the point has the same one-sided derivatives at every step
+        agree = (np.abs(r - sides["r"][position]) <= se + sides["se"][position]) & (
+            np.abs(le - sides["le"][position]) <= se + sides["se"][position]
+        )
+        settled_sides[keep] = agree
+        # every level's hull holds a kink at the point; keep the tightest (a
+        # finer step trades truncation for rounding)
+        tighter = np.abs(r - le) / 2 + se < err[keep]
+        _hull(value, err, keep[tighter], r[tighter], le[tighter], se[tighter])
+        sides = {"r": r, "le": le, "se": se}
+        step = est.step_f(keep)
+        # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump,
+        # judged against each element's own noise.
+        prev = prev_step[position]
+        own_noise = np.maximum(np.minimum(ln, rn), est.eps_f[0])
+        jump = (step > 0.5 * prev) & (step > 1e3 * own_noise) & est.finite.ravel()[keep]
+        status[keep] = np.where(est.finite.ravel()[keep], KINK, UNRELIABLE)
+        status[keep[jump]] = JUMP
+        prev_step = step
+        open_ = keep
+    # Whatever is still open at the floor is a kink at the point when its
+    # one-sided derivatives settled, a jump when the last level said so, and
+    # otherwise undecidable.
+    # (With no finer level possible - the first step is already at the
+    # resolution of the dtype under test - the first level's hull stands.)
+    if open_.size and k < h:
+        undecided = open_[(status[open_] == KINK) & ~settled_sides[open_]]
+        status[undecided] = UNRELIABLE
+    return evaluations
+
+
+#: Spacings of the wider noise tables, in units of the step h, tried one
+#: after the other while AD still disagrees; their nine points span 8
+#: spacings, at most WIDE_SPAN of the input's scale (2^-2: far enough to see
+#: a quantised tail's steps even where the input itself is 0 and the function
+#: works at another argument's scale; the sixth difference of a smooth
+#: function at that spacing still tilts a slope by only ~1e-8 of its sixth
+#: derivative, far below a bug).
+WIDE_SPACINGS = (4.0, 64.0, 1024.0, 8192.0)
+WIDE_SPAN = 2.0**-2
+_D6_NOISE = float(np.sqrt(924.0))
+
+
+@dataclass
+class WideTable:
+    """F on nine points of spacing d (t = k d, k = -4..4), the noise sigma it
+    shows per element and the slope error that noise can cause over d (its tilt)."""
+
+    d: float
+    f: dict[int, np.ndarray]
+    sigma: np.ndarray
+    tilt: np.ndarray
+
+
+def wide_table(F: Callable[[float], np.ndarray], f0: np.ndarray, h: float, level: int) -> WideTable | None:
+    """The ``level``-th wider table (None when it does not fit). A noise of
+    size sigma seen at spacing d varies over about d, so it tilts a slope by
+    about sigma / d: at the step's own spacing h/4 this is the usual 6 sigma / h
+    of the estimate, 1.5 sigma / d. sigma is the smaller of the fourth- and
+    sixth-difference estimates: noise gives both the same value, a smooth
+    function's curvature shows in the fourth far more than in the sixth."""
+    if level >= len(WIDE_SPACINGS) or 8 * WIDE_SPACINGS[level] * h > WIDE_SPAN:
+        return None
+    d = WIDE_SPACINGS[level] * h
+    f = {k: F(k * d) for k in OFFSETS}
+    f[0] = f0
+    with np.errstate(invalid="ignore", over="ignore"):
+        d4 = np.max(
+            [np.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4]) for j in range(-4, 1)], axis=0
+        )
+        d6 = np.max(
+            [
+                np.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
+                for j in range(-4, -1)
+            ],
+            axis=0,
+        )
+        sigma = np.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
+    sigma = np.where(np.isfinite(sigma), sigma, 0.0)
+    return WideTable(d, f, sigma, sigma * (tol.NOISE_SAFETY * 1.5 / d))
+
+
+def _hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le: np.ndarray, se: np.ndarray) -> None:
+    """At a kink the interval is the hull of the one-sided derivatives."""
+    lo = np.minimum(r, le) - se
+    hi = np.maximum(r, le) + se
+    value[idx] = (lo + hi) / 2
+    err[idx] = (hi - lo) / 2
+
+
+def mark_unresolved(
+    value: np.ndarray, err: np.ndarray, status: np.ndarray, typical: float, reasons: dict[int, str]
+) -> None:
+    """A smooth element whose error bound is as large as the derivatives around
+    it (its own, and ``typical``: the vector's slope, or |F| since a step of
+    t = 1 moves the input by its own scale) cannot tell a right derivative
+    from a wrong one."""
+    smooth = status == SMOOTH
+    if not smooth.any():
+        return
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = smooth & ~(err <= 0.5 * (np.abs(value) + typical))
+    if bad.any():
+        status[bad] = UNRELIABLE
+        for i in np.flatnonzero(bad)[:3]:
+            reasons[int(i)] = (
+                f"the finite-difference error bound {err[i]:.3g} is as large as the derivative "
+                f"{value[i]:.3g}: no step lies between the function's noise and its curvature"
+            )

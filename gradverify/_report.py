@@ -52,6 +52,7 @@ def render_text(r: CheckResult) -> str:
     lines.append("  inputs:  " + "; ".join(str(s) for s in r.inputs))
     if r.output is not None:
         lines.append(f"  output:  {r.output}")
+    lines.extend(f"  note:    {note}" for note in r.notes)
     ordered = sorted(r.findings, key=lambda f: (f.level != ERROR, f.level != "warning"))
     for f in ordered[:_MAX_FINDINGS]:
         lines.extend("  " + line for line in render_finding(f))

@@ -19,7 +19,8 @@ class Kind:
     MODE_UNAVAILABLE = "mode_unavailable"  # fn has no JVP (or no VJP)
     NONDIFFERENTIABLE = "nondifferentiable"  # a kink at the point: inconclusive
     DISCONTINUITY = "discontinuity"  # a jump at the point: inconclusive
-    FD_UNRELIABLE = "fd_unreliable"  # finite differences did not converge: inconclusive
+    FD_UNRELIABLE = "fd_unreliable"  # finite differences cannot decide there: inconclusive
+    PRECISION = "precision"  # low-precision AD off its float64 AD by rounding, not a wrong rule
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
 
@@ -34,6 +35,7 @@ class Kind:
         NONDIFFERENTIABLE,
         DISCONTINUITY,
         FD_UNRELIABLE,
+        PRECISION,
         NONFINITE_OUTPUT,
         EXCEPTION,
     )
@@ -103,6 +105,9 @@ class CheckResult:
     # The largest |AD - reference| / bound over everything compared (1 means
     # at the bound; above 1 is a mismatch): how near the check came to failing.
     worst_ratio: float = 0.0
+    # What the reader should know about how this check ran: reduced-precision
+    # matmuls (TF32) in force, AD that could not run in float64, ...
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -140,6 +145,7 @@ class CheckResult:
             "evaluations": dict(self.evaluations),
             "reproduce": self.reproduce,
             "worst_ratio": self.worst_ratio,
+            "notes": list(self.notes),
             "findings": [f.to_dict() for f in self.findings],
         }
 

@@ -54,6 +54,40 @@ FD_EVAL_ROUNDING = 4.0
 #: activation table's smooth pieces).
 FD_SAFETY = 4.0
 
+#: The measured noise sigma of one F value (from fourth differences) is an
+#: estimate from a handful of samples, and one rounding error can reach a few
+#: sigma: a combination of stencil values is allowed NOISE_SAFETY x sigma x
+#: the sum of its |coefficients| (the worst case of aligned errors, itself
+#: about twice their standard deviation), so ~8 standard deviations in all.
+NOISE_SAFETY = 4.0
+
+#: Tangent scales (per input element) are floored here, so that a step of
+#: ~2^-20 of them and a quarter of it stay normal float64 numbers: zeros and
+#: subnormal inputs get a usable step, not one that underflows.
+TINY_SCALE = 2.0**-960
+
+#: Where fn runs in float32/16/bf16 and accepts float64, its AD runs in both:
+#: the float64 AD is what finite differences judge (a wrong rule shows there),
+#: and the low-precision AD is compared with it. Within the rounding model it
+#: is fine; beyond the model but within this limit (relative to its own
+#: magnitude plus the largest in its vector) it is a ``precision`` warning:
+#: rounding of the low-precision run, e.g. 1 + erf cancelling in float32 or a
+#: TF32 matmul (10 mantissa bits: ~2^-11 per product, a few times that
+#: accumulated); beyond the limit it is an error: a low-precision code path
+#: that computes something else. 2^-7 is 16 TF32 ulps (131072 float32 ulps);
+#: half precision has 2^-11 (float16) and 2^-8 (bfloat16) ulps, so its limit
+#: is 64 and 16 of its own ulps.
+LOW_PRECISION_LIMIT = {"float32": 2.0**-7, "float16": 2.0**-5, "bfloat16": 2.0**-4}
+
+#: fn's noise seen only at spacings wider than the step (a quantised tail:
+#: flat pieces and steps of u x the terms) may excuse a disagreement only if
+#: it is a plausible rounding artifact: at most ROUNDING_TERMS x u x the
+#: largest magnitude among the inputs and the function's values there. An
+#: elementwise formula's terms are low powers of its inputs (0.044715 z^3 at
+#: z = 10 is 45; z^3 at 10 is 1000); a kink or a real feature further out
+#: moves F by far more than that and excuses nothing.
+ROUNDING_TERMS = 1024.0
+
 #: Hoeffding multiplier: a sum of n terms with random signs exceeds
 #: HOEFFDING_K * sqrt(sum of squared bounds) with probability <= 2 exp(-K^2/2)
 #: = 3e-8 for K = 6, so a correct function raises a false alarm less than once
@@ -70,6 +104,19 @@ KINK_RESOLUTION = 16.0
 #: ~2^11 u |F| / h (see _fd.estimate), so at this floor a slope jump of 1% of
 #: the function's scale is still told from rounding (2.9e-11 in float64).
 LADDER_ROUNDING_FLOOR = 2.0**18
+
+
+#: The smallest normal number per dtype: below it a value has no relative
+#: precision left (a product with it underflows), so a kink within this many
+#: of them of the point is as good as at the point.
+SMALLEST_NORMAL = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+
+
+def kink_resolution(dtype_name: str, scale: np.ndarray) -> np.ndarray:
+    """How close to a kink a point of ``dtype_name`` with these magnitudes may
+    lie and still count as on it: KINK_RESOLUTION ulps of its scale, and never
+    less than KINK_RESOLUTION smallest normals."""
+    return KINK_RESOLUTION * np.maximum(unit_roundoff(dtype_name) * scale, SMALLEST_NORMAL.get(dtype_name, 2.0**-126))
 
 
 def unit_roundoff(dtype_name: str) -> float:

@@ -32,9 +32,11 @@ def test_one_flipped_reverse_element_is_found_and_located(backend, n_rows):
     assert f.argument == 0
     assert f.input_index == np.unravel_index(flip_at, (n_rows, n_cols))
     assert f.values["VJP"] == pytest.approx(-f.values["FD"], rel=1e-6)
-    # Cost independent of n: a handful of evaluations plus log2(n) for the bisection.
+    # Cost independent of n: a handful of evaluations plus log2(n) for the
+    # bisection. Without a JVP to vouch for FD, a disagreement is first put to
+    # fn's noise at four wider spacings (32 evaluations) before it convicts.
     calls = sum(r.evaluations.values())
-    assert calls <= 30 + 2 * np.log2(n_rows * n_cols + 10), r.evaluations
+    assert calls <= 30 + 32 + 2 * np.log2(n_rows * n_cols + 10), r.evaluations
 
 
 @pytest.mark.parametrize("n_rows", [100, 1000])

@@ -43,6 +43,11 @@ class Backend:
         """Context in which arrays of ``dtype_name`` can be made and used."""
         yield
 
+    def reduced_precision(self, args: Sequence[Any]) -> list[str]:
+        """Settings in force that make float32 arithmetic of ``args`` coarser than
+        IEEE float32 (TF32 matmuls, bf16 passes), in words; [] when none."""
+        return []
+
     # -- modes ----------------------------------------------------------------
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         """Output tangent of fn at args along ``tangents`` (one per wrt index)."""
