@@ -157,6 +157,7 @@ class _Run:
         self.oracle_name: str | None = None
         self.strategy = "not run"
         self.notes: list[str] = []
+        self.float32_as = "float32"
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self._jvp_bounds: dict[int, np.ndarray] = {}
         # the largest |AD - reference| / bound over everything compared: how
@@ -297,7 +298,10 @@ class _Run:
         self.low_vjps: dict[int, np.ndarray] = {}
         self.ad64_dropped: str | None = None
         self.ad_out = self.out_dtype
-        self.notes = list(ev.backend.reduced_precision(ev.originals))
+        reduced = ev.backend.reduced_precision(ev.originals)
+        self.notes = [note for note, _ in reduced]
+        # float32 products in bfloat16 passes round like bfloat16: their limit
+        self.float32_as = "bfloat16" if any(p == "bfloat16" for _, p in reduced) else "float32"
         self.u_oracle = tol.unit_roundoff(self.oracle_name)
         self.h = tol.base_step(self.oracle_name)
         self.floor = tol.ladder_floor(self.out_dtype if self.native_u > 0 else "float64", self.oracle_name)
@@ -1124,7 +1128,8 @@ class _Run:
                 scale = self.jmax_vjp if self.full else max(float(np.max(np.abs(ref), initial=0.0)), self.slope_scale)
             model = tol.ad_bound(ref, dtype, self.rtol, self.atol, scale)
             top = float(np.max(np.abs(ref), initial=0.0)) if scale is None else scale
-            limit = tol.LOW_PRECISION_LIMIT[dtype] * (np.abs(ref) + top) + self.terms_floor(dtype)
+            effective = self.float32_as if dtype == "float32" else dtype
+            limit = tol.LOW_PRECISION_LIMIT[effective] * (np.abs(ref) + top) + self.terms_floor(effective)
             diff = np.abs(low - ref)
             if not diff.size:
                 continue
@@ -1199,7 +1204,8 @@ class _Run:
                 bound_reason=(
                     "user atol + rtol x |AD|"
                     if self.rtol is not None or self.atol is not None
-                    else f"{dtype} limit {tol.LOW_PRECISION_LIMIT[dtype]:g} x (|AD| + max|AD|)"
+                    else f"{dtype} limit {tol.LOW_PRECISION_LIMIT[self.float32_as if dtype == 'float32' else dtype]:g}"
+                    " x (|AD| + max|AD|) + u x the terms"
                 ),
                 where=where,
             )

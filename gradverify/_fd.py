@@ -90,7 +90,10 @@ class Estimate:
             return 0.0
         F, h = self.stencil, self.stencil.h
         with np.errstate(invalid="ignore", over="ignore"):
-            second = np.abs(F.at(4) + F.at(-4) - 2.0 * self.f0) / (h * h)
+            second = np.abs(F.at(4) + F.at(-4) - 2.0 * self.f0)
+            # a second difference within fn's noise (weights 1 + 2 + 1) measures nothing
+            ok = ok & (second > tol.NOISE_SAFETY * 4.0 * np.maximum(self.noise, self.eps_f[0]))
+            second /= h * h
         return float(np.max(second, where=ok & np.isfinite(second), initial=0.0))
 
     def side_noise(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -406,11 +409,16 @@ def _ladder(
     # Whatever is still open at the floor is a kink at the point when its
     # one-sided derivatives settled, a jump when the last level said so, and
     # otherwise undecidable.
-    # (With no finer level possible - the first step is already at the
-    # resolution of the dtype under test - the first level's hull stands.)
+    # With no finer level possible - the first step is already at the
+    # resolution of the dtype under test - the first level's hull stands,
+    # unless its sides showed no slope jump beyond their error: then the flag
+    # was noise, and the central estimate (whose bound holds that noise) stands.
     if open_.size and k < h:
         undecided = open_[(status[open_] == KINK) & ~settled_sides[open_]]
         status[undecided] = UNRELIABLE
+    elif open_.size:
+        noise = open_[(status[open_] == KINK) & flat[open_]]
+        value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
     return evaluations
 
 

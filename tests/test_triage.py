@@ -422,3 +422,22 @@ def test_node_ids_map_to_junit_ids():
     assert junit_id("tests/test_a.py::TestB::test_c[1-2]") == "tests.test_a.TestB::test_c[1-2]"
     assert junit_id("test_a.py::test_b") == "test_a::test_b"
     assert is_node_id("tests/test_a.py") and is_node_id("t.py::x") and not is_node_id("bias_act:relu")
+
+
+def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
+    """torch's float64 hardsigmoid derivative is float32(1/6): gv.check fails
+    it (3e-8 relative), but the FD-step sweep brings FD within 1e-4 of AD: a
+    precision flake, not a bug."""
+    import torch
+    from hypothesis import strategies as st
+
+    from gradverify import strategies as gst
+
+    args = gst.arrays("torch", "float64", st.tuples(st.integers(2, 5)), min_value=-2.5, max_value=2.5).map(
+        lambda a: (a,)
+    )
+    r = _triage.rerun(torch.nn.functional.hardsigmoid, args, seeds=2, max_examples=5, threads=(1,))
+    assert r.verdict == "precision flake", r.evidence
+    for f in r.evidence["failures"]:
+        assert f["check_fails"] and not f["confirmed"]
+        assert f["fd_sweep"]["relative_floor"] < _triage.STEP_EXPLAINS

@@ -43,9 +43,10 @@ class Backend:
         """Context in which arrays of ``dtype_name`` can be made and used."""
         yield
 
-    def reduced_precision(self, args: Sequence[Any]) -> list[str]:
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         """Settings in force that make float32 arithmetic of ``args`` coarser than
-        IEEE float32 (TF32 matmuls, bf16 passes), in words; [] when none."""
+        IEEE float32: (what, in words; the precision float32 products then
+        have: "tf32" or "bfloat16"). [] when none."""
         return []
 
     # -- modes ----------------------------------------------------------------

@@ -47,18 +47,20 @@ class JaxBackend(Backend):
         else:
             yield
 
-    def reduced_precision(self, args: Sequence[Any]) -> list[str]:
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         if not any(a.dtype == jnp.float32 for a in args):
             return []
         level = jax.config.jax_default_matmul_precision
         on_gpu = any(d.platform == "gpu" for a in args for d in a.devices())
         if level in (None, "default", "fastest") and on_gpu:
-            return [
+            note = (
                 "jax runs float32 matmuls and convolutions on the GPU in TF32 by default "
                 "(jax_default_matmul_precision); low-precision AD is judged against its float64 run"
-            ]
+            )
+            return [(note, "tf32")]
         if level in ("bfloat16", "tensorfloat32", "bfloat16_3x", "fastest"):
-            return [f"jax_default_matmul_precision is {level!r}: float32 matmuls are computed in reduced precision"]
+            note = f"jax_default_matmul_precision is {level!r}: float32 matmuls are computed in reduced precision"
+            return [(note, "bfloat16" if level in ("bfloat16", "fastest") else "tf32")]
         return []
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:

@@ -44,22 +44,25 @@ class TorchBackend(Backend):
         t = torch.from_numpy(np.ascontiguousarray(a).reshape(np.shape(a)))
         return t.to(device=like.device, dtype=dtype)
 
-    def reduced_precision(self, args: Sequence[Any]) -> list[str]:
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         if not any(a.dtype == torch.float32 for a in args):
             return []
         notes = []
         level = torch.get_float32_matmul_precision()
         if level != "highest":
             notes.append(
-                f"float32 matmuls run at precision {level!r} (torch.set_float32_matmul_precision): "
-                + ("bfloat16 passes" if level == "medium" else "TF32 where the hardware has it")
-                + "; low-precision AD is judged against its float64 run"
+                (
+                    f"float32 matmuls run at precision {level!r} (torch.set_float32_matmul_precision): "
+                    + ("bfloat16 passes" if level == "medium" else "TF32 where the hardware has it")
+                    + "; low-precision AD is judged against its float64 run",
+                    "bfloat16" if level == "medium" else "tf32",
+                )
             )
         if any(a.device.type == "cuda" for a in args):
             if level == "highest" and torch.backends.cuda.matmul.allow_tf32:
-                notes.append("CUDA float32 matmuls run in TF32 (torch.backends.cuda.matmul.allow_tf32)")
+                notes.append(("CUDA float32 matmuls run in TF32 (torch.backends.cuda.matmul.allow_tf32)", "tf32"))
             if torch.backends.cudnn.allow_tf32:
-                notes.append("cuDNN float32 convolutions run in TF32 (torch.backends.cudnn.allow_tf32)")
+                notes.append(("cuDNN float32 convolutions run in TF32 (torch.backends.cudnn.allow_tf32)", "tf32"))
         return notes
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
