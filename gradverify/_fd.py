@@ -351,11 +351,19 @@ def _ladder(
     evaluations = 0
     central, central_err = level0.value.copy(), level0.err.copy()
     left_n, right_n = level0.side_noise(suspects)
+    # fn's noise does not shrink with the step: what one side showed at a
+    # coarser level still bounds the estimate at a finer one (where a
+    # quantised fn can look exactly flat). One side: a kink beside the point
+    # contaminates the other.
     r, le, se = level0.sides(suspects, np.minimum(left_n, right_n))
     # no measurable slope jump at the first level: the flag may be noise or a
     # feature smaller than the step, not a kink
     flat = np.zeros(value.shape, dtype=bool)
     flat[suspects] = np.abs(r - le) <= 2 * se
+    # (all of the level's noise where no slope jump showed; else the cleaner
+    # side's: a kink beside the point inflates the other)
+    carried = np.zeros(value.shape)
+    carried[suspects] = np.where(flat[suspects], level0.noise.ravel()[suspects], np.minimum(left_n, right_n))
     sides = {"r": r, "le": le, "se": se}
     status[suspects] = np.where(level0.finite.ravel()[suspects], KINK, UNRELIABLE)
     _hull(value, err, suspects, r, le, se)
@@ -375,7 +383,8 @@ def _ladder(
             sub[sub] = ~_noise_explains(est, flagged, ad_tol)
         smooth = open_[~sub]
         # The kink was beside the point: at this step both sides agree.
-        value[smooth], err[smooth] = est.value.ravel()[smooth], est.err.ravel()[smooth]
+        value[smooth] = est.value.ravel()[smooth]
+        err[smooth] = np.maximum(est.err.ravel()[smooth], (tol.NOISE_SAFETY * _R2_WEIGHT / k) * carried[smooth])
         status[smooth] = SMOOTH
         # ... or there was no kink, only noise the first level's estimate
         # already carried: estimates that disagree beyond both bounds cannot
@@ -385,6 +394,7 @@ def _ladder(
         keep = open_[sub]
         position = np.searchsorted(open_, keep)
         ln, rn = est.side_noise(keep)
+        carried[keep] = np.maximum(carried[keep], np.minimum(ln, rn))
         r, le, se = est.sides(keep, np.minimum(ln, rn))
         # a kink at the point has the same one-sided derivatives at every step
         agree = (np.abs(r - sides["r"][position]) <= se + sides["se"][position]) & (
