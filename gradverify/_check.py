@@ -159,6 +159,7 @@ class _Run:
         self.notes: list[str] = []
         self.float32_as = "float32"
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
+        self.refined: set[int] = set()  # directions estimated again with a finer step
         self._jvp_bounds: dict[int, np.ndarray] = {}
         # the largest |AD - reference| / bound over everything compared: how
         # near the check came to failing (gv.verify steers Hypothesis by it)
@@ -331,6 +332,7 @@ class _Run:
         # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds
         # relative to it, not to its small result; the AD bound allows that.
         x_rms = _rms(self.x)
+        self.inputs_max = float(np.max(np.abs(self.x), initial=0.0))
         self.slope_scale = self.f0_scale / x_rms if x_rms > 0 and np.isfinite(self.f0_scale) else 0.0
         n, m = self.flat.n, self.f0.size
         self.full = self.full_opt if self.full_opt is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
@@ -374,7 +376,15 @@ class _Run:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale) and returned in the units of u."""
         ref = _fd.reference(
-            self.F(u, c), self.f0, self.h, self.floor, self.u_oracle, ad_tol * c, ladder=ladder, f0_scale=self.f0_scale
+            self.F(u, c),
+            self.f0,
+            self.h,
+            self.floor,
+            self.u_oracle,
+            ad_tol * c,
+            ladder=ladder,
+            f0_scale=self.f0_scale,
+            inputs=self.inputs_max,
         )
         if c != 1.0:
             ref.value /= c
@@ -765,7 +775,7 @@ class _Run:
             return True
         b = worst[1]
         excess = self._violation(self.jvps[b], self.refs[b], self._jvp_bound(self.jvps[b], b))
-        if self._explained_by_wide_noise(b, excess):
+        if self._step_dependent(b, excess) or self._explained_by_wide_noise(b, excess):
             self.worst_ratio = ratio_before
             return self._compare_jvp_fd()
         _, b, i, t_i = worst
@@ -907,7 +917,7 @@ class _Run:
         _, i, j, ad, fdv, bound, kink = worst
         excess = np.full(m, -np.inf)
         excess[i] = abs(ad - fdv) - bound
-        if not kink and self._explained_by_wide_noise(j, excess):
+        if self._step_dependent(j, excess) or (not kink and self._explained_by_wide_noise(j, excess)):
             self.worst_ratio = ratio_before
             return self._compare_vjp_full(pair)
         _, i, j, ad, fdv, bound, kink = worst
@@ -1085,6 +1095,45 @@ class _Run:
                 else f"the disagreement is below what fn's rounding (u x its terms, smooth over more than "
                 f"{span * c:.3g}) can hide from any step: a slope error up to {tilt[i]:.3g}; finite differences "
                 "cannot see that far into the function as computed"
+            )
+        ref.reasons = reasons
+        return True
+
+    def _step_dependent(self, b: int, excess: np.ndarray) -> bool:
+        """Before FD may convict AD along direction b, estimate again with a step
+        REFINE times smaller. A smooth function gives the same value within
+        both bounds; where the estimate moves by more, the step was larger than
+        a feature of fn (a row normalised while far smaller than the step, an
+        eps) and FD cannot decide there: those elements become unreliable,
+        with both values. Done once per direction; returns whether any moved."""
+        if b in self.refined:
+            return False
+        self.refined.add(b)
+        ref, c = self.refs[b], self.cs[b]
+        fine = _fd.reference(
+            self.F(self.us[b], c),
+            self.f0,
+            self.h / tol.REFINE,
+            self.floor,
+            self.u_oracle,
+            0.0,
+            ladder=False,
+            f0_scale=self.f0_scale,
+            inputs=self.inputs_max,
+        )
+        value, err = fine.value / c, fine.err / c
+        with np.errstate(invalid="ignore"):
+            moved = (excess > 0) & (ref.status <= _fd.KINK) & (fine.status == _fd.SMOOTH)
+            moved &= np.abs(value - ref.value) > err + ref.err
+        if not moved.any():
+            return False
+        ref.status[moved] = _fd.UNRELIABLE
+        ref.all_smooth = False
+        reasons = ref.reasons if ref.reasons is not None else {}
+        for i in np.flatnonzero(moved)[:3]:
+            reasons[int(i)] = (
+                f"the estimate moved from {ref.value[i]:.6g} +- {ref.err[i]:.2g} to {value[i]:.6g} +- {err[i]:.2g} "
+                f"with a {tol.REFINE:g}x smaller step: a feature of fn narrower than the step"
             )
         ref.reasons = reasons
         return True

@@ -10,6 +10,8 @@ The bundled ops of issue #3 replace the first as the command's main targets."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -194,3 +196,89 @@ def example_inputs(backend: str, dtype: str = "float64", seed: int = 0, zero_bia
         with jax.enable_x64(dtype == "float64"):
             return jnp.asarray(x), jnp.asarray(b)
     return x, b
+
+
+# -- the naive-strategy suite -------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class NaiveCase:
+    """A correct function and how a new user would feed it: plain Hypothesis
+    floats in [-10, 10] (subnormals, zeros and repeats allowed), shapes 1-5.
+    ``kind`` "xb": fn(x, b) with x and b of one shape; "x": fn(x), x of 1-3 rows."""
+
+    label: str
+    backend: str
+    kind: str
+    fn: Callable
+
+
+def naive_cases() -> list[NaiveCase]:
+    """Every activation of the table through its reference implementation on
+    torch and jax, and library functions known to cancel, saturate or divide."""
+    from gradverify import ops
+
+    cases = [
+        NaiveCase(f"bias_act:{name} ({backend})", backend, "xb", functools.partial(_bias_act, name))
+        for name in ops.names()
+        for backend in ("torch", "jax")
+    ]
+    return cases + [
+        NaiveCase("torch.logsumexp", "torch", "x", _torch_logsumexp),
+        NaiveCase("jax.nn.logsumexp", "jax", "x", _jax_logsumexp),
+        NaiveCase("jax.nn.gelu", "jax", "xb", _jax_gelu),
+        NaiveCase("F.layer_norm", "torch", "x", _torch_layer_norm),
+        NaiveCase("F.normalize", "torch", "x", _torch_normalize),
+    ]
+
+
+def _bias_act(name: str, x: Any, b: Any) -> Any:
+    from gradverify import ops
+
+    return ops.bias_act(name, x, b)
+
+
+def _torch_logsumexp(x: Any) -> Any:
+    import torch
+
+    return torch.logsumexp(x, -1)
+
+
+def _jax_logsumexp(x: Any) -> Any:
+    import jax
+
+    return jax.nn.logsumexp(x, -1)
+
+
+def _jax_gelu(x: Any, b: Any) -> Any:
+    import jax
+
+    return jax.nn.gelu(x + b)
+
+
+def _torch_layer_norm(x: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.layer_norm(x, x.shape[-1:])
+
+
+def _torch_normalize(x: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.normalize(x, dim=-1)
+
+
+def naive_strategy(case: NaiveCase, dtype: str) -> Any:
+    """What a new user writes: ``floats(-10, 10)`` elements, nothing kept off
+    kinks, zeros or subnormals."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    from gradverify.strategies._arrays import to_backend
+
+    elements = st.floats(-10, 10, width=64 if dtype == "float64" else 32)
+
+    def arrays(shape: tuple[int, ...]) -> Any:
+        return hnp.arrays(dtype, shape, elements=elements).map(lambda a: to_backend(a, case.backend, dtype))
+
+    if case.kind == "xb":
+        return st.integers(1, 5).flatmap(lambda n: st.tuples(arrays((n,)), arrays((n,))))
+    return st.tuples(st.integers(1, 3), st.integers(1, 5)).flatmap(lambda s: st.tuples(arrays(s)))

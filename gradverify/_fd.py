@@ -97,18 +97,13 @@ class Estimate:
         return float(np.max(second, where=ok & np.isfinite(second), initial=0.0))
 
     def side_noise(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Noise measured on each side of the point alone (points -4..0 and
-        0..4: third and fourth differences), at ``idx``."""
+        """Noise measured on each side of the point alone, without F(0) (points
+        -4..-1 and 1..4: a third difference), at ``idx``."""
         F = self._values(idx)
         out = []
-        for ks in ((-4, -3, -2, -1, 0), (0, 1, 2, 3, 4)):
-            a, b, c, d, e = (F[k] for k in ks)
+        for a, b, c, d in ((F[-4], F[-3], F[-2], F[-1]), (F[1], F[2], F[3], F[4])):
             with np.errstate(invalid="ignore", over="ignore"):
-                s = np.maximum(
-                    np.abs(a - 4 * b + 6 * c - 4 * d + e) / _D4_NOISE, np.abs(a - 3 * b + 3 * c - d) / _D3_NOISE
-                )
-                s = np.maximum(s, np.abs(b - 3 * c + 3 * d - e) / _D3_NOISE)
-            out.append(s)
+                out.append(np.abs(a - 3 * b + 3 * c - d) / _D3_NOISE)
         return out[0], out[1]
 
     def sides(self, idx: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -204,8 +199,13 @@ def estimate(
             # measured noise: fourth differences on spacing h/4, over the five
             # windows (the two one-sided ones kept apart for the kink threshold)
             d4s = [np.abs(f[j] - 4.0 * f[j + 1] + 6.0 * f[j + 2] - 4.0 * f[j + 3] + f[j + 4]) for j in range(-4, 1)]
-            one_sided = np.minimum(d4s[0], d4s[4])
-            one_sided *= 1.0 / _D4_NOISE
+            # the kink threshold's noise comes from each side's third difference
+            # without F(0) (a kink at the point leaves them clean, and so does a
+            # feature narrower than the step, which F(0) alone sees)
+            one_sided = np.minimum(
+                np.abs(f[-4] - 3.0 * f[-3] + 3.0 * f[-2] - f[-1]), np.abs(f[1] - 3.0 * f[2] + 3.0 * f[3] - f[4])
+            )
+            one_sided *= 1.0 / _D3_NOISE
             sig = np.maximum(np.maximum(d4s[0], d4s[1]), np.maximum(d4s[2], np.maximum(d4s[3], d4s[4])))
             sig *= 1.0 / _D4_NOISE
             np.copyto(noise[b], sig)
@@ -308,8 +308,11 @@ def reference(
     *,
     ladder: bool = True,
     f0_scale: float | None = None,
+    inputs: float = 0.0,
 ) -> Reference:
-    """FD reference for F'(0) with kink analysis of flagged elements."""
+    """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
+    the largest input magnitude (what fn's terms are at least, for telling its
+    rounding from a feature)."""
     if f0_scale is None:
         f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
     level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol, f0_scale)
@@ -322,7 +325,7 @@ def reference(
     reasons: dict[int, str] = {}
     if suspects.size:
         evaluations += _ladder(
-            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, value, err, status, ladder
+            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, value, err, status, ladder, inputs
         )
     typical = max(f0_scale, level0.slope, level0.curvature(status == SMOOTH))
     mark_unresolved(value, err, status, typical, reasons)
@@ -346,6 +349,7 @@ def _ladder(
     err: np.ndarray,
     status: np.ndarray,
     ladder: bool,
+    inputs: float = 0.0,
 ) -> int:
     """Settle the flagged elements (in place); return the evaluations made."""
     evaluations = 0
@@ -427,8 +431,18 @@ def _ladder(
         undecided = open_[(status[open_] == KINK) & ~settled_sides[open_]]
         status[undecided] = UNRELIABLE
     elif open_.size:
-        noise = open_[(status[open_] == KINK) & flat[open_]]
+        # no slope jump: the flag was fn's rounding if the kink indicator is
+        # within what u x its terms can make, else a feature narrower than
+        # the step (a normalisation of a row far smaller than the step)
+        both = open_[(status[open_] == KINK) & flat[open_]]
+        Fv = level0._values(both)
+        with np.errstate(invalid="ignore", over="ignore"):
+            kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
+            terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), inputs)
+        rounding = kappa <= tol.ROUNDING_TERMS * u_oracle * terms
+        noise, feature = both[rounding], both[~rounding]
         value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
+        status[feature] = UNRELIABLE
     return evaluations
 
 

@@ -88,6 +88,12 @@ LOW_PRECISION_LIMIT = {"float32": 2.0**-7, "float16": 2.0**-5, "bfloat16": 2.0**
 #: moves F by far more than that and excuses nothing.
 ROUNDING_TERMS = 1024.0
 
+#: Before FD convicts AD, the disagreeing direction is estimated again with a
+#: step REFINE times smaller (two rungs of the kink ladder): far enough to
+#: move an estimate whose step spanned a feature of fn, near enough to stay
+#: well above the rounding floor of float64 differences.
+REFINE = 64.0
+
 #: Hoeffding multiplier: a sum of n terms with random signs exceeds
 #: HOEFFDING_K * sqrt(sum of squared bounds) with probability <= 2 exp(-K^2/2)
 #: = 3e-8 for K = 6, so a correct function raises a false alarm less than once

@@ -1,0 +1,268 @@
+"""False alarms on correct functions, side by side with torch.autograd.gradcheck
+and jax.test_util.check_grads, and the bug catalogue's detection rate beside.
+
+1. The naive-strategy suite (gradverify._examples.naive_cases): every
+   activation of the table through its reference implementation on torch and
+   jax, and library functions that cancel, saturate or divide, fed what a new
+   user writes - floats in [-10, 10], zeros, subnormals and repeats included,
+   shapes 1-5 - in float64 and float32. The same drawn inputs go to every
+   tool; a tool's false alarm is a correct function it fails at an input.
+   gradverify's inconclusive checks (a kink, a quantised tail) are counted
+   apart: they are not failures.
+2. Real library functions at the inputs they were once flagged on, and ten
+   more (torch, jax, kornia, e3nn where they install).
+3. The bug catalogue (bench_catalogue.py): bugs caught out of bugs.
+
+    python benchmarks/bench_false_alarms.py [--seeds 3] [--examples 50] [--only torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.nn.functional as F
+from hypothesis import Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from jax.test_util import check_grads
+
+import gradverify as gv
+from gradverify._examples import naive_cases, naive_strategy
+
+
+def draw(strategy: Any, examples: int, seed: int) -> list[tuple]:
+    """The inputs Hypothesis generates for ``strategy`` under ``seed``."""
+    out: list[tuple] = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None)
+    @given(strategy)
+    def collect(args: tuple) -> None:
+        out.append(args)
+
+    collect()
+    return out
+
+
+def run_gradverify(fn: Callable, args: tuple) -> str:
+    r = gv.check(fn, *args)
+    return "fail" if not r.ok else ("inconclusive" if r.inconclusive else "pass")
+
+
+def run_gradcheck(fn: Callable, args: tuple) -> str:
+    inputs = tuple(a.detach().clone().requires_grad_(True) for a in args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ok = torch.autograd.gradcheck(fn, inputs, raise_exception=False, check_forward_ad=True)
+        except Exception:
+            ok = False
+    return "pass" if ok else "fail"
+
+
+def run_check_grads(fn: Callable, args: tuple) -> str:
+    wide = any(a.dtype == jnp.float64 for a in args)
+    try:
+        with jax.enable_x64(wide):
+            check_grads(fn, args, order=1, modes=("fwd", "rev"))
+        return "pass"
+    except AssertionError:
+        return "fail"
+    except Exception:
+        return "fail"
+
+
+TOOLS = {"torch": ("gradverify", "gradcheck"), "jax": ("gradverify", "check_grads")}
+RUNNERS = {"gradverify": run_gradverify, "gradcheck": run_gradcheck, "check_grads": run_check_grads}
+
+
+def naive_suite(seeds: int, examples: int, only: str | None) -> list[dict]:
+    rows = []
+    for case in naive_cases():
+        if only and case.backend != only:
+            continue
+        for dtype in ("float64", "float32"):
+            inputs = [a for s in range(seeds) for a in draw(naive_strategy(case, dtype), examples, s)]
+            row: dict[str, Any] = {"case": case.label, "dtype": dtype, "inputs": len(inputs)}
+            for tool in TOOLS[case.backend]:
+                t0 = time.perf_counter()
+                outcomes = [RUNNERS[tool](case.fn, args) for args in inputs]
+                row[tool] = {
+                    "fail": outcomes.count("fail"),
+                    "inconclusive": outcomes.count("inconclusive"),
+                    "seconds": time.perf_counter() - t0,
+                }
+            rows.append(row)
+            print(_naive_line(row), flush=True)
+    return rows
+
+
+def _naive_line(row: dict) -> str:
+    cells = [f"{row['case']} {row['dtype']}", str(row["inputs"])]
+    for tool in ("gradverify", "gradcheck", "check_grads"):
+        if tool in row:
+            r = row[tool]
+            extra = f" ({r['inconclusive']} inconclusive)" if r["inconclusive"] else ""
+            cells.append(f"{r['fail']}{extra}")
+        else:
+            cells.append("-")
+    return "| " + " | ".join(cells) + " |"
+
+
+# -- real library functions at their inputs -------------------------------------------
+def library_cases() -> list[tuple[str, str, Callable, tuple]]:
+    t64 = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    t32 = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    with jax.enable_x64(True):
+        j64 = lambda *v: jnp.asarray(v, dtype=jnp.float64)  # noqa: E731
+        rows = [
+            ("torch.logsumexp, a row near 0", "torch", lambda x: torch.logsumexp(x, -1), (t64(-10.0, 0.0, -12.0),)),
+            ("jax.nn.gelu (tanh) at x + b = -7", "jax", lambda x, b: jax.nn.gelu(x + b), (j64(0.0), j64(-7.0))),
+            ("F.gelu at -4 (float64)", "torch", F.gelu, (t64(-4.0),)),
+            ("F.silu at b = 1.4e-45 (float32)", "torch", lambda x, b: F.silu(x + b), (t32(0.0), t32(1.4e-45))),
+            ("F.mish at b = 1.4e-45 (float32)", "torch", lambda x, b: F.mish(x + b), (t32(0.0), t32(1.4e-45))),
+            ("F.selu at b = 1.4e-45 (float32)", "torch", lambda x, b: F.selu(x + b), (t32(0.0), t32(1.4e-45))),
+            ("2a at 1e200", "torch", lambda a: 2 * a, (t64(1e200),)),
+            ("torch.sin at 1e15", "torch", torch.sin, (t64(1e15),)),
+            ("F.gelu at -5 (float32)", "torch", F.gelu, (t32(-5.0),)),
+            ("F.tanhshrink at 2^-6 (float32)", "torch", F.tanhshrink, (t32(2.0**-6),)),
+            ("F.layer_norm, rows [5.75, 6] (float32)", "torch", lambda x: F.layer_norm(x, (2,)), (t32(5.75, 6.0),)),
+            # ten more
+            ("F.softplus at 30", "torch", F.softplus, (t64(30.0, -30.0, 0.5),)),
+            ("torch.special.ndtr at -8", "torch", torch.special.ndtr, (t64(-8.0, -4.0, 1.0),)),
+            ("torch.erfc at 5", "torch", torch.erfc, (t64(5.0, 0.1, -2.0),)),
+            ("F.log_softmax, a spread row", "torch", lambda x: F.log_softmax(x, -1), (t64(-30.0, 0.0, 30.0, 1.0),)),
+            (
+                "F.cosine_similarity",
+                "torch",
+                lambda a, b: F.cosine_similarity(a, b, dim=-1),
+                (t64(1.0, 2.0, 3.0), t64(-1.0, 0.5, 2.0)),
+            ),
+            ("torch.atan2 near the axis", "torch", torch.atan2, (t64(1e-8, -1e-8), t64(-1.0, -1.0))),
+            (
+                "jax.nn.softmax (float32)",
+                "jax",
+                lambda x: jax.nn.softmax(x),
+                (jnp.asarray([-20.0, 0.0, 20.0, 3.0], dtype=jnp.float32),),
+            ),
+            ("jax.nn.log_sigmoid at -40", "jax", jax.nn.log_sigmoid, (j64(-40.0, 0.0, 40.0),)),
+            (
+                "jax.numpy.linalg.norm",
+                "jax",
+                lambda x: jnp.linalg.norm(x, axis=-1, keepdims=True),
+                (j64(3.0, 4.0, 1e-9),),
+            ),
+            (
+                "jax.scipy.special.erf (float32)",
+                "jax",
+                jax.scipy.special.erf,
+                (jnp.asarray([-3.0, 0.2, 5.0], dtype=jnp.float32),),
+            ),
+        ]
+    try:
+        from e3nn import o3
+
+        x = t64(0.3, -1.2, 0.8, 1e-72, 2e-72, -1.5e-72).reshape(2, 3)
+        rows.append(
+            (
+                "e3nn spherical_harmonics(normalize=True), a row of 1e-72",
+                "torch",
+                lambda v: o3.spherical_harmonics(2, v, normalize=True),
+                (x,),
+            )
+        )
+    except ImportError:
+        pass
+    try:
+        import kornia
+
+        q = t64(0.0, 0.3, -0.5, 0.8)
+        rows.append(
+            (
+                "kornia quaternion_to_axis_angle at w = 0",
+                "torch",
+                kornia.geometry.conversions.quaternion_to_axis_angle,
+                ((q / q.norm()).reshape(1, 4),),
+            )
+        )
+    except ImportError:
+        pass
+    return rows
+
+
+def library_suite() -> list[dict]:
+    rows = []
+    for label, backend, fn, args in library_cases():
+        row = {"case": label}
+        for tool in TOOLS[backend]:
+            if backend == "jax" and tool == "gradverify":
+                with jax.enable_x64(any(a.dtype == jnp.float64 for a in args)):
+                    row[tool] = RUNNERS[tool](fn, args)
+            else:
+                row[tool] = RUNNERS[tool](fn, args)
+        rows.append(row)
+        print(
+            f"| {label} | " + " | ".join(row.get(t, "-") for t in ("gradverify", "gradcheck", "check_grads")) + " |",
+            flush=True,
+        )
+    return rows
+
+
+def catalogue_suite() -> dict:
+    import bench_catalogue as cat
+
+    caught = {"gradverify": 0, "gradcheck (fast)": 0, "check_grads": 0}
+    alarms = dict.fromkeys(caught, 0)
+    bugs = correct = 0
+    for case in cat.catalogue():
+        results = {
+            "gradverify": cat.run_gradverify(case),
+            "gradcheck (fast)": cat.run_gradcheck(case, fast=True),
+            "check_grads": cat.run_check_grads(case),
+        }
+        if case.buggy:
+            bugs += 1
+            for k, detected in results.items():
+                caught[k] += bool(detected)
+        else:
+            correct += 1
+            for k, detected in results.items():
+                alarms[k] += bool(detected)
+    return {"bugs": bugs, "correct": correct, "caught": caught, "alarms": alarms}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--examples", type=int, default=50, help="examples per seed")
+    p.add_argument("--only", choices=("torch", "jax"), default=None, help="one backend of the naive suite")
+    p.add_argument("--skip-naive", action="store_true")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    if not a.skip_naive:
+        print(f"## naive strategy: {a.seeds} seeds x {a.examples} examples\n")
+        print("| function | inputs | gradverify failures | gradcheck failures | check_grads failures |")
+        print("|---|---|---|---|---|")
+        rows = naive_suite(a.seeds, a.examples, a.only)
+        total = {t: sum(r[t]["fail"] for r in rows if t in r) for t in ("gradverify", "gradcheck", "check_grads")}
+        inputs = {t: sum(r["inputs"] for r in rows if t in r) for t in total}
+        print("\ntotal: " + ", ".join(f"{t} {total[t]} of {inputs[t]}" for t in total))
+    print("\n## real library functions\n")
+    print("| function | gradverify | gradcheck | check_grads |")
+    print("|---|---|---|---|")
+    library_suite()
+    print("\n## bug catalogue\n")
+    c = catalogue_suite()
+    for tool in c["caught"]:
+        caught, alarms = c["caught"][tool], c["alarms"][tool]
+        print(f"{tool}: {caught}/{c['bugs']} bugs caught, {alarms}/{c['correct']} correct ops failed")
+
+
+if __name__ == "__main__":
+    main()
