@@ -196,17 +196,20 @@ def estimate(
             fin = np.isfinite(r1)
             fin &= np.isfinite(r2)
             np.copyto(finite[b], fin)
-            # measured noise: fourth differences on spacing h/4, over the five
-            # windows (the two one-sided ones kept apart for the kink threshold)
-            d4s = [np.abs(f[j] - 4.0 * f[j + 1] + 6.0 * f[j + 2] - 4.0 * f[j + 3] + f[j + 4]) for j in range(-4, 1)]
-            # the kink threshold's noise comes from each side's third difference
-            # without F(0) (a kink at the point leaves them clean, and so does a
-            # feature narrower than the step, which F(0) alone sees)
-            one_sided = np.minimum(
-                np.abs(f[-4] - 3.0 * f[-3] + 3.0 * f[-2] - f[-1]), np.abs(f[1] - 3.0 * f[2] + 3.0 * f[3] - f[4])
-            )
-            one_sided *= 1.0 / _D3_NOISE
-            sig = np.maximum(np.maximum(d4s[0], d4s[1]), np.maximum(d4s[2], np.maximum(d4s[3], d4s[4])))
+            # measured noise: a difference table on spacing h/4 (its fourth
+            # differences over the five windows). The kink threshold's noise
+            # comes from each side's third difference without F(0): a kink at
+            # the point leaves them clean, and so does a feature narrower than
+            # the step, which F(0) alone sees.
+            row = [f[k] for k in range(-4, 5)]
+            for order in range(1, 5):
+                row = [np.subtract(row[j + 1], row[j]) for j in range(len(row) - 1)]
+                if order == 3:
+                    one_sided = np.minimum(np.abs(row[0]), np.abs(row[5]))
+                    one_sided *= 1.0 / _D3_NOISE
+            sig = np.abs(row[0])
+            for d in row[1:]:
+                np.maximum(sig, np.abs(d), out=sig)
             sig *= 1.0 / _D4_NOISE
             np.copyto(noise[b], sig)
             eps = np.maximum(sig, eps_f)
