@@ -18,23 +18,11 @@ from gradverify._examples import naive_cases, naive_strategy
 SEEDS = range(10)
 EXAMPLES = {"torch": 50, "jax": 10}
 CASES = naive_cases()
-# Known open: F.normalize of a row far smaller than the step (1e-9 next to
-# rows of ~1) can still be convicted: a feature narrower than the step that
-# neither the convergence test nor a finer step detects yet. Strict, so the
-# day it passes the marker must go.
-OPEN = {"F.normalize": "a row far smaller than the FD step is still convicted, not called unreliable"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN[c.label])) if c.label in OPEN else c
-        for c in CASES
-    ],
-    ids=[c.label for c in CASES],
-)
+@pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_correct_functions_never_fail_on_a_naive_strategy(case, dtype):
     strategy = naive_strategy(case, dtype)
     examples = inconclusive = 0
@@ -45,3 +33,16 @@ def test_correct_functions_never_fail_on_a_naive_strategy(case, dtype):
         inconclusive += r.inconclusive
     assert examples == len(SEEDS) * EXAMPLES[case.backend]
     assert inconclusive < examples  # something was decided
+
+
+@pytest.mark.xfail(strict=True, reason="known open: a row far below the FD step is still convicted")
+def test_normalize_of_a_row_far_below_the_step_is_not_convicted():
+    """Found by this suite at 200 examples a seed: the second row's norm (1.6e-9)
+    is far below the step (the input's rms, ~3.5, times ~2^-18); the ladder
+    settles on one-sided derivatives that are not F.normalize's. It should be
+    unreliable, not a mismatch. Strict: the day it passes, the marker goes."""
+    import torch
+
+    x = torch.tensor([[7.0, 1.1386441650594544e-09], [1.1386441650594544e-09] * 2], dtype=torch.float64)
+    r = gv.check(lambda x: torch.nn.functional.normalize(x, dim=-1), x)
+    assert r.ok, str(r)
