@@ -1235,28 +1235,30 @@ class _Run:
             what = f"(J^T v) at arg{arg}{list(idx)}"
             where = f"cotangent v {a + 1}" + (f" (random signs, seed {self.seed})" if not self.full else "")
         name = "forward mode" if mode == "JVP" else "reverse mode"
-        values = {f"{mode} {dtype}": low_v, f"{mode} float64": ref_v}
+        common: dict[str, Any] = {
+            "pair": (mode, f"{mode} float64"),
+            "argument": arg,
+            "input_index": idx,
+            "output_index": out_idx,
+            "values": {f"{mode} {dtype}": low_v, f"{mode} float64": ref_v},
+            "error": err,
+            "where": where,
+        }
         if ratio > 1:
+            limit = tol.LOW_PRECISION_LIMIT[self.float32_as if dtype == "float32" else dtype]
             self.add(
                 Kind.MISMATCH,
                 ERROR,
                 f"{name} in {dtype} disagrees with the same {name} in float64, which finite differences accept: "
                 f"{what} off by {rel:.3g} relative, beyond the {dtype} limit: the {dtype} code path computes "
                 f"something else ({count} element(s) over the rounding model)",
-                pair=(mode, f"{mode} float64"),
-                argument=arg,
-                input_index=idx,
-                output_index=out_idx,
-                values=values,
-                error=err,
                 bound=limit_b,
                 bound_reason=(
                     "user atol + rtol x |AD|"
                     if self.rtol is not None or self.atol is not None
-                    else f"{dtype} limit {tol.LOW_PRECISION_LIMIT[self.float32_as if dtype == 'float32' else dtype]:g}"
-                    " x (|AD| + max|AD|) + u x the terms"
+                    else f"{dtype} limit {limit:g} x (|AD| + max|AD|) + u x the terms"
                 ),
-                where=where,
+                **common,
             )
             return
         self.add(
@@ -1265,15 +1267,9 @@ class _Run:
             f"{name} in {dtype} is off its float64 run by {rel:.3g} relative ({ulps:.3g} ulps of {dtype}) at "
             f"{what}: rounding of the {dtype} computation, beyond the rounding model but within the {dtype} "
             f"limit ({count} element(s)); the float64 AD agrees with finite differences",
-            pair=(mode, f"{mode} float64"),
-            argument=arg,
-            input_index=idx,
-            output_index=out_idx,
-            values=values,
-            error=err,
             bound=model_b,
             bound_reason=f"AD rounding {tol.ad_rounding(dtype):g} u({dtype}) x (|AD| + max|AD|)",
-            where=where,
+            **common,
         )
 
     def terms_floor(self, dtype: str) -> float:
