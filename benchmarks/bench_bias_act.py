@@ -1,4 +1,4 @@
-"""bias_act on torch (CPU here), as in the seed (issue #3), side by side in
+"""bias_act on torch (CPU here), as in the seed, side by side in
 one run (interleaved rounds: min and median time):
 
 1. relu and tanh on (100, 10000) and (1000, 1000) float32: forward and

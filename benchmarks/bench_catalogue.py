@@ -1,4 +1,4 @@
-"""Bug catalogue benchmark (issue #7): the same cases under gradverify,
+"""Bug catalogue benchmark: the same cases under gradverify,
 torch.autograd.gradcheck (slow and fast mode) and jax.test_util.check_grads -
 bugs detected, false alarms and time, side by side in one run.
 

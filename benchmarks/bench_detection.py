@@ -1,4 +1,4 @@
-"""Detection benchmark (issue #2): one sign-flipped element of the reverse-mode
+"""Detection benchmark: one sign-flipped element of the reverse-mode
 gradient of tanh(x + b) (forward mode correct), float64, n = 10^3 .. 10^6
 elements of x, ten random positions each. Side by side in one run:
 

@@ -1,4 +1,4 @@
-"""Normalization layers (issue #3): fused vs reference vs the native
+"""Normalization layers: fused vs reference vs the native
 torch.nn.functional kernels (the practical limit), float32 on torch's CPU,
 forward and forward+backward (random cotangent), side by side in one run:
 min and median time and bytes saved for backward. Then jax: jitted fused vs

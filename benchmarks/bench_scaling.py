@@ -1,4 +1,4 @@
-"""Scaling benchmark (issue #7): time, peak memory and function evaluations
+"""Scaling benchmark: time, peak memory and function evaluations
 of one check of a correct tanh(x + b) rule (float64) from n = 10^2 to 10^7
 elements, under gradverify, torch.autograd.gradcheck (fast and slow mode) and
 jax.test_util.check_grads.

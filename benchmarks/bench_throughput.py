@@ -1,4 +1,4 @@
-"""Throughput of `gradverify check all` (issue #7): serial, a spawned pool of
+"""Throughput of `gradverify check all`: serial, a spawned pool of
 two processes (`--workers 2`), and a two-worker Dask LocalCluster
 (`--scheduler`), one after the other in one run, each a fresh `gradverify`
 process. Reports wall time, cases per minute and the speed-up over serial, and

@@ -6,7 +6,7 @@
 * tanh(x + b) whose rule flips the sign of one element of the x-gradient (the
   detection benchmark's injected bug; ``flip_at=None`` is the correct rule).
 
-The bundled ops of issue #3 replace the first as the command's main targets."""
+The bundled ops (gradverify.ops) replace the first as the command's main targets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gradverify.ops: reference and fused ops on numpy, PyTorch and JAX (issue #3).
+"""gradverify.ops: reference and fused ops on numpy, PyTorch and JAX.
 
 Installed as ``gradverify.ops`` (``ops`` is an unrelated PyPI distribution).
 Importing it imports neither torch nor jax: backends load with their arrays.

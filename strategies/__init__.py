@@ -1,5 +1,5 @@
 """gradverify.strategies: Hypothesis strategies that avoid kinks and degenerate
-statistics, with fixed seeds (issue #4). Installed as ``gradverify.strategies``.
+statistics, with fixed seeds. Installed as ``gradverify.strategies``.
 
 * :func:`arrays` - dense, varied arrays of any backend and dtype, kept away
   from the kinks a user declares (``kinks=``);

@@ -1,4 +1,4 @@
-"""Sweeps at scale (issue #7): the same records from one process, a spawned
+"""Sweeps at scale: the same records from one process, a spawned
 process pool, CI shards merged back, and a real Dask LocalCluster with worker
 processes on loopback - one of which is killed mid-sweep."""
 

@@ -153,7 +153,7 @@ def test_wilson_interval():
     assert hi == pytest.approx(1.0) and lo == pytest.approx(0.7225, abs=1e-4)
 
 
-# -- triage rerun: the four fixtures of issue #6 ------------------------------------------------
+# -- triage rerun: the four fixtures of a bug, a kink flake, a precision flake and a nondeterministic op
 def _hardsigmoid_rule(saturated_slope):
     """numpy hardsigmoid with its rule; the saturated slope is the bug knob."""
     import numpy as np

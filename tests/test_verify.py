@@ -165,7 +165,7 @@ WRONG = {
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_narrow_wrong_regions_found_on_every_seed(name):
-    """gradcheck on randn inputs caught these 0/20 and 4/20 times (issue #4)."""
+    """gradcheck on randn inputs caught these 0/20 and 4/20 times."""
     for seed in range(5):
         r = gv.verify(wrong_rule(name, WRONG[name]), gst.bias_act_args(name, "numpy"), max_examples=100, seed=seed)
         assert not r.ok, f"seed {seed}"
