@@ -173,7 +173,8 @@ def estimate(
             d2 *= 1.0 / h  # D(h/2)
             fin = np.isfinite(d2)
             slope_scale = max(slope_scale, _finite_max(d2, fin))
-            stencil_scale = max(stencil_scale, *(_finite_max(F[k][b]) for k in (-4, -2, 2, 4)))
+            # (the outer points bound the stencil: at a minimum they are its largest)
+            stencil_scale = max(stencil_scale, _finite_max(F[-4][b]), _finite_max(F[4][b]))
             if f0_scale is None:
                 f0_max = max(f0_max, _finite_max(f0f[b]))
         if f0_scale is None:
@@ -330,7 +331,10 @@ def reference(
         evaluations += _ladder(
             F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, value, err, status, ladder, inputs
         )
-    typical = max(f0_scale, level0.slope, level0.curvature(status == SMOOTH))
+    typical = max(f0_scale, level0.slope)
+    if _unresolved(err, value, status, typical).any():
+        # only then is the curvature worth its pass over the vector
+        typical = max(typical, level0.curvature(status == SMOOTH))
     mark_unresolved(value, err, status, typical, reasons)
     all_smooth = not suspects.size and not status.any()
     flagged = np.zeros(value.shape, dtype=bool)
@@ -508,6 +512,11 @@ def _hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le
     err[idx] = (hi - lo) / 2
 
 
+def _unresolved(err: np.ndarray, value: np.ndarray, status: np.ndarray, typical: float) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (status == SMOOTH) & ~(err <= 0.5 * (np.abs(value) + typical))
+
+
 def mark_unresolved(
     value: np.ndarray, err: np.ndarray, status: np.ndarray, typical: float, reasons: dict[int, str]
 ) -> None:
@@ -515,11 +524,7 @@ def mark_unresolved(
     it (its own, and ``typical``: the vector's slope, or |F| since a step of
     t = 1 moves the input by its own scale) cannot tell a right derivative
     from a wrong one."""
-    smooth = status == SMOOTH
-    if not smooth.any():
-        return
-    with np.errstate(invalid="ignore", over="ignore"):
-        bad = smooth & ~(err <= 0.5 * (np.abs(value) + typical))
+    bad = _unresolved(err, value, status, typical)
     if bad.any():
         status[bad] = UNRELIABLE
         for i in np.flatnonzero(bad)[:3]:
