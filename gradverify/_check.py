@@ -372,13 +372,15 @@ class _Run:
 
         return at
 
-    def fd(self, u: np.ndarray, ad_tol: np.ndarray | float, c: float = 1.0, *, ladder: bool = True) -> _fd.Reference:
+    def fd(
+        self, u: np.ndarray, ad_tol: np.ndarray | float, c: float = 1.0, *, ladder: bool = True, h: float | None = None
+    ) -> _fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
-        scale) and returned in the units of u."""
+        scale; base step ``h``, default the oracle's) and returned in the units of u."""
         ref = _fd.reference(
             self.F(u, c),
             self.f0,
-            self.h,
+            self.h if h is None else h,
             self.floor,
             self.u_oracle,
             ad_tol * c,
@@ -1083,11 +1085,9 @@ class _Run:
             explained = self._within(tilt, excess, weights, ref.err)
             if explained.any():
                 break
-        ref.status[explained] = _fd.UNRELIABLE
-        ref.all_smooth = False
-        reasons = ref.reasons if ref.reasons is not None else {}
-        for i in np.flatnonzero(explained)[:3]:
-            reasons[int(i)] = (
+        ref.give_up(
+            explained,
+            lambda i: (
                 f"fn as computed is quantised here: steps of {table.sigma[i]:.3g} (rounding of its terms) "
                 f"seen at wider spacings can tilt the finite-difference slope by up to {tilt[i]:.3g}, "
                 "more than the disagreement"
@@ -1095,8 +1095,8 @@ class _Run:
                 else f"the disagreement is below what fn's rounding (u x its terms, smooth over more than "
                 f"{span * c:.3g}) can hide from any step: a slope error up to {tilt[i]:.3g}; finite differences "
                 "cannot see that far into the function as computed"
-            )
-        ref.reasons = reasons
+            ),
+        )
         return True
 
     def _step_dependent(self, b: int, excess: np.ndarray) -> bool:
@@ -1109,33 +1109,21 @@ class _Run:
         if b in self.refined:
             return False
         self.refined.add(b)
-        ref, c = self.refs[b], self.cs[b]
-        fine = _fd.reference(
-            self.F(self.us[b], c),
-            self.f0,
-            self.h / tol.REFINE,
-            self.floor,
-            self.u_oracle,
-            0.0,
-            ladder=False,
-            f0_scale=self.f0_scale,
-            inputs=self.inputs_max,
-        )
-        value, err = fine.value / c, fine.err / c
+        ref = self.refs[b]
+        fine = self.fd(self.us[b], 0.0, self.cs[b], ladder=False, h=self.h / tol.REFINE)
+        value, err = fine.value, fine.err
         with np.errstate(invalid="ignore"):
             moved = (excess > 0) & (ref.status <= _fd.KINK) & (fine.status == _fd.SMOOTH)
             moved &= np.abs(value - ref.value) > err + ref.err
         if not moved.any():
             return False
-        ref.status[moved] = _fd.UNRELIABLE
-        ref.all_smooth = False
-        reasons = ref.reasons if ref.reasons is not None else {}
-        for i in np.flatnonzero(moved)[:3]:
-            reasons[int(i)] = (
+        ref.give_up(
+            moved,
+            lambda i: (
                 f"the estimate moved from {ref.value[i]:.6g} +- {ref.err[i]:.2g} to {value[i]:.6g} +- {err[i]:.2g} "
                 f"with a {tol.REFINE:g}x smaller step: a feature of fn narrower than the step"
-            )
-        ref.reasons = reasons
+            ),
+        )
         return True
 
     @staticmethod

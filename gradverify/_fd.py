@@ -270,6 +270,15 @@ class Reference:
     def lo(self) -> np.ndarray:
         return self.value - self.err
 
+    def give_up(self, mask: np.ndarray, reason: Callable[[int], str]) -> None:
+        """Mark the elements of ``mask`` unreliable; the first few keep ``reason(i)``."""
+        self.status[mask] = UNRELIABLE
+        self.all_smooth = False
+        if self.reasons is None:
+            self.reasons = {}
+        for i in np.flatnonzero(mask)[:3]:
+            self.reasons[int(i)] = reason(int(i))
+
     @property
     def hi(self) -> np.ndarray:
         return self.value + self.err
