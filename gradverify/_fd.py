@@ -131,8 +131,12 @@ class Estimate:
         return F
 
 
-def evaluate_level(F: Callable[[float], np.ndarray], h: float) -> Stencil:
-    return Stencil(h, tuple(F(k * h / 4) for k in OFFSETS))
+def evaluate_level(
+    F: Callable[[float], np.ndarray], h: float, have: dict[int, np.ndarray] | None = None
+) -> Stencil:
+    """The level of step h; points already in ``have`` (offset -> F) are reused."""
+    have = have or {}
+    return Stencil(h, tuple(have[k] if k in have else F(k * h / 4) for k in OFFSETS))
 
 
 CHUNK = 1 << 15  # elements per block of estimate(): its passes stay in cache
@@ -265,10 +269,18 @@ class Reference:
     reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
     typical: float = 0.0  # the size of a derivative along this direction (|F| and slope scales)
     flagged: np.ndarray | None = None  # bool: went down the ladder (a kink, jump or feature near)
+    # set while the reference is the rounding model's (AD agreed within it):
+    # measures fn's noise and returns the measured reference
+    measure: Callable[[], Reference] | None = None
 
     @property
     def lo(self) -> np.ndarray:
         return self.value - self.err
+
+    @property
+    def modelled(self) -> bool:
+        """Whether fn's noise is still the rounding model's, not measured."""
+        return self.measure is not None
 
     def give_up(self, mask: np.ndarray, reason: Callable[[int], str]) -> None:
         """Mark the elements of ``mask`` unreliable; the first few keep ``reason(i)``."""
@@ -311,6 +323,86 @@ def _noise_explains(est: Estimate, idx: np.ndarray, ad_tol: np.ndarray | float) 
     return ok & est.finite.ravel()[idx]
 
 
+#: The points the rounding model's test needs: D(h), D(h/2) and D(h/4), so
+#: R1 and R2 (t = +-h, +-h/2, +-h/4). The measured noise needs +-3h/4 besides.
+MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
+
+
+def model_reference(
+    f: dict[int, np.ndarray],
+    f0: np.ndarray,
+    h: float,
+    u_oracle: float,
+    ad_tol: np.ndarray | float,
+    f0_scale: float,
+    ad: np.ndarray | None = None,
+    chunk: int = CHUNK,
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The reference with fn's noise taken at the rounding model alone, from the
+    points MODEL_OFFSETS: (value, err, typical), or None where any element is
+    flagged (a kink, no convergence, not finite, a bound as large as the
+    derivatives) or, given ``ad`` (+- ``ad_tol``), disagrees with it.
+
+    The interval is the intersection of R1's and R2's model intervals. The
+    measured noise only ever raises a bound above the model's (eps =
+    max(measured, model)) and only ever lowers the flags' sensitivity, and the
+    measured estimate takes R1 or R2 - so this interval lies inside the
+    measured one element by element, and an AD value that agrees with it
+    agrees with the measured reference too. Measuring costs two more
+    evaluations of fn and a difference table; a comparison asks for it only
+    when it is about to fail."""
+    shape = np.shape(f0)
+    F = {k: np.ravel(f[k]) for k in MODEL_OFFSETS}
+    f0f = np.ravel(f0)
+    adf = None if ad is None else np.ravel(ad)
+    n = f0f.size
+    tol_array = np.ndim(ad_tol) > 0
+    tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
+    value = np.empty(n)
+    err = np.empty(n)
+    blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
+    slope_scale = stencil_scale = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for b in blocks:
+            d2 = F[2][b] - F[-2][b]
+            d2 *= 1.0 / h  # (as estimate() computes it: the same scales, bit for bit)
+            slope_scale = max(slope_scale, _finite_max(d2))
+            stencil_scale = max(stencil_scale, _finite_max(F[-4][b]), _finite_max(F[4][b]))
+        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
+        typical = max(f0_scale, slope_scale)
+        noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
+        for b in blocks:
+            f = {k: a[b] for k, a in F.items()}
+            t = tol_f[b] if tol_array else tol_f
+            d1 = (f[4] - f[-4]) * (0.5 / h)
+            d2 = (f[2] - f[-2]) * (1.0 / h)
+            d4 = (f[1] - f[-1]) * (2.0 / h)
+            r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
+            r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
+            trunc = np.abs(r1 - r2)
+            trunc *= tol.FD_SAFETY
+            e1 = trunc * (16.0 / 15.0)
+            e1 += noise1
+            trunc += noise2  # R2's bound
+            lo = np.maximum(r2 - trunc, r1 - e1)
+            hi = np.minimum(r2 + trunc, r1 + e1)
+            v = np.add(lo, hi, out=value[b])
+            v *= 0.5
+            e = np.subtract(hi, lo, out=err[b])
+            e *= 0.5
+            ok = e <= 0.5 * (np.abs(v) + typical)
+            kappa = np.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f0f[b])
+            ok &= kappa <= (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f + t * h
+            drift = np.abs(d2 - d4)
+            drift -= 0.5 * np.abs(d1 - d2)
+            ok &= drift <= (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f
+            if adf is not None:
+                ok &= np.abs(adf[b] - v) <= e + t
+            if not ok.all():
+                return None
+    return value.reshape(shape), err.reshape(shape), typical
+
+
 def reference(
     F: Callable[[float], np.ndarray],
     f0: np.ndarray,
@@ -322,14 +414,51 @@ def reference(
     ladder: bool = True,
     f0_scale: float | None = None,
     inputs: float = 0.0,
+    model_first: bool = False,
+    ad: np.ndarray | None = None,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
-    rounding from a feature)."""
+    rounding from a feature). ``model_first``: try the rounding model first
+    (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
+    agree with it too); where nothing is flagged the reference is the model's,
+    and ``Reference.measure`` measures fn's noise when a comparison needs it."""
     if f0_scale is None:
         f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
-    level0 = estimate(evaluate_level(F, h), f0, u_oracle, ad_tol, f0_scale)
-    evaluations = len(OFFSETS)
+    have: dict[int, np.ndarray] = {}
+    if model_first:
+        have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
+        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad)
+        if quick is not None:
+            value, err, typical = quick
+
+            del have  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
+
+            def measure() -> Reference:
+                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, {})
+                full.evaluations += len(MODEL_OFFSETS)
+                return full
+
+            status = np.zeros(value.shape, dtype=np.int8)
+            return Reference(value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure)
+    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have)
+
+
+def _measured(
+    F: Callable[[float], np.ndarray],
+    f0: np.ndarray,
+    h: float,
+    floor: float,
+    u_oracle: float,
+    ad_tol: np.ndarray | float,
+    ladder: bool,
+    f0_scale: float,
+    inputs: float,
+    have: dict[int, np.ndarray],
+) -> Reference:
+    """The reference with fn's noise measured (reusing the points in ``have``)."""
+    level0 = estimate(evaluate_level(F, h, have), f0, u_oracle, ad_tol, f0_scale)
+    evaluations = len(OFFSETS) - len(have)
     value, err, noise = level0.value, level0.err, level0.noise
     status = np.zeros(value.shape, dtype=np.int8)  # SMOOTH
     suspects = np.flatnonzero(level0.kink)

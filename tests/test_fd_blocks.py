@@ -48,3 +48,56 @@ def test_a_kink_is_flagged_in_whichever_block_it_falls():
     for chunk in (1 << 15, 100, 7):
         est = _fd.estimate(s, f(x), 1.1e-16, 1e-12, None, chunk=chunk)
         assert np.flatnonzero(est.kink).tolist() == [617]
+
+
+SMOOTH_CASES = {
+    # (x, F(t) = f(x + t u) with u = 1): cancellation, saturation, tiny values, a curved polynomial
+    "tanh": (np.linspace(-20, 20, 401), np.tanh),
+    "log-sum-exp near 0": (np.linspace(-1e-3, 1e-3, 201), lambda z: np.log(np.exp(z) + np.exp(-z))),
+    "1 - cos at tiny z": (np.geomspace(1e-9, 1e-1, 200), lambda z: 1.0 - np.cos(z)),
+    "cubic": (np.linspace(-3, 3, 301), lambda z: z**3 - 2 * z),
+    "erfc tail": (np.linspace(2, 25, 200), lambda z: np.exp(-z * z) / (1 + z)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SMOOTH_CASES))
+def test_the_model_reference_lies_inside_the_measured_one(case):
+    """The rounding model's interval sits inside the measured interval element
+    by element: AD that agrees with it agrees with the measured reference, so
+    measuring only where the model's test fails changes no verdict."""
+    x, f = SMOOTH_CASES[case]
+
+    def F(t):
+        return f(x + t)
+
+    h, f0 = 2.0**-18 * 0.7, f(x)
+    have = {k: F(k * h / 4) for k in _fd.MODEL_OFFSETS}
+    f0_scale = float(np.max(np.abs(f0)))
+    model = _fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
+    measured = _fd.reference(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False)
+    assert model is not None  # smooth everywhere: the model flags nothing
+    value, err, _ = model
+    ok = measured.status == _fd.SMOOTH
+    assert ok.any()
+    slack = 1e-12 * (np.abs(measured.value) + measured.err)  # the two intervals' own rounding
+    assert (value - err >= measured.lo - slack)[ok].all()
+    assert (value + err <= measured.hi + slack)[ok].all()
+
+
+def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
+    x = np.linspace(-1, 1, 101)
+    x[37] = 0.0
+
+    def F(t):
+        return np.abs(x + t)
+
+    h = 2.0**-18 * 0.7
+    have = {k: F(k * h / 4) for k in _fd.MODEL_OFFSETS}
+    assert _fd.model_reference(have, np.abs(x), h, 2.0**-53, 1e-12, 1.0) is None
+    smooth = np.linspace(0.5, 1, 101)
+    have = {k: np.tanh(smooth + k * h / 4) for k in _fd.MODEL_OFFSETS}
+    right = 1 - np.tanh(smooth) ** 2
+    assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, right) is not None
+    wrong = right.copy()
+    wrong[60] *= 1 + 1e-6
+    assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None

@@ -1,0 +1,176 @@
+"""Localisation: from a failing projection or vector to the input element.
+
+A directional check compares whole vectors J u and projections <J^T v, u>;
+when one fails, the wrong element is found by an elementwise guess (for fn
+elementwise in an input shaped like the output: one oracle call, confirmed
+along e_j) or by bisection on the input mask (log2 n oracle calls), and
+confirmed by FD along e_j - the independent witness the finding reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _fd
+from . import _tolerance as tol
+from ._modes import AD, Modes
+from ._oracle import Oracle
+from ._probes import basis
+
+
+@dataclass(frozen=True)
+class Located:
+    """The input element behind a disagreement, with FD's witness there."""
+
+    element: int  # flat index into the inputs
+    values: dict[str, float]  # labelled: {"VJP": .., "FD": ..} or {"JVP": .., "FD": ..}
+    bound: float
+    how: str
+
+
+class Localiser:
+    def __init__(
+        self,
+        ad: AD,
+        oracle: Oracle,
+        modes: Modes,
+        jvp_bound: Callable[[int], np.ndarray],
+        vjp_bounds: Callable[[int], np.ndarray],
+    ) -> None:
+        self.ad, self.oracle, self.modes = ad, oracle, modes
+        self.probes, self.primal = oracle.probes, oracle.primal
+        self.jvp_bound, self.vjp_bounds = jvp_bound, vjp_bounds
+
+    # -- reverse mode -------------------------------------------------------------------
+    def vjp(self, a: int, b: int, use_jvp: bool) -> Located:
+        """The element of J^T v_a that is wrong (the projection on u_b failed);
+        ``use_jvp``: the JVP is trusted as the oracle for choosing halves."""
+        use_jvp = use_jvp and bool(self.modes.jvps)
+        j = self._diagonal_guess(a, b)
+        if j is not None:
+            values, bound, confirmed = self._vjp_element(a, j)
+            if confirmed:
+                return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
+        j, steps = self._bisect_vjp(a, b, use_jvp)
+        values, bound, _ = self._vjp_element(a, j)
+        return Located(j, values, bound, f"located in {steps} bisection steps using {'JVP' if use_jvp else 'FD'}")
+
+    def _column(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
+        that element's scale, with its error; 0 where FD cannot decide."""
+        ref = self.oracle.fd(basis(j, self.probes.flat.n), 0.0, float(self.probes.raw_scale[j]))
+        if ref.all_smooth:
+            return ref.value, ref.err
+        usable = self.oracle.usable(ref)
+        return np.where(usable, ref.value, 0.0), np.where(usable, ref.err, 0.0)
+
+    def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool]:
+        """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,
+        the bound, and whether the element is confirmed wrong."""
+        value, err = self._column(j)
+        v, g = self.probes.vs[a], self.modes.vjps[a]
+        values = {"VJP": float(g[j]), "FD": float(v @ value)}
+        bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
+        return values, bound, abs(values["VJP"] - values["FD"]) > bound
+
+    def _diagonal_guess(self, a: int, b: int) -> int | None:
+        """If fn were elementwise in an input shaped like the output, its element
+        j would feed output j alone: (J^T v)_j u_j = v_j (J u_k)_j with u_k the
+        direction restricted to that input (one oracle call). The worst
+        violation is the candidate."""
+        probes = self.probes
+        v, g, u = probes.vs[a], self.modes.vjps[a], probes.us[b]
+        best: tuple[float, int] | None = None
+        for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
+            if tuple(shape) != self.primal.shape:
+                continue
+            uk = np.zeros_like(u)
+            uk[off : off + size] = u[off : off + size]
+            w = self.projection_oracle(uk, use_jvp=False)  # ranking needs no precision: 2 evaluations
+            r = np.abs(g[off : off + size] * u[off : off + size] - v * w)
+            k = int(np.argmax(r))
+            if best is None or r[k] > best[0]:
+                best = (float(r[k]), off + k)
+        return None if best is None else best[1]
+
+    def projection_oracle(self, u: np.ndarray, use_jvp: bool) -> np.ndarray:
+        """J u from the trusted JVP, or from one central difference (2 evaluations)."""
+        if use_jvp:
+            w = self.ad.jvp_value(u)
+            if w is not None:
+                return w
+        c = self.probes.cs[0]  # directional: every direction shares its normalisation
+        F = self.oracle.F(u, c)
+        h = self.oracle.precision.h
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = (F(h) - F(-h)) / (2 * h * c)
+        return np.where(np.isfinite(d) & self.primal.finite, d, 0.0)
+
+    def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
+        """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:
+        halve S toward the larger discrepancy."""
+        v, g, u = self.probes.vs[a], self.modes.vjps[a], self.probes.us[b]
+
+        def disc(lo: int, hi: int) -> float:
+            # Choosing a half needs no precision: the wrong element's share of
+            # the discrepancy is large, so one central difference does.
+            uS = np.zeros_like(u)
+            uS[lo:hi] = u[lo:hi]
+            return float(g[lo:hi] @ u[lo:hi] - v @ self.projection_oracle(uS, use_jvp))
+
+        return bisect(self.probes.flat.n, disc)
+
+    # -- forward mode -------------------------------------------------------------------
+    def jvp(self, b: int, i: int) -> Located:
+        """The input element behind a JVP mismatch at output element i: first the
+        elementwise guess (the same index in an input shaped like the output),
+        confirmed along e_j; otherwise bisection."""
+        probes = self.probes
+        u = probes.us[b]
+        jv_t = self.jvp_bound(b)
+
+        def element(j: int) -> tuple[dict[str, float], float]:
+            w = self.ad.jvp_value(basis(j, probes.flat.n))
+            ref = self.oracle.fd(basis(j, probes.flat.n), 0.0, float(probes.raw_scale[j]))
+            ad = w[i] if w is not None else np.nan
+            return {"JVP": float(ad), "FD": float(ref.value[i])}, float(jv_t[i] / probes.scale[j] + ref.err[i])
+
+        for off, shape in zip(probes.flat.offsets, probes.flat.shapes):
+            if tuple(shape) == self.primal.shape:
+                values, bound = element(off + i)
+                if abs(values["JVP"] - values["FD"]) > bound:
+                    return Located(off + i, values, bound, "found by the elementwise guess, confirmed along e_j")
+
+        def disc(lo: int, hi: int) -> float:
+            uS = np.zeros_like(u)
+            uS[lo:hi] = u[lo:hi]
+            w = self.ad.jvp_value(uS)
+            ref: _fd.Reference = self.oracle.fd(uS, jv_t, probes.cs[b], ladder=False)
+            return float((w[i] if w is not None else 0.0) - ref.value[i])
+
+        j, steps = bisect(probes.flat.n, disc)
+        values, bound = element(j)
+        return Located(j, values, bound, f"located in {steps} bisection steps")
+
+
+def bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:
+    """The element of 0..n-1 carrying a linear discrepancy ``disc(lo, hi)``
+    (over the mask [lo, hi)), and the calls it took."""
+    lo, hi = 0, n
+    total = None
+    steps = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if total is None:
+            total = disc(lo, hi)
+            steps += 1
+        left = disc(lo, mid)
+        steps += 1
+        right = total - left
+        if abs(left) >= abs(right):
+            hi, total = mid, left
+        else:
+            lo, total = mid, right
+    return lo, steps

@@ -1,0 +1,280 @@
+"""The finite-difference oracle: J u along each probe direction, with fn's
+noise measured, its kinks and jumps told apart (see _fd), and the two
+re-examinations a disagreement gets before FD may convict AD - a finer step,
+and fn's noise at wider spacings. What FD cannot decide becomes
+``fd_unreliable`` with its reason, never a mismatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from . import _fd
+from . import _tolerance as tol
+from ._evaluate import Evaluator
+from ._findings import Findings, unravel
+from ._primal import Precision, Primal
+from ._probes import Probes
+from ._result import INFO, WARNING, Kind
+
+#: Directional checks run FD along this many of their directions: it checks all
+#: of J u_1 element by element and, projected, every J^T v_a; the other
+#: directions meet the VJP through the adjoint identity, which needs no FD and
+#: is sharper. A full Jacobian needs every column.
+FD_DIRECTIONS = 1
+
+
+class Oracle:
+    """FD references along the probe directions (``refs``: one per FD direction)."""
+
+    def __init__(self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes) -> None:
+        self.ev, self.primal, self.precision, self.probes = ev, primal, precision, probes
+        self.refs: list[_fd.Reference] = []
+        self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
+        self.refined: set[int] = set()  # directions estimated again with a finer step
+
+    @property
+    def label(self) -> str:
+        p = self.precision
+        return p.name + (f" ({p.reason})" if p.reason else "")
+
+    def F(self, u: np.ndarray, c: float = 1.0) -> Callable[[float], np.ndarray]:
+        """t -> fn(x + t c u) in the oracle precision."""
+        w = u * c if c != 1.0 else u
+        x, flat, ev, oracle = self.probes.x, self.probes.flat, self.ev, self.precision.oracle
+
+        def at(t: float) -> np.ndarray:
+            return ev.primal(flat.split(x + t * w), oracle).ravel()
+
+        return at
+
+    def fd(
+        self,
+        u: np.ndarray,
+        ad_tol: np.ndarray | float,
+        c: float = 1.0,
+        *,
+        ladder: bool = True,
+        h: float | None = None,
+        model_first: bool = False,
+        ad: np.ndarray | None = None,
+    ) -> _fd.Reference:
+        """FD reference for J u, run along c u (steps relative to the input's own
+        scale; base step ``h``, default the oracle's) and returned in the units of u.
+        ``model_first``: the rounding model's reference where it flags nothing
+        (and agrees with ``ad``, the J u it will judge); see _fd.model_reference."""
+        p = self.precision
+        ref = _fd.reference(
+            self.F(u, c),
+            p.f0,
+            p.h if h is None else h,
+            p.floor,
+            p.u_oracle,
+            ad_tol * c,
+            ladder=ladder,
+            f0_scale=p.f0_scale,
+            inputs=self.probes.inputs_max,
+            model_first=model_first,
+            ad=None if ad is None else ad * c,
+        )
+        return self._in_units(ref, c)
+
+    def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
+        if c != 1.0:
+            ref.value /= c
+            ref.err /= c
+        if not self.primal.all_finite:
+            ref.status[~self.primal.finite] = _fd.UNRELIABLE
+            ref.all_smooth = False
+        if ref.measure is not None:
+            measure = ref.measure
+            ref.measure = lambda: self._in_units(measure(), c)
+        return ref
+
+    def first_order(self, jvps: tuple[np.ndarray, ...], bound: Callable[[int], np.ndarray]) -> None:
+        """The references the first-order comparisons judge: every column of a
+        full Jacobian, FD_DIRECTIONS directions otherwise. ``bound(b)``: the
+        JVP's rounding bound along b (the kink test allows for it)."""
+        probes = self.probes
+        us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
+        for b, u in enumerate(us):
+            jv = jvps[b] if jvps else None
+            self.refs.append(self.fd(u, bound(b) if jvps else 0.0, probes.cs[b], model_first=True, ad=jv))
+
+    def measured(self, b: int) -> _fd.Reference:
+        """Direction b's reference with fn's noise measured (done on demand:
+        only a comparison about to fail, or an excuse for one, needs it)."""
+        if self.refs[b].modelled:
+            self.refs[b] = self.refs[b].measure()
+        return self.refs[b]
+
+    def close(self) -> None:
+        """Drop what a reference's measure() holds on to (fn, the point)."""
+        for ref in self.refs:
+            ref.measure = None
+
+    def usable(self, ref: _fd.Reference) -> np.ndarray | bool:
+        """The elements a comparison may judge: smooth or a kink, finite output."""
+        if ref.all_smooth:
+            return True
+        return (ref.status <= _fd.KINK) & self.primal.finite
+
+    # -- before FD convicts AD ------------------------------------------------------
+    def step_dependent(self, b: int, excess: np.ndarray) -> bool:
+        """Estimate direction b again with a step REFINE times smaller. A smooth
+        function gives the same value within both bounds; where the estimate
+        moves by more, the step was larger than a feature of fn (a row
+        normalised while far smaller than the step, an eps) and FD cannot
+        decide there: those elements become unreliable, with both values. Done
+        once per direction; returns whether any moved."""
+        if b in self.refined:
+            return False
+        self.refined.add(b)
+        ref = self.measured(b)
+        p = self.precision
+        fine = self.fd(self.probes.us[b], 0.0, self.probes.cs[b], ladder=False, h=p.h / tol.REFINE)
+        value, err = fine.value, fine.err
+        with np.errstate(invalid="ignore"):
+            moved = (excess > 0) & (ref.status <= _fd.KINK) & (fine.status == _fd.SMOOTH)
+            moved &= np.abs(value - ref.value) > err + ref.err
+        if not moved.any():
+            return False
+        ref.give_up(
+            moved,
+            lambda i: (
+                f"the estimate moved from {ref.value[i]:.6g} +- {ref.err[i]:.2g} to {value[i]:.6g} +- {err[i]:.2g} "
+                f"with a {tol.REFINE:g}x smaller step: a feature of fn narrower than the step"
+            ),
+        )
+        return True
+
+    def explained_by_wide_noise(
+        self, b: int, excess: np.ndarray | float, weights: np.ndarray | None = None
+    ) -> bool:
+        """Look at fn over wider spacings along direction b. A function computed
+        through a cancellation can be smooth or flat at the step and still carry
+        an error of u x its terms that shows only further out (jax's tanh-form
+        gelu in its tail: flat pieces and quantum steps): a slope read between
+        two steps says nothing about the function's. Where such noise - a
+        plausible rounding artifact, see ROUNDING_TERMS - could tilt the slope
+        at the step by as much as the disagreement (``excess`` beyond the bound
+        per element, or for one projection with ``weights``), FD has nothing
+        left to convict: those elements become unreliable, with the reason -
+        never a pass. Elements the ladder settled (a kink nearby, known
+        structure) are left alone. Returns whether anything was explained
+        (then the comparison is made again)."""
+        ref = self.measured(b)
+        eligible = ref.status == _fd.SMOOTH
+        if ref.flagged is not None:
+            eligible &= ~ref.flagged
+        if not eligible.any():
+            return False
+        p = self.precision
+        c = self.probes.cs[b]
+        F = self.F(self.probes.us[b], c)
+        inputs = self.probes.inputs_max
+        peak = np.abs(p.f0)
+        level = self.widened.get(b, 0)
+        why = "noise"
+        span = 0.0
+        while True:
+            table = _fd.wide_table(F, p.f0, p.h, level)
+            if table is None:
+                # No noise at any spacing: what fn's rounding could still hide is
+                # a smooth deviation of up to its quantum (u x its terms) over
+                # more than the widest table - a slope error of quantum / span.
+                # (z - tanh z at z = 1e-16 is exactly 0 there, z tanh z at
+                # 1e-286 underflows, jax's tanh-form gelu is linear with the
+                # wrong slope between far-apart steps.)
+                if span == 0.0:
+                    return False
+                why = "quantum"
+                quantum = tol.ROUNDING_TERMS * p.u_oracle * np.maximum(peak, inputs)
+                quantum += tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
+                tilt = np.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
+                explained = within(tilt, excess, weights, ref.err)
+                if not explained.any():
+                    return False
+                break
+            span = 8 * table.d
+            level += 1
+            self.widened[b] = level
+            with np.errstate(invalid="ignore", over="ignore"):
+                values = np.max([np.abs(v) for v in table.f.values()], axis=0)
+                values = np.where(np.isfinite(values), values, 0.0)
+                peak = np.maximum(peak, values)
+                terms = np.maximum(values, inputs)
+                plausible = table.sigma <= tol.ROUNDING_TERMS * p.u_oracle * terms
+                # a noise of sigma anywhere beyond the stencil tilts its slope by up to ~sigma / h
+                tilt = np.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * table.sigma / (p.h * c), 0.0)
+            explained = within(tilt, excess, weights, ref.err)
+            if explained.any():
+                break
+        ref.give_up(
+            explained,
+            lambda i: (
+                f"fn as computed is quantised here: steps of {table.sigma[i]:.3g} (rounding of its terms) "
+                f"seen at wider spacings can tilt the finite-difference slope by up to {tilt[i]:.3g}, "
+                "more than the disagreement"
+                if why == "noise"
+                else f"the disagreement is below what fn's rounding (u x its terms, smooth over more than "
+                f"{span * c:.3g}) can hide from any step: a slope error up to {tilt[i]:.3g}; finite differences "
+                "cannot see that far into the function as computed"
+            ),
+        )
+        return True
+
+    # -- what FD could not decide ---------------------------------------------------------
+    def report_inconclusive(self, report: Findings) -> None:
+        """One inconclusive finding per kind of non-smooth point found."""
+        probes, primal = self.probes, self.primal
+        for status, kind, what in (
+            (_fd.KINK, Kind.NONDIFFERENTIABLE, "non-differentiable point (a kink)"),
+            (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
+            (_fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences cannot decide"),
+        ):
+            hits = [
+                (b, i) for b, r in enumerate(self.refs) for i in np.flatnonzero((r.status == status) & primal.finite)
+            ]
+            if not hits:
+                continue
+            b, i = hits[0]
+            r = self.refs[b]
+            where, arg, idx = probes.where(b, i, primal.shape)
+            values = {}
+            if status == _fd.KINK:  # the hull of the two one-sided derivatives (which side is which is not kept)
+                values = {"lower": float(probes.unscale(b, r.lo[i])), "upper": float(probes.unscale(b, r.hi[i]))}
+            count = len({(i if not probes.full else (b, i)) for b, i in hits})
+            reason = None
+            if status == _fd.UNRELIABLE:
+                reason = (r.reasons or {}).get(int(i)) or (
+                    "the estimates did not settle as the step shrank: a feature of fn smaller than the step "
+                    "(an eps, a period, a jump that is no jump), or noise as large as the slope"
+                )
+            report.add(
+                kind,
+                INFO if status == _fd.KINK else WARNING,
+                f"{what} at {count} element(s), e.g. {where}: inconclusive there; "
+                + (
+                    "AD values are accepted between the one-sided derivatives"
+                    if status == _fd.KINK
+                    else "those elements are not compared"
+                ),
+                argument=arg,
+                input_index=idx,
+                output_index=unravel(int(i), primal.shape),
+                values=values,
+                where=probes.direction_name(b),
+                detail=reason,
+            )
+
+
+def within(tilt: np.ndarray, excess: np.ndarray | float, weights: np.ndarray | None, err: np.ndarray) -> np.ndarray:
+    """The elements whose disagreement a slope error of ``tilt`` explains:
+    per element, or (``weights``) all that add to one projection's."""
+    if weights is None:
+        return (excess > 0) & (excess <= tilt)
+    noisy = tilt > err
+    reach = tol.hoeffding(weights[noisy], tilt[noisy]) if noisy.any() else 0.0
+    return noisy if reach >= excess else np.zeros_like(noisy)

@@ -1,0 +1,172 @@
+"""The first stages of a check: the primal and the precision of the oracle.
+
+``evaluate`` runs fn twice at the point, on copies: its output, and whether fn
+mutated an argument or gives two different answers (findings). ``choose``
+picks the dtype the finite-difference oracle runs in (float64 when fn accepts
+it) and whether AD runs in float64 besides the arguments' own low precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _tolerance as tol
+from ._errors import ArgumentTypeError, explain
+from ._evaluate import CallFailed, Evaluator
+from ._findings import Findings, unravel
+from ._result import ERROR, WARNING, ArraySummary, Kind
+
+
+@dataclass(frozen=True)
+class Primal:
+    """fn at the point, in the arguments' own precision."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    values: np.ndarray  # float64, flat
+    finite: np.ndarray  # bool per output element: only these are checked
+    all_finite: bool
+    summary: ArraySummary
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Where the oracle and AD run, and the steps that follow from it."""
+
+    oracle: str | None  # the dtype FD evaluates fn in (None: the arguments' own)
+    name: str  # that dtype's name
+    reason: str  # why not float64, when it is not
+    f0: np.ndarray  # fn at the point in the oracle's precision, flat float64
+    f0_scale: float  # max |f0| over its finite elements
+    native_u: float  # unit roundoff of the least precise argument or output
+    u_oracle: float
+    h: float  # base FD step, in units of each element's scale
+    floor: float  # the smallest step the kink ladder goes down to
+    native_ad: frozenset[str]  # the dtypes AD computes in natively
+    ad64: bool  # AD also runs in float64 (low-precision arguments, fn accepts float64)
+    notes: tuple[str, ...]  # reduced-precision matmuls and the like
+    float32_as: str  # the limit float32 results are held to ("bfloat16" when matmuls round so)
+
+
+def summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> ArraySummary:
+    a = np.asarray(v)
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+        a = a[np.isfinite(a)]
+    lo = float(a.min()) if a.size else None
+    hi = float(a.max()) if a.size else None
+    return ArraySummary(name, tuple(int(s) for s in a.shape), dtype, lo, hi, differentiable)
+
+
+def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
+    """fn at the point, twice on copies (None when it raised: said in ``report``)."""
+    try:
+        out1, out_dtype, after = ev.primal_raw()
+    except CallFailed as e:
+        report.exception(e)
+        return None
+    if not np.issubdtype(out1.dtype, np.floating):
+        raise ArgumentTypeError(
+            explain(
+                "fn's return value",
+                "a floating-point array (derivatives need a real output)",
+                f"dtype {out_dtype}",
+                "return a float array, e.g. cast with .astype(float)",
+            )
+        )
+    shape = tuple(out1.shape)
+    for i, (before, now) in enumerate(zip(ev.values, after)):
+        if before.shape != now.shape or not np.array_equal(before, now, equal_nan=True):
+            changed = np.argwhere(before != now) if before.shape == now.shape else np.zeros((1, before.ndim), int)
+            first = tuple(int(k) for k in changed[0]) if len(changed) else ()
+            report.add(
+                Kind.MUTATION,
+                ERROR,
+                f"fn mutates argument {i}: {len(changed)} element(s) changed in place, "
+                f"the first at index {first}; it must leave its inputs alone "
+                "(gradverify passed it a copy, your array is untouched)",
+                argument=i,
+                input_index=first,
+            )
+    out2, _, _ = ev.primal_raw()
+    if not np.array_equal(out1, out2, equal_nan=True):
+        _nondeterminism(out1, out2, out_dtype, report)
+    values = out1.astype(np.float64, copy=False).ravel()
+    finite = np.isfinite(values)
+    all_finite = bool(finite.all())
+    if not all_finite:
+        bad = np.flatnonzero(~finite)
+        report.add(
+            Kind.NONFINITE_OUTPUT,
+            WARNING,
+            f"fn's output is NaN/inf at {bad.size} element(s) (first at output index "
+            f"{unravel(int(bad[0]), shape)}); those elements are not checked",
+            output_index=unravel(int(bad[0]), shape),
+        )
+    return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True))
+
+
+def _nondeterminism(out1: np.ndarray, out2: np.ndarray, out_dtype: str, report: Findings) -> None:
+    d = np.abs(out1.astype(np.float64) - out2.astype(np.float64))
+    d = np.where(np.isnan(d), np.inf, d)
+    worst = np.unravel_index(int(np.argmax(d)), out1.shape) if out1.ndim else ()
+    scale = float(np.max(np.abs(np.where(np.isfinite(out1), out1, 0)), initial=0.0))
+    noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
+    level = ERROR if float(np.max(d)) > noise else WARNING
+    report.add(
+        Kind.NONDETERMINISM,
+        level,
+        f"two evaluations of fn at the same inputs differ: {int((d > 0).sum())} element(s), "
+        f"the largest by {float(np.max(d)):.3g} at output index {tuple(map(int, worst))}",
+        output_index=tuple(map(int, worst)),
+        values={"first": float(out1[worst]), "second": float(out2[worst])},
+        error=float(np.max(d)),
+        bound=noise,
+        bound_reason=f"{tol.ad_rounding(out_dtype):g} u({out_dtype}) x max|output|: beyond rounding noise"
+        if level == ERROR
+        else "within rounding noise",
+    )
+
+
+def choose(ev: Evaluator, primal: Primal) -> Precision:
+    """The oracle's precision: float64 when fn accepts float64 inputs (whatever
+    the arguments' own), else the arguments'. Low-precision AD is then run in
+    float64 too: that run is what FD judges (a wrong rule is wrong there as
+    well), the native run is compared with it (rounding, or a low-precision
+    code path)."""
+    float_dtypes = {ev.dtypes[i] for i in range(len(ev.dtypes)) if ev.floating[i]}
+    native_u = max(tol.unit_roundoff(d) for d in float_dtypes | {primal.dtype})
+    oracle, name, reason, f0 = None, primal.dtype, "", primal.values
+    if float_dtypes == {"float64"} and primal.dtype == "float64":
+        name = "float64"
+    else:
+        try:
+            out64, dt, _ = ev.primal_raw("float64")
+            ok = dt == "float64" and tuple(out64.shape) == primal.shape
+            why = f"fn returned {dt} for float64 inputs"
+        except CallFailed as e:
+            ok, why = False, f"fn raised {type(e.exc).__name__} on float64 inputs"
+        if ok:
+            oracle, name, f0 = "float64", "float64", out64.astype(np.float64).ravel()
+        else:
+            reason = why
+    native_ad = frozenset({primal.dtype} | {ev.dtypes[i] for i in ev.wrt})
+    reduced = ev.backend.reduced_precision(ev.originals)
+    u_oracle = tol.unit_roundoff(name)
+    floor = tol.ladder_floor(primal.dtype if native_u > 0 else "float64", name)
+    return Precision(
+        oracle=oracle,
+        name=name,
+        reason=reason,
+        f0=f0,
+        f0_scale=float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0)),
+        native_u=native_u,
+        u_oracle=u_oracle,
+        h=tol.base_step(name),
+        floor=max(floor, tol.KINK_RESOLUTION * native_u),
+        native_ad=native_ad,
+        ad64=oracle == "float64" and bool(native_ad & set(tol.LOW_PRECISION_LIMIT)),
+        notes=tuple(note for note, _ in reduced),
+        # float32 products in bfloat16 passes round like bfloat16: their limit
+        float32_as="bfloat16" if any(p == "bfloat16" for _, p in reduced) else "float32",
+    )

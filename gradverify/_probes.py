@@ -1,0 +1,175 @@
+"""The probes of a check: the directions u along which J u is computed (by
+forward mode and by finite differences) and the cotangents v for J^T v.
+
+Each input element's step scale is its magnitude, or the rms of its argument
+where that is larger (floored so that a step of it stays a normal float64).
+AD never sees those scales: a direction is handed to it divided by a power of
+two c that brings its largest element to [1, 2), and FD runs along c u, so
+subnormal, huge and zero inputs give tangents that neither underflow nor
+overflow; every comparison is in the units of the normalised u.
+
+Small inputs get the full Jacobian (u = e_j, v = e_i: n JVPs, m VJPs, which
+names the exact element); large ones a few random-sign directions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _tolerance as tol
+from ._evaluate import Evaluator
+from ._findings import unravel
+from ._primal import Precision, Primal
+
+#: Inputs with at most this many differentiable elements (and outputs with at
+#: most FULL_MAX_OUT) get the full Jacobian: n JVPs, m VJPs, 4n evaluations,
+#: which is cheap there and names the exact (output, input) pair.
+FULL_MAX_IN = 32
+FULL_MAX_OUT = 128
+
+
+@dataclass(frozen=True)
+class Flat:
+    """The differentiable inputs as one flat vector of n elements."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    sizes: tuple[int, ...]
+    offsets: tuple[int, ...]
+    args: tuple[int, ...]  # positional index of each segment
+
+    @property
+    def n(self) -> int:
+        return self.offsets[-1] + self.sizes[-1]
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat[o : o + s].reshape(sh) for o, s, sh in zip(self.offsets, self.sizes, self.shapes)]
+
+    def locate(self, j: int) -> tuple[int, tuple[int, ...]]:
+        """Flat element j as (positional argument, index into it)."""
+        seg = int(np.searchsorted(self.offsets, j, side="right") - 1)
+        idx = np.unravel_index(j - self.offsets[seg], self.shapes[seg]) if self.shapes[seg] else ()
+        return self.args[seg], tuple(int(k) for k in idx)
+
+
+@dataclass(frozen=True)
+class Probes:
+    flat: Flat
+    x: np.ndarray  # the point, flat float64
+    raw_scale: np.ndarray  # each element's step scale
+    scale: np.ndarray  # |u| per element (ones for the full Jacobian)
+    scale_max: float
+    us: tuple[np.ndarray, ...]  # directions (normalised)
+    cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
+    vs: tuple[np.ndarray, ...]  # cotangents (0 on non-finite outputs)
+    full: bool
+    strategy: str
+    seed: int
+    slope_scale: float  # |f| over |x|: the slope a derivative formula works at
+    inputs_max: float  # the largest input magnitude
+
+    def direction_name(self, b: int) -> str:
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            return f"column for argument {arg} {idx}"
+        return f"random direction {b + 1} of {len(self.us)} (seed {self.seed})"
+
+    def where(self, b: int, i: int, out_shape: tuple[int, ...]) -> tuple[str, int | None, tuple[int, ...] | None]:
+        """Output element i along direction b, in words, with the input it is for."""
+        out_idx = unravel(int(i), out_shape)
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {self.x[b]:.17g})", arg, idx
+        return f"output {out_idx}", None, None
+
+    def unscale(self, b: int, value: float) -> float:
+        """A value along direction b in real units (per unit of the input)."""
+        return value / self.scale[b] if self.full else value
+
+
+def basis(j: int, n: int) -> np.ndarray:
+    e = np.zeros(n)
+    e[j] = 1.0
+    return e
+
+
+def choose(
+    ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None
+) -> Probes:
+    segs = [ev.values[i] for i in ev.wrt]
+    sizes = tuple(int(s.size) for s in segs)
+    offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
+    flat = Flat(tuple(tuple(s.shape) for s in segs), sizes, offsets, tuple(ev.wrt))
+    x = np.concatenate([s.astype(np.float64).ravel() for s in segs])
+    raw = []
+    for s in segs:
+        a = np.abs(s.astype(np.float64).ravel())
+        r = rms(a)
+        raw.append(np.maximum(a, r if r > 0 else 1.0))
+    raw_scale = np.maximum(np.concatenate(raw), tol.TINY_SCALE)
+    # The slope a derivative formula works at: |f| over |x|. A rule that
+    # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
+    # it, not to its small result; the AD bound allows that.
+    x_rms = rms(x)
+    f0_scale = precision.f0_scale
+    slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
+    n, m = flat.n, precision.f0.size
+    use_full = full if full is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
+    rng = np.random.default_rng(seed)
+    if use_full:
+        # column j along e_j itself: J e_j is the real column
+        scale = np.ones(n)
+        us = tuple(basis(j, n) for j in range(n))
+        cs = tuple(float(c) for c in raw_scale)
+        vs = tuple(basis(i, m) for i in range(m))
+        strategy = f"full Jacobian ({m}x{n})"
+    else:
+        c = power_of_two(float(np.max(raw_scale)))
+        scale = raw_scale / c
+        us = tuple(signs(rng, n, scale) for _ in range(k))
+        cs = (c,) * k
+        vs = tuple(signs(rng, m) for _ in range(k))
+        strategy = f"directional ({k} random-sign directions, seed {seed})"
+    if not primal.all_finite:
+        # non-finite outputs are not checked: give them no weight
+        vs = tuple(np.where(primal.finite, v, 0.0) for v in vs)
+    return Probes(
+        flat=flat,
+        x=x,
+        raw_scale=raw_scale,
+        scale=scale,
+        scale_max=float(np.max(scale, initial=0.0)),
+        us=us,
+        cs=cs,
+        vs=vs,
+        full=use_full,
+        strategy=strategy,
+        seed=seed,
+        slope_scale=slope_scale,
+        inputs_max=float(np.max(np.abs(x), initial=0.0)),
+    )
+
+
+def signs(rng: np.random.Generator, n: int, scale: np.ndarray | None = None) -> np.ndarray:
+    """n random signs (Rademacher) times ``scale``, float64."""
+    bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n)
+    s = bits.astype(np.float64)
+    s *= -2.0
+    s += 1.0
+    if scale is not None:
+        s *= scale
+    return s
+
+
+def rms(a: np.ndarray) -> float:
+    """Root mean square without overflow or underflow of the squares."""
+    top = float(np.max(np.abs(a), initial=0.0))
+    if top == 0.0 or not np.isfinite(top):
+        return top
+    b = a / top
+    return top * float(np.sqrt(b @ b / b.size))
+
+
+def power_of_two(x: float) -> float:
+    """The power of two p with x / p in [1, 2) (x > 0, finite)."""
+    return float(np.ldexp(1.0, int(np.frexp(x)[1]) - 1))
