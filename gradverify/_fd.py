@@ -131,9 +131,7 @@ class Estimate:
         return F
 
 
-def evaluate_level(
-    F: Callable[[float], np.ndarray], h: float, have: dict[int, np.ndarray] | None = None
-) -> Stencil:
+def evaluate_level(F: Callable[[float], np.ndarray], h: float, have: dict[int, np.ndarray] | None = None) -> Stencil:
     """The level of step h; points already in ``have`` (offset -> F) are reused."""
     have = have or {}
     return Stencil(h, tuple(have[k] if k in have else F(k * h / 4) for k in OFFSETS))

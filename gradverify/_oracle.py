@@ -149,9 +149,7 @@ class Oracle:
         )
         return True
 
-    def explained_by_wide_noise(
-        self, b: int, excess: np.ndarray | float, weights: np.ndarray | None = None
-    ) -> bool:
+    def explained_by_wide_noise(self, b: int, excess: np.ndarray | float, weights: np.ndarray | None = None) -> bool:
         """Look at fn over wider spacings along direction b. A function computed
         through a cancellation can be smooth or flat at the step and still carry
         an error of u x its terms that shows only further out (jax's tanh-form

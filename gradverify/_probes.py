@@ -93,9 +93,7 @@ def basis(j: int, n: int) -> np.ndarray:
     return e
 
 
-def choose(
-    ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None
-) -> Probes:
+def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
     segs = [ev.values[i] for i in ev.wrt]
     sizes = tuple(int(s.size) for s in segs)
     offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
