@@ -514,6 +514,15 @@ def _ladder(
     sides = {"r": r, "le": le, "se": se}
     status[suspects] = np.where(level0.finite.ravel()[suspects], KINK, UNRELIABLE)
     _hull(value, err, suspects, r, le, se)
+    # A kink at the point has the same one-sided derivatives at every step, so
+    # every level's hull holds them: the hulls must have a point in common.
+    # (A feature narrower than the step - a row normalised while far smaller
+    # than it - gives sides that wander from level to level, each within its
+    # own wide bound.)
+    common_lo = np.full(value.shape, -np.inf)
+    common_hi = np.full(value.shape, np.inf)
+    common_lo[suspects] = np.minimum(r, le) - se
+    common_hi[suspects] = np.maximum(r, le) + se
     if not ladder:
         return evaluations
     prev_step = level0.step_f(suspects)
@@ -548,6 +557,8 @@ def _ladder(
             np.abs(le - sides["le"][position]) <= se + sides["se"][position]
         )
         settled_sides[keep] = agree
+        common_lo[keep] = np.maximum(common_lo[keep], np.minimum(r, le) - se)
+        common_hi[keep] = np.minimum(common_hi[keep], np.maximum(r, le) + se)
         # every level's hull holds a kink at the point; keep the tightest (a
         # finer step trades truncation for rounding)
         tighter = np.abs(r - le) / 2 + se < err[keep]
@@ -564,14 +575,15 @@ def _ladder(
         prev_step = step
         open_ = keep
     # Whatever is still open at the floor is a kink at the point when its
-    # one-sided derivatives settled, a jump when the last level said so, and
-    # otherwise undecidable.
+    # one-sided derivatives settled and every level's hull overlaps the
+    # others, a jump when the last level said so, and otherwise undecidable.
     # With no finer level possible - the first step is already at the
     # resolution of the dtype under test - the first level's hull stands,
     # unless its sides showed no slope jump beyond their error: then the flag
     # was noise, and the central estimate (whose bound holds that noise) stands.
     if open_.size and k < h:
-        undecided = open_[(status[open_] == KINK) & ~settled_sides[open_]]
+        disjoint = common_lo[open_] > common_hi[open_]
+        undecided = open_[(status[open_] == KINK) & (~settled_sides[open_] | disjoint)]
         status[undecided] = UNRELIABLE
     elif open_.size:
         # no slope jump: the flag was fn's rounding if the kink indicator is

@@ -35,14 +35,18 @@ def test_correct_functions_never_fail_on_a_naive_strategy(case, dtype):
     assert inconclusive < examples  # something was decided
 
 
-@pytest.mark.xfail(strict=True, reason="known open: a row far below the FD step is still convicted")
-def test_normalize_of_a_row_far_below_the_step_is_not_convicted():
+def test_normalize_of_a_row_far_below_the_step_is_inconclusive_not_convicted():
     """Found by this suite at 200 examples a seed: the second row's norm (1.6e-9)
-    is far below the step (the input's rms, ~3.5, times ~2^-18); the ladder
-    settles on one-sided derivatives that are not F.normalize's. It should be
-    unreliable, not a mismatch. Strict: the day it passes, the marker goes."""
+    is far below the step (the input's rms, ~3.5, times ~2^-18). Down the
+    ladder the one-sided derivatives wander (+-5e5 at the first level, -3e8
+    near the floor), each within its own wide bound: that is no kink at the
+    point, whose sides would be the same at every step, but a feature
+    narrower than the step - inconclusive, not a mismatch."""
     import torch
 
     x = torch.tensor([[7.0, 1.1386441650594544e-09], [1.1386441650594544e-09] * 2], dtype=torch.float64)
     r = gv.check(lambda x: torch.nn.functional.normalize(x, dim=-1), x)
     assert r.ok, str(r)
+    unreliable = r.by_kind(gv.Kind.FD_UNRELIABLE)
+    assert unreliable and unreliable[0].input_index[0] == 1  # the tiny row, not the other
+    assert not r.by_kind(gv.Kind.NONDIFFERENTIABLE)
