@@ -54,7 +54,7 @@ for _ in range(reps):
     t = time.perf_counter()
     r = gv.check(fn, x, b)
     times.append(time.perf_counter() - t)
-print(json.dumps({"time": min(times), "ok": r.ok, "calls": sum(r.evaluations.values())}))
+print(json.dumps({"time": min(times), "ok": r.ok, "calls": sum(r.evaluations.values()), "file": gv.__file__}))
 """
 
 FUNCTIONS = ("Function, backward only", "torch.tanh(x + b)")
@@ -62,10 +62,17 @@ FUNCTIONS = ("Function, backward only", "torch.tanh(x + b)")
 
 def run(path: Path, function: str, n: int, reps: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(path)}
+    # -P: no current directory in front of PYTHONPATH (it would shadow the tree under test)
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, function, str(n), str(reps)], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-P", "-c", CHILD, function, str(n), str(reps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert Path(result["file"]).resolve().is_relative_to(path.resolve()), (result["file"], path)
+    return result
 
 
 def main() -> None:
