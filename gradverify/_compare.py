@@ -263,6 +263,7 @@ class Comparisons:
         """Full Jacobian: row i from VJP(e_i) against column j from FD(e_j)."""
         m, n = self.primal.values.size, self.probes.flat.n
         J = np.stack(self.modes.vjps) if self.modes.vjps else np.zeros((0, n))  # (m, n) in real units
+        rows = [self.bounds.of_vjp(J[i]) for i in range(m)]
         mark = self.closeness.mark()
         worst = None
         count = 0
@@ -273,7 +274,7 @@ class Comparisons:
                 if not usable[i]:
                     continue
                 ad = J[i, j]
-                t = self.bounds.of_vjp(J[i])[j]
+                t = rows[i][j]
                 over = max(ref.lo[i] / s - ad, ad - ref.hi[i] / s) - t
                 ratio = abs(ad - ref.value[i] / s) / (t + ref.err[i] / s + 1e-300)
                 self.closeness.note(ratio)
