@@ -88,16 +88,21 @@ class Evaluator:
         the arguments as fn left them (to detect mutation)."""
         with self.backend.precision(precision or self.native_precision):
             args = self._args(None, precision)
-            out = self._call(self.fn, args, "evaluating fn")
+            out = self._call(self._primal_fn, args, "evaluating fn")
             self._check_output(out)
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
 
     def primal(self, points: Sequence[np.ndarray] | None, precision: str | None) -> np.ndarray:
         with self.backend.precision(precision or self.native_precision):
-            out = self._call(self.fn, self._args(points, precision), "evaluating fn")
+            out = self._call(self._primal_fn, self._args(points, precision), "evaluating fn")
             self._check_output(out)
             return self.backend.to_numpy(out).astype(np.float64, copy=False)
+
+    def _primal_fn(self, *args: Any) -> Any:
+        if self.rule is not None:
+            return self.fn(*args)
+        return self.backend.call(self.fn, args)
 
     # -- the modes ----------------------------------------------------------------------
     def jvp(

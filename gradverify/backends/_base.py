@@ -49,6 +49,10 @@ class Backend:
         have: "tf32" or "bfloat16"). [] when none."""
         return []
 
+    def call(self, fn: Callable, args: Sequence[Any]) -> Any:
+        """fn(*args): the primal (a backend may compile it)."""
+        return fn(*args)
+
     # -- modes ----------------------------------------------------------------
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         """Output tangent of fn at args along ``tangents`` (one per wrt index)."""
