@@ -144,6 +144,7 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
         if primal is None:
             return outcome
         outcome.output = primal.summary
+        _primal.repeat(ev, primal, report)
         precision = _primal.choose(ev, primal)
         outcome.oracle = precision.name
         outcome.notes = list(precision.notes)

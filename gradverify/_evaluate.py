@@ -88,7 +88,7 @@ class Evaluator:
         the arguments as fn left them (to detect mutation)."""
         with self.backend.precision(precision or self.native_precision):
             args = self._args(None, precision)
-            out = self._call(self._primal_fn, args, "evaluating fn")
+            out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
             self._check_output(out)
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after

@@ -270,6 +270,8 @@ class Reference:
     # set while the reference is the rounding model's (AD agreed within it):
     # measures fn's noise and returns the measured reference
     measure: Callable[[], Reference] | None = None
+    # with it: how far the measured value may sit from this one (|R1 - R2| at most)
+    shift: np.ndarray | None = None
 
     @property
     def lo(self) -> np.ndarray:
@@ -321,6 +323,9 @@ def _noise_explains(est: Estimate, idx: np.ndarray, ad_tol: np.ndarray | float) 
     return ok & est.finite.ravel()[idx]
 
 
+#: A model reference of at most this many elements keeps its six points for
+#: the measurement (larger ones evaluate them again if it is ever needed).
+KEEP_POINTS = 1 << 16
 #: The points the rounding model's test needs: D(h), D(h/2) and D(h/4), so
 #: R1 and R2 (t = +-h, +-h/2, +-h/4). The measured noise needs +-3h/4 besides.
 MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
@@ -335,9 +340,10 @@ def model_reference(
     f0_scale: float,
     ad: np.ndarray | None = None,
     chunk: int = CHUNK,
-) -> tuple[np.ndarray, np.ndarray, float] | None:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
-    points MODEL_OFFSETS: (value, err, typical), or None where any element is
+    points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
+    R2, one of which the measured estimate takes, lie from value - or None where any element is
     flagged (a kink, no convergence, not finite, a bound as large as the
     derivatives) or, given ``ad`` (+- ``ad_tol``), disagrees with it.
 
@@ -358,6 +364,7 @@ def model_reference(
     tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
     value = np.empty(n)
     err = np.empty(n)
+    shift = np.empty(n)
     blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
     slope_scale = stencil_scale = 0.0
     with np.errstate(invalid="ignore", over="ignore"):
@@ -388,6 +395,7 @@ def model_reference(
             v *= 0.5
             e = np.subtract(hi, lo, out=err[b])
             e *= 0.5
+            np.maximum(np.abs(r1 - v), np.abs(r2 - v), out=shift[b])
             ok = e <= 0.5 * (np.abs(v) + typical)
             kappa = np.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f0f[b])
             ok &= kappa <= (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f + t * h
@@ -398,7 +406,7 @@ def model_reference(
                 ok &= np.abs(adf[b] - v) <= e + t
             if not ok.all():
                 return None
-    return value.reshape(shape), err.reshape(shape), typical
+    return value.reshape(shape), err.reshape(shape), shift.reshape(shape), typical
 
 
 def reference(
@@ -428,17 +436,19 @@ def reference(
         have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
         quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad)
         if quick is not None:
-            value, err, typical = quick
-
-            del have  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
+            value, err, shift, typical = quick
+            if value.size > KEEP_POINTS:
+                have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
-                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, {})
+                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have)
                 full.evaluations += len(MODEL_OFFSETS)
                 return full
 
             status = np.zeros(value.shape, dtype=np.int8)
-            return Reference(value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure)
+            return Reference(
+                value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
+            )
     return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have)
 
 

@@ -30,6 +30,11 @@ class Oracle:
 
     def __init__(self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes) -> None:
         self.ev, self.primal, self.precision, self.probes = ev, primal, precision, probes
+        # F(0): the finite differences' centre, from the same fn as their
+        # stencil (a compiled fn may round unlike its eager run)
+        self.f0 = precision.f0
+        if ev.rule is None and ev.backend.compiles(ev.fn):
+            self.f0 = ev.primal(probes.flat.split(probes.x), precision.oracle).ravel()
         self.refs: list[_fd.Reference] = []
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step
@@ -67,7 +72,7 @@ class Oracle:
         p = self.precision
         ref = _fd.reference(
             self.F(u, c),
-            p.f0,
+            self.f0,
             p.h if h is None else h,
             p.floor,
             p.u_oracle,
@@ -172,12 +177,12 @@ class Oracle:
         c = self.probes.cs[b]
         F = self.F(self.probes.us[b], c)
         inputs = self.probes.inputs_max
-        peak = np.abs(p.f0)
+        peak = np.abs(self.f0)
         level = self.widened.get(b, 0)
         why = "noise"
         span = 0.0
         while True:
-            table = _fd.wide_table(F, p.f0, p.h, level)
+            table = _fd.wide_table(F, self.f0, p.h, level)
             if table is None:
                 # No noise at any spacing: what fn's rounding could still hide is
                 # a smooth deviation of up to its quantum (u x its terms) over

@@ -1,7 +1,8 @@
 """The first stages of a check: the primal and the precision of the oracle.
 
-``evaluate`` runs fn twice at the point, on copies: its output, and whether fn
-mutated an argument or gives two different answers (findings). ``choose``
+``evaluate`` runs fn at the point on copies: its output, and whether fn
+mutated an argument; ``repeat`` runs it again: two different answers are
+nondeterminism. ``choose``
 picks the dtype the finite-difference oracle runs in (float64 when fn accepts
 it) and whether AD runs in float64 besides the arguments' own low precision."""
 
@@ -28,6 +29,7 @@ class Primal:
     finite: np.ndarray  # bool per output element: only these are checked
     all_finite: bool
     summary: ArraySummary
+    raw: np.ndarray  # the output as fn returned it (numpy, its own dtype and shape)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> Array
 
 
 def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
-    """fn at the point, twice on copies (None when it raised: said in ``report``)."""
+    """fn at the point, on copies (None when it raised: said in ``report``)."""
     try:
         out1, out_dtype, after = ev.primal_raw()
     except CallFailed as e:
@@ -88,9 +90,6 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
                 argument=i,
                 input_index=first,
             )
-    out2, _, _ = ev.primal_raw()
-    if not np.array_equal(out1, out2, equal_nan=True):
-        _nondeterminism(out1, out2, out_dtype, report)
     values = out1.astype(np.float64, copy=False).ravel()
     finite = np.isfinite(values)
     all_finite = bool(finite.all())
@@ -103,7 +102,14 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
             f"{unravel(int(bad[0]), shape)}); those elements are not checked",
             output_index=unravel(int(bad[0]), shape),
         )
-    return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True))
+    return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True), out1)
+
+
+def repeat(ev: Evaluator, primal: Primal, report: Findings) -> None:
+    """fn once more at the point: two different answers are nondeterminism."""
+    out2, _, _ = ev.primal_raw()
+    if not np.array_equal(primal.raw, out2, equal_nan=True):
+        _nondeterminism(primal.raw, out2, primal.dtype, report)
 
 
 def _nondeterminism(out1: np.ndarray, out2: np.ndarray, out_dtype: str, report: Findings) -> None:

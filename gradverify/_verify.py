@@ -27,6 +27,7 @@ from . import _observe
 from ._check import check
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
+from .backends import compiling
 
 
 class _Failed(Exception):
@@ -164,7 +165,8 @@ def verify(
 
     options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
     try:
-        with _observe.call("verify", fn, args_strategy, options), _reproducible_generation():
+        # one function at shapes that repeat: backends may compile it for the run
+        with _observe.call("verify", fn, args_strategy, options), _reproducible_generation(), compiling():
             prop()
     except _Failed:
         pass

@@ -76,12 +76,14 @@ def test_the_model_reference_lies_inside_the_measured_one(case):
     model = _fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
     measured = _fd.reference(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False)
     assert model is not None  # smooth everywhere: the model flags nothing
-    value, err, _ = model
+    value, err, shift, _ = model
     ok = measured.status == _fd.SMOOTH
     assert ok.any()
     slack = 1e-12 * (np.abs(measured.value) + measured.err)  # the two intervals' own rounding
     assert (value - err >= measured.lo - slack)[ok].all()
     assert (value + err <= measured.hi + slack)[ok].all()
+    # the measured value is R1 or R2, each within ``shift`` of the model's
+    assert (np.abs(measured.value - value) <= shift + slack)[ok].all()
 
 
 def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():

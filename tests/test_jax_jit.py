@@ -1,5 +1,6 @@
-"""jax functions are jit-compiled (fn, its JVP and its VJP), falling back to
-eager evaluation where fn cannot be traced; the verdicts do not change."""
+"""Within a gv.verify run, jax functions are jit-compiled (fn, its JVP and its
+VJP), falling back to eager evaluation where fn cannot be traced; a single
+gv.check runs eagerly. The verdicts do not change."""
 
 from __future__ import annotations
 
@@ -10,26 +11,57 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import gradverify as gv
 from gradverify import ArgumentTypeError
+from gradverify.backends import compiling
 
 
-def test_a_traceable_function_is_compiled_once_not_run_per_evaluation():
+def float_rows(n=30):
+    return st.lists(st.floats(-3, 3), min_size=n, max_size=n).map(lambda v: (jnp.asarray(np.array(v)),))
+
+
+def test_a_verify_run_compiles_fn_once_not_per_evaluation():
     calls = []
 
     def fn(x):
         calls.append(1)  # runs while jax traces, not per compiled call
         return jnp.tanh(x)
 
-    x = jnp.asarray(np.linspace(-2, 2, 50))
-    r = gv.check(fn, x)
-    assert r.ok, str(r)
-    evaluations = sum(r.evaluations.values())
-    assert evaluations > 15 and len(calls) < evaluations / 2
-    before = len(calls)
-    assert gv.check(fn, x, seed=1).ok
-    assert len(calls) == before  # same shapes and dtypes: nothing traced again
+    r = gv.verify(fn, float_rows(), max_examples=20, seed=0)
+    assert r.ok and r.examples_run == 20
+    # each check evaluates fn ~17 times (~340 Python calls eagerly): two of them
+    # eager (mutation, nondeterminism), the rest compiled - traced a few times
+    assert 2 * 20 <= len(calls) < 2 * 20 + 40
+
+
+def test_a_single_check_runs_eagerly_and_sees_fn_as_it_is_now():
+    state = {"k": 1.0}
+
+    def fn(x):
+        return state["k"] * jnp.sin(x)
+
+    @jax.custom_jvp
+    def claimed(x):
+        return fn(x)
+
+    claimed.defjvp(lambda p, t: (claimed(p[0]), jnp.cos(p[0]) * t[0]))  # right only for k = 1
+    x = jnp.asarray(np.linspace(-2, 2, 40))
+    assert gv.check(claimed, x).ok
+    state["k"] = 2.0
+    assert not gv.check(claimed, x).ok
+
+
+def test_a_random_draw_inside_fn_is_still_nondeterminism_in_a_session():
+    rng = np.random.default_rng(0)
+
+    def noisy(x):
+        return jnp.sin(x) + rng.standard_normal()
+
+    with compiling():
+        r = gv.check(noisy, jnp.asarray(np.linspace(-1, 1, 40)))
+    assert gv.Kind.NONDETERMINISM in [f.kind for f in r.findings]
 
 
 def test_a_function_jit_cannot_trace_runs_eagerly_and_is_still_judged():
@@ -40,26 +72,27 @@ def test_a_function_jit_cannot_trace_runs_eagerly_and_is_still_judged():
         return y
 
     x = jnp.asarray(np.linspace(-2, 2, 50))
-    assert gv.check(repeat, x, jnp.asarray(2)).ok
+    with compiling():
+        assert gv.check(repeat, x, jnp.asarray(2)).ok
 
-    @jax.custom_vjp
-    def wrong(x, n):
-        return repeat(x, n)
+        @jax.custom_vjp
+        def wrong(x, n):
+            return repeat(x, n)
 
-    def fwd(x, n):
-        return repeat(x, n), (x, n)
+        def fwd(x, n):
+            return repeat(x, n), (x, n)
 
-    def bwd(res, g):
-        x, n = res
-        return (jnp.cos(x) * g, None)  # the derivative of one sin, not of two
+        def bwd(res, g):
+            x, n = res
+            return (jnp.cos(x) * g, None)  # the derivative of one sin, not of two
 
-    wrong.defvjp(fwd, bwd)
-    r = gv.check(wrong, x, jnp.asarray(2))
+        wrong.defvjp(fwd, bwd)
+        r = gv.check(wrong, x, jnp.asarray(2))
     assert not r.ok and r.errors[0].kind == gv.Kind.MISMATCH and r.errors[0].pair == ("VJP", "FD")
 
 
 def test_what_fn_returns_is_judged_as_written_not_as_jit_would_make_it():
-    with pytest.raises(ArgumentTypeError, match="found builtins.float"):
+    with compiling(), pytest.raises(ArgumentTypeError, match="found builtins.float"):
         gv.check(lambda x: 1.0, jnp.asarray(np.linspace(-1, 1, 5)))
 
 
@@ -67,8 +100,9 @@ def test_the_compiled_forms_do_not_keep_fn_alive():
     def fn(x):
         return jnp.sin(x) * 2.0
 
-    assert gv.check(fn, jnp.asarray(np.linspace(-1, 1, 40))).ok
-    ref = weakref.ref(fn)
-    del fn
-    gc.collect()
-    assert ref() is None
+    with compiling():
+        assert gv.check(fn, jnp.asarray(np.linspace(-1, 1, 40))).ok
+        ref = weakref.ref(fn)
+        del fn
+        gc.collect()
+        assert ref() is None

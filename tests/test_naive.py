@@ -6,7 +6,8 @@ never a mismatch.
 Every case runs 10 seeds of 50 examples: an example costs ~20 ms (a full
 Jacobian; jax also compiles fn, its JVP and its VJP for every new shape),
 so 200 a seed would take CI's two cores about an hour.
-``benchmarks/bench_false_alarms.py`` runs the same cases beside gradcheck and check_grads (its table is in docs/false-alarms.md)."""
+``benchmarks/bench_false_alarms.py`` runs the same cases beside gradcheck
+and check_grads (its table is in docs/false-alarms.md)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ import numpy as np
 
 from .._errors import ArgumentTypeError, explain
 from ._base import Backend
+from ._session import compiling
 
-__all__ = ["Backend", "backend_of", "backend_name_of"]
+__all__ = ["Backend", "backend_name_of", "backend_of", "compiling"]
 
 
 def backend_name_of(x: Any) -> str | None:

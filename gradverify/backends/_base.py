@@ -50,8 +50,12 @@ class Backend:
         return []
 
     def call(self, fn: Callable, args: Sequence[Any]) -> Any:
-        """fn(*args): the primal (a backend may compile it)."""
+        """fn(*args): the primal (a backend may compile it in a compiling session)."""
         return fn(*args)
+
+    def compiles(self, fn: Callable) -> bool:
+        """Whether ``call`` runs a compiled fn (whose rounding may differ from fn's eager run)."""
+        return False
 
     # -- modes ----------------------------------------------------------------
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:

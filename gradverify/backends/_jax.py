@@ -1,14 +1,18 @@
 """JAX: ``jax.jvp`` and ``jax.vjp``. float64 needs x64, which we enable only
 inside ``precision('float64')`` so that the user's global setting is untouched.
 
-fn, its JVP and its VJP are jit-compiled (jax compiles once per shape, dtype
-and precision, and a check calls fn a hundred times at the same shapes):
-``compiled(fn)`` keeps them per function for as long as the function lives.
-A function that cannot be traced (Python control flow on values, numpy
-calls, a static argument) runs eagerly from its first failed trace on, and so
-does every call whose compiled run raises: the eager run then says whether fn
-itself raises. Every evaluation of one check goes through the same path, so
-the finite-difference stencil and its centre round alike."""
+Within a compiling session (``backends.compiling()``: one ``gv.verify`` run,
+where the same fn is checked at shapes that repeat) fn, its JVP and its VJP
+are jit-compiled, once per shape, dtype and precision, and kept for the
+session; outside one (a single ``gv.check``) compiling would cost more than
+it saves, and everything runs eagerly. A function that cannot be traced
+(Python control flow on values, numpy calls, a static argument) runs eagerly
+from its first failed trace on - each of fn, its JVP and its VJP on its own -
+and so does every call whose compiled run raises: the eager run then says
+whether fn itself raises. The two evaluations at the point that look for
+mutation and nondeterminism are always eager (a random draw inside fn is
+frozen by a trace); the finite differences take their centre from the same
+compiled fn as their stencil, so they round alike."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import numpy as np
 
 from .._errors import ModeUnavailable
 from ._base import Backend
+from ._session import session_cache
 
 
 class JaxBackend(Backend):
@@ -73,17 +78,12 @@ class JaxBackend(Backend):
             return [(note, "bfloat16" if level in ("bfloat16", "fastest") else "tf32")]
         return []
 
-    def call(self, fn: Callable, args: Sequence[Any]) -> Any:
+    def compiles(self, fn: Callable) -> bool:
         entry = compiled(fn)
-        if entry is not None and entry.traceable and not entry.vetted:
-            # once per function, eagerly: what fn returns as written (a float, a
-            # tuple) is what the check must see and judge; jit would make it an array
-            entry.vetted = True
-            out = fn(*args)
-            if not isinstance(out, jax.Array):
-                entry.traceable = False
-                return out
-        return _run(entry, "primal", lambda: fn(*args), *args)
+        return entry is not None and entry.ok["primal"]
+
+    def call(self, fn: Callable, args: Sequence[Any]) -> Any:
+        return _run(compiled(fn), "primal", lambda: fn(*args), *args)
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         try:
@@ -150,39 +150,40 @@ def _vjp(fn: Callable, args: tuple, cotangent: Any, wrt: tuple[int, ...]) -> tup
 
 
 class Compiled:
-    """fn, its JVP and its VJP under jax.jit; ``traceable`` turns False for good
-    at the first compiled call that fails where the eager one does not."""
+    """fn, its JVP and its VJP under jax.jit; ``ok[kind]`` turns False for good
+    at the first compiled call of that kind that fails where the eager one
+    does not."""
 
     def __init__(self, fn: Callable) -> None:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
-        self.traceable = True
-        self.vetted = False  # fn's eager return value was seen to be a jax array
+        self.ok = {"primal": True, "jvp": True, "vjp": True}
         self.primal = jax.jit(lambda *args: ref()(*args))
         self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
         self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
 
 
-_COMPILED: weakref.WeakKeyDictionary[Any, Compiled] = weakref.WeakKeyDictionary()
-
-
 def compiled(fn: Callable) -> Compiled | None:
-    """The compiled forms of fn, made on first use (None: fn cannot be held weakly)."""
+    """The compiled forms of fn in this compiling session, made on first use
+    (None: no session, or fn cannot be held weakly)."""
+    cache = session_cache()
+    if cache is None:
+        return None
     try:
-        entry = _COMPILED.get(fn)
+        entry = cache.get(fn)
         if entry is None:
-            entry = _COMPILED[fn] = Compiled(fn)
+            entry = cache[fn] = Compiled(fn)
         return entry
     except TypeError:
         return None
 
 
 def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any) -> Any:
-    if entry is None or not entry.traceable:
+    if entry is None or not entry.ok[kind]:
         return eager()
     try:
         return getattr(entry, kind)(*args)
     except Exception:
         # either fn cannot be traced or it raises: the eager run tells which
         out = eager()
-        entry.traceable = False
+        entry.ok[kind] = False
         return out

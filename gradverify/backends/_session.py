@@ -1,0 +1,35 @@
+"""Compiling sessions: where a backend may keep compiled forms of fn.
+
+A session is one run over many checks of the same function (``gv.verify``):
+compiling fn, its JVP and its VJP once per shape pays off there and the
+compiled forms live as long as the session (and fn). Outside a session
+nothing is compiled, so a function edited between two checks (a notebook, a
+changed global) is always checked as it is now."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+_CACHE: ContextVar[weakref.WeakKeyDictionary[Any, Any] | None] = ContextVar("gradverify_compiled", default=None)
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """Within: backends may compile fn and keep it (nested sessions share the outer one)."""
+    if _CACHE.get() is not None:
+        yield
+        return
+    token = _CACHE.set(weakref.WeakKeyDictionary())
+    try:
+        yield
+    finally:
+        _CACHE.reset(token)
+
+
+def session_cache() -> weakref.WeakKeyDictionary[Any, Any] | None:
+    """The compiled forms of this session, keyed weakly by function (None: no session)."""
+    return _CACHE.get()
