@@ -19,6 +19,7 @@ from ._triage import junit_files as triage_junit
 from ._triage import rerun as triage
 from ._verify import VerifyResult as VerifyResult
 from ._verify import verify as verify
+from .backends import compiling as compiling
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "VerifyResult",
     "assert_gradients",
     "check",
+    "compiling",
     "triage",
     "triage_junit",
     "verify",

@@ -19,7 +19,19 @@ _CACHE: ContextVar[weakref.WeakKeyDictionary[Any, Any] | None] = ContextVar("gra
 
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
-    """Within: backends may compile fn and keep it (nested sessions share the outer one)."""
+    """Within the block, backends may compile the functions checked and keep
+    the compiled forms until the block ends (jax: fn, its JVP and its VJP
+    under ``jax.jit``, once per shape and dtype). Each ``gv.verify`` run is
+    such a block; wrap several runs of the same function (seeds, a test
+    module) to share one::
+
+        with gv.compiling():
+            for seed in range(10):
+                gv.verify(fn, strategy, seed=seed)
+
+    Inside, a function is taken to stay the same: one edited within the
+    block (a changed global it reads) may be checked as it was. Nested
+    blocks share the outermost one."""
     if _CACHE.get() is not None:
         yield
         return
