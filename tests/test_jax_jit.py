@@ -14,8 +14,7 @@ import pytest
 from hypothesis import strategies as st
 
 import gradverify as gv
-from gradverify import ArgumentTypeError
-from gradverify import compiling
+from gradverify import ArgumentTypeError, compiling
 
 
 def float_rows(n=30):
