@@ -195,24 +195,41 @@ class Comparisons:
             arg, idx = probes.flat.locate(found.element)
             ad, fdv, bound = found.values["JVP"], found.values["FD"], found.bound
             where = f"located by bisection from {probes.direction_name(b)}"
-        kink = ref.status[i] == _fd.KINK
+        kink = bool(ref.status[i] == _fd.KINK)
+        self._report_fd("JVP", out_idx, arg, idx, ad, fdv, bound, kink, f"{count} element(s)", where)
+        return False
+
+    def _report_fd(
+        self,
+        mode: str,
+        out_idx: tuple[int, ...],
+        arg: int,
+        idx: tuple[int, ...],
+        ad: float,
+        fdv: float,
+        bound: float,
+        kink: bool,
+        count: str,
+        where: str,
+    ) -> None:
+        """A mismatch of ``mode`` (JVP or VJP) against FD at one Jacobian element."""
+        name = "forward mode" if mode == "JVP" else "reverse mode"
         self.report.add(
             Kind.MISMATCH,
             ERROR,
-            f"forward mode disagrees with finite differences: d output{list(out_idx)} / d arg{arg}{list(idx)}"
+            f"{name} disagrees with finite differences: d output{list(out_idx)} / d arg{arg}{list(idx)}"
             + (" lies outside the one-sided derivatives at a kink" if kink else "")
-            + f" ({count} element(s) over the bound)",
-            pair=("JVP", "FD"),
+            + f" ({count} over the bound)",
+            pair=(mode, "FD"),
             argument=arg,
             input_index=idx,
             output_index=out_idx,
-            values={"JVP": float(ad), "FD": float(fdv)},
+            values={mode: float(ad), "FD": float(fdv)},
             error=float(abs(ad - fdv)),
             bound=float(bound),
-            bound_reason=self._bound_reason(bool(kink)),
+            bound_reason=self._bound_reason(kink),
             where=where,
         )
-        return False
 
     # -- VJP against FD ---------------------------------------------------------------------
     def _ref_for_projection(self, b: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -307,22 +324,8 @@ class Comparisons:
             return self._vjp_full()
         arg, idx = self.probes.flat.locate(j)
         out_idx = unravel(i, self.primal.shape)
-        self.report.add(
-            Kind.MISMATCH,
-            ERROR,
-            f"reverse mode disagrees with finite differences: d output{list(out_idx)} / d arg{arg}{list(idx)}"
-            + (" lies outside the one-sided derivatives at a kink" if kink else "")
-            + f" ({count} Jacobian element(s) over the bound)",
-            pair=("VJP", "FD"),
-            argument=arg,
-            input_index=idx,
-            output_index=out_idx,
-            values={"VJP": float(ad), "FD": float(fdv)},
-            error=float(abs(ad - fdv)),
-            bound=float(bound),
-            bound_reason=self._bound_reason(bool(kink)),
-            where=f"full Jacobian, row {out_idx}",
-        )
+        where = f"full Jacobian, row {out_idx}"
+        self._report_fd("VJP", out_idx, arg, idx, ad, fdv, bound, bool(kink), f"{count} Jacobian element(s)", where)
         return False
 
     def _report_vjp(

@@ -131,6 +131,12 @@ class Estimate:
         return F
 
 
+def _model_noise(u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float) -> float:
+    """The rounding model's error of one F value (estimate and model_reference
+    share it: the model's bound must be the measured one's floor, bit for bit)."""
+    return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
+
+
 def evaluate_level(F: Callable[[float], np.ndarray], h: float, have: dict[int, np.ndarray] | None = None) -> Stencil:
     """The level of step h; points already in ``have`` (offset -> F) are reused."""
     have = have or {}
@@ -186,7 +192,7 @@ def estimate(
         # itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u (directions
         # are scaled so that |u_j| >= |x_j|). The stencil's own values count
         # too: at a minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
-        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
+        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
         for b in blocks:
             f = {k: a[b] for k, a in F.items()}
             f[0] = f0f[b]
@@ -373,7 +379,7 @@ def model_reference(
             d2 *= 1.0 / h  # (as estimate() computes it: the same scales, bit for bit)
             slope_scale = max(slope_scale, _finite_max(d2))
             stencil_scale = max(stencil_scale, _finite_max(F[-4][b]), _finite_max(F[4][b]))
-        eps_f = tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
+        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
         typical = max(f0_scale, slope_scale)
         noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
         for b in blocks:

@@ -306,20 +306,8 @@ def run(ad: AD, probes: Probes) -> Modes:
     """J u_b for every direction and J^T v_a for every cotangent."""
     low_jvps: dict[int, np.ndarray] = {}
     low_vjps: dict[int, np.ndarray] = {}
-    jvps: list[np.ndarray | None] = []
-    for b, u in enumerate(probes.us):
-        if not ad.usable("JVP"):
-            break
-        jvps.append(ad.jvp(u, low_jvps, b))
-    if not ad.usable("JVP"):
-        jvps = []
-    vjps: list[np.ndarray | None] = []
-    for a, v in enumerate(probes.vs):
-        if not ad.usable("VJP"):
-            break
-        vjps.append(ad.vjp(v, low_vjps, a))
-    if not ad.usable("VJP"):
-        vjps = []
+    jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps)
+    vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps)
     if ad.dropped:
         # some calls ran in float64 before one could not: use the native runs throughout
         jvps = [low_jvps.get(b, j) for b, j in enumerate(jvps)]
@@ -349,3 +337,19 @@ def run(ad: AD, probes: Probes) -> Modes:
         jmax_jvp=jmax_jvp,
         jmax_vjp=jmax_vjp,
     )
+
+
+def _every(
+    ad: AD,
+    mode: str,
+    call: Callable[[np.ndarray, dict[int, np.ndarray], int], np.ndarray | None],
+    probes: tuple[np.ndarray, ...],
+    low: dict[int, np.ndarray],
+) -> list[np.ndarray | None]:
+    """``mode`` along every probe, until it fails or proves unavailable (then none)."""
+    out: list[np.ndarray | None] = []
+    for k, p in enumerate(probes):
+        if not ad.usable(mode):
+            break
+        out.append(call(p, low, k))
+    return out if ad.usable(mode) else []
