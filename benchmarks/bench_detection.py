@@ -1,6 +1,7 @@
 """Detection benchmark: one sign-flipped element of the reverse-mode
-gradient of tanh(x + b) (forward mode correct), float64, n = 10^3 .. 10^6
-elements of x, ten random positions each. Side by side in one run:
+gradient of tanh(x + b) (forward mode correct), float64, x of n elements on
+the chosen device (``--device cpu`` or ``cuda``), ten random positions each.
+Side by side in one run:
 
 * gradverify's default check on a torch autograd.Function (correct jvp, wrong backward),
 * gradverify's default check on the equivalent jax custom_vjp (no JVP: FD bisection),
@@ -8,16 +9,22 @@ elements of x, ten random positions each. Side by side in one run:
 * jax.test_util.check_grads(modes=("rev",)) on the custom_vjp.
 
 Reports detections out of ten (for gradverify: the flipped index must be the one
-reported), and the median time of one check as a multiple of the median time of
-one forward+backward pass of the same function on the same backend.
+reported), the median time of one check as a multiple of the median time of
+one forward+backward pass of the same function on the same backend and device
+(every function warmed up first), and gradverify's peak memory beyond the
+inputs in units of x's size: resident memory sampled every millisecond on the
+CPU, ``torch.cuda.max_memory_allocated`` on a GPU (torch only).
 
-    python benchmarks/bench_detection.py [--sizes 1000 10000 100000 1000000] [--positions 10]
+    python benchmarks/bench_detection.py --device cpu [--sizes 1000000 10000000] [--positions 10]
+    python benchmarks/bench_detection.py --device cuda    # n = 1e6, 1e7, 1e8
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import threading
 import time
 
 import jax
@@ -46,17 +53,65 @@ def timed(f):
     return out, time.perf_counter() - t0
 
 
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def fwd_bwd_torch(fn, x, b, reps=5):
     ts = []
-    for _ in range(reps):
+    for _ in range(reps + 1):
         xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
 
         def run():
             y = fn(xr, br)
             y.backward(torch.ones_like(y))
+            sync(x.device.type)
 
         ts.append(timed(run)[1])
-    return statistics.median(ts)
+    return statistics.median(ts[1:])
+
+
+class PeakRSS:
+    """The largest resident set size seen while the block runs, beyond its start
+    (sampled every millisecond from /proc/self/statm)."""
+
+    def __enter__(self):
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.start = self.peak = self._rss()
+        self.running = True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _watch(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, self._rss())
+        self.used = self.peak - self.start
+
+
+def peak_memory(device: str, f):
+    """(f(), bytes beyond the start at f's peak)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = f()
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+    with PeakRSS() as m:
+        out = f()
+    return out, m.used
 
 
 def fwd_bwd_jax(fn, x, b, reps=5):
@@ -71,22 +126,32 @@ def fwd_bwd_jax(fn, x, b, reps=5):
     return statistics.median(ts[1:]) if reps > 1 else ts[0]
 
 
-def bench(n: int, positions: int, seed: int = 0) -> dict:
+def bench(n: int, positions: int, device: str, seed: int = 0, baselines: bool = True) -> dict:
     rng = np.random.default_rng([seed, n])
     rows = n // COLS
     xn, bn = rng.standard_normal((rows, COLS)), rng.standard_normal(COLS)
     flips = rng.choice(n, size=positions, replace=False)
-    xt, bt = torch.from_numpy(xn), torch.from_numpy(bn)
+    xt, bt = torch.from_numpy(xn).to(device), torch.from_numpy(bn).to(device)
+    jdev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     with jax.enable_x64(True):
-        xj, bj = jnp.asarray(xn), jnp.asarray(bn)
-    res = {k: {"hits": 0, "times": [], "base": []} for k in ("gv_torch", "gv_jax", "gradcheck", "check_grads")}
+        xj, bj = jax.device_put(xn, jdev), jax.device_put(bn, jdev)
+    del xn
+    tools = ("gv_torch", "gv_jax", "gradcheck", "check_grads")
+    res = {k: {"hits": 0, "times": [], "base": [], "memory": []} for k in tools}
+    # warm-up: first calls compile, load forward-AD decompositions, fill caches
+    gv.check(torch_fn(0), xt[:100], bt)
+    with jax.enable_x64(True):
+        gv.check(jax_fn(0), xj[:100], bj)
     for flip in flips:
         expected = tuple(int(k) for k in np.unravel_index(flip, (rows, COLS)))
         tf = torch_fn(int(flip))
         res["gv_torch"]["base"].append(fwd_bwd_torch(tf, xt, bt))
-        r, t = timed(lambda: gv.check(tf, xt, bt))
+        (r, t), used = peak_memory(device, lambda: timed(lambda: gv.check(tf, xt, bt)))
         res["gv_torch"]["times"].append(t)
+        res["gv_torch"]["memory"].append(used / (8 * n))
         res["gv_torch"]["hits"] += _located(r, expected)
+        if not baselines:
+            continue
 
         r, t = timed(
             lambda: torch.autograd.gradcheck(
@@ -104,7 +169,11 @@ def bench(n: int, positions: int, seed: int = 0) -> dict:
             jf = jax_fn(int(flip))
             base = fwd_bwd_jax(jf, xj, bj)
             res["gv_jax"]["base"].append(base)
-            r, t = timed(lambda: gv.check(jf, xj, bj))
+            if device == "cpu":
+                (r, t), used = peak_memory(device, lambda: timed(lambda: gv.check(jf, xj, bj)))
+                res["gv_jax"]["memory"].append(used / (8 * n))
+            else:
+                r, t = timed(lambda: gv.check(jf, xj, bj))
             res["gv_jax"]["times"].append(t)
             res["gv_jax"]["hits"] += _located(r, expected)
 
@@ -139,13 +208,19 @@ LABELS = {
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000, 1_000_000])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--sizes", type=int, nargs="+", default=None)
     p.add_argument("--positions", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
+    p.add_argument("--no-baselines", action="store_true", help="gradverify on torch only (the largest sizes on a GPU)")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    if args.sizes is None:
+        args.sizes = [1_000_000, 10_000_000] + ([100_000_000] if args.device == "cuda" else [])
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
     table = {}
     for n in args.sizes:
-        table[n] = bench(n, args.positions)
+        table[n] = bench(n, args.positions, args.device, baselines=not args.no_baselines)
         print(f"n={n} done", flush=True)
     head = "| tool | " + " | ".join(f"n = {n:.0e}".replace("e+0", "e") for n in args.sizes) + " |"
     print()
@@ -155,14 +230,23 @@ def main() -> None:
         cells = []
         for n in args.sizes:
             r = table[n][key]
+            if not r["times"]:
+                cells.append("-")
+                continue
             ratio = statistics.median(t / b for t, b in zip(r["times"], r["base"]))
-            cells.append(f"{r['hits']}/{args.positions}, {ratio:.1f}x")
+            memory = f", {statistics.median(r['memory']):.1f} arrays" if r["memory"] else ""
+            cells.append(f"{r['hits']}/{len(r['times'])}, {ratio:.1f}x{memory}")
         print(f"| {label} | " + " | ".join(cells) + " |")
     print()
     print(
         "cells: detections (gradverify: with the flipped index reported) / positions, "
-        "median time of one check as a multiple of one forward+backward pass of the same function"
+        "median time of one check as a multiple of one forward+backward pass of the same function, "
+        "gradverify's median peak memory beyond the inputs in float64 arrays of x's size"
     )
+    versions = f"torch {torch.__version__}, jax {jax.__version__}"
+    if args.device == "cuda":
+        versions += f", CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}"
+    print(f"device: {args.device}; {versions}; {time.strftime('%Y-%m-%d')}")
     base = ", ".join(
         f"n={n:.0e}: torch {1e3 * statistics.median(table[n]['gv_torch']['base']):.2f} ms, "
         f"jax {1e3 * statistics.median(table[n]['gv_jax']['base']):.2f} ms"

@@ -14,13 +14,14 @@ same way.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import _modes, _observe, _primal, _probes
+from . import _modes, _observe, _primal, _probes, _xp
 from ._compare import Bounds, Comparisons
 from ._errors import GradientError, ModeUnavailable
 from ._evaluate import CallFailed, Evaluator
@@ -31,7 +32,7 @@ from ._primal import Primal, summary
 from ._probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
 from ._result import ArraySummary, CheckResult, Finding, Kind
 from ._validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
-from .backends import backend_of
+from .backends import Backend, backend_of
 
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check"]
 
@@ -79,12 +80,15 @@ def _check(
     name: str | None,
 ) -> CheckResult:
     backend = backend_of(args)
-    ev = Evaluator(fn, backend, args, ())
-    validate_arrays(backend, args, ev.values)
-    wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
-    ev.wrt = wrt_t
-    options = _Options(seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions))
-    outcome = _stages(ev, options, order)
+    placed = _placed(backend, args)
+    with backend.working() if placed else contextlib.nullcontext():
+        ev = Evaluator(fn, backend, args, (), placed)
+        validate_arrays(backend, args, ev.values)
+        wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
+        ev.wrt = wrt_t
+        options = _Options(seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions))
+        outcome = _stages(ev, options, order)
+        inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
     label = name or function_name(fn)
     return CheckResult(
         findings=tuple(outcome.findings),
@@ -92,7 +96,7 @@ def _check(
         backend=backend.name,
         seed=int(seed),
         order=order,
-        inputs=tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))),
+        inputs=inputs,
         output=outcome.output,
         oracle_dtype=outcome.oracle,
         strategy=outcome.strategy,
@@ -102,6 +106,13 @@ def _check(
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
+
+
+def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
+    """Whether the check works on the arguments' device (see _xp)."""
+    if backend.name == "numpy" or sum(_xp.size(a) for a in args) <= _xp.HOST_MAX:
+        return False
+    return backend.float64_on_device(args) is None
 
 
 def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> CheckResult:
@@ -183,14 +194,12 @@ def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Prob
     if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
         return
     rng = np.random.default_rng([options.seed, 2])
-    v = _probes.signs(rng, primal.values.size)
-    u = _probes.signs(rng, probes.flat.n)
-    backend = ev.backend
-    like = ev.originals[0]
+    v = _probes.signs(rng, _xp.size(primal.values), like=primal.values)
+    u = _probes.signs(rng, probes.flat.n, like=probes.x)
     derived: list[tuple[str, Callable]] = []
-    with backend.precision(ev.native_precision):
-        cot = backend.from_numpy(v.reshape(primal.shape), like, primal.dtype)
-        tans = [backend.from_numpy(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
+    with ev.backend.precision(ev.native_precision):
+        cot = ev._array(_xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
+        tans = [ev._array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
     if status.get("VJP") == _modes.CHECKED:
         try:
             derived.append(("the VJP x -> J(x)^T v", _derivative_fn(ev, "vjp", cot)))

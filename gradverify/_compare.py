@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _fd
+from . import _fd, _xp
 from . import _tolerance as tol
 from ._findings import Closeness, Findings, unravel
 from ._locate import Localiser
@@ -46,7 +46,7 @@ class Bounds:
             if probes.full:
                 scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
             else:
-                scale = max(float(np.max(np.abs(jv), initial=0.0)), probes.slope_scale * probes.scale_max)
+                scale = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
             self._jvp[b] = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
         return self._jvp[b]
 
@@ -64,11 +64,11 @@ class Bounds:
                 "float64" if modes.ad64 else self.dtypes[i],
                 self.rtol,
                 self.atol,
-                modes.jmax_vjp if probes.full else max(float(np.max(np.abs(p), initial=0.0)), probes.slope_scale),
+                modes.jmax_vjp if probes.full else max(_xp.absmax(p), probes.slope_scale),
             )
             for p, i in zip(probes.flat.split(g), probes.flat.args)
         ]
-        return np.concatenate([p.ravel() for p in parts])
+        return _xp.concat([_xp.flat(p) for p in parts]) if len(parts) > 1 else _xp.flat(parts[0])
 
     def ad_reason(self) -> str:
         if self.user:
@@ -95,7 +95,7 @@ class Comparisons:
     @functools.cached_property
     def lhs(self) -> list[list[float]]:
         """<J^T v_a, u_b> for every projection (directional checks)."""
-        return [[float(g @ u) for u in self.probes.us] for g in self.modes.vjps]
+        return [[_xp.dot(g, u) for u in self.probes.us] for g in self.modes.vjps]
 
     @functools.cached_property
     def g_terms(self) -> list[float]:
@@ -122,10 +122,9 @@ class Comparisons:
     def _violation(self, ad: np.ndarray, ref: _fd.Reference, ad_tol: np.ndarray) -> np.ndarray:
         """By how much ``ad`` lies outside the reference interval widened by its
         rounding bound (positive: a mismatch); -inf where nothing is compared."""
-        over = np.abs(ad - ref.value)
-        over -= ref.err
-        over -= ad_tol
-        return over if ref.all_smooth else np.where(self.oracle.usable(ref), over, -np.inf)
+        xp = _xp.ns(ad)
+        over = xp.abs(ad - ref.value) - ref.err - ad_tol
+        return over if ref.all_smooth else xp.where(self.oracle.usable(ref), over, -xp.inf)
 
     def _bound_reason(self, kink: bool) -> str:
         ad, oracle = self.bounds.ad_reason(), self.precision.name
@@ -161,16 +160,20 @@ class Comparisons:
         for b, (jv, ref) in enumerate(zip(jvps, refs)):
             t = self.bounds.jvp(b)
             viol = self._violation(jv, ref, t)
-            usable = viol > -np.inf
-            if usable.any():
-                self.closeness.note(np.max((np.abs(jv - ref.value) / (t + ref.err + 1e-300))[usable]))
-            bad = np.flatnonzero(viol > 0)
-            count += bad.size
-            if bad.size:
-                i = int(bad[np.argmax(viol[bad] / (t[bad] + ref.err[bad] + 1e-300))])
-                ratio = abs(jv[i] - ref.value[i]) / (t[i] + ref.err[i] + 1e-300)
+            xp = _xp.ns(viol)
+            usable = viol > -xp.inf
+            scale = t + ref.err + 1e-300
+            if _xp.any_(usable):
+                self.closeness.note(_xp.fmax(xp.abs(jv - ref.value) / scale, where=usable))
+            over = viol > 0
+            bad = _xp.count(over)
+            count += bad
+            if bad:
+                i = _xp.argmax(xp.where(over, viol / scale, -xp.inf))
+                t_i = float(t[i])
+                ratio = abs(float(jv[i]) - float(ref.value[i])) / (t_i + float(ref.err[i]) + 1e-300)
                 if worst is None or ratio > worst[0]:
-                    worst = (ratio, b, i, t[i])
+                    worst = (ratio, b, i, t_i)
         if worst is None:
             return True
         _, b, i, t_i = worst
@@ -187,15 +190,15 @@ class Comparisons:
         out_idx = unravel(i, self.primal.shape)
         if probes.full:
             arg, idx = probes.flat.locate(b)
-            s = probes.scale[b]
-            ad, fdv, bound = jv[i] / s, ref.value[i] / s, (t_i + ref.err[i]) / s
+            s = float(probes.scale[b])
+            ad, fdv, bound = float(jv[i]) / s, float(ref.value[i]) / s, (t_i + float(ref.err[i])) / s
             where = probes.direction_name(b)
         else:
             found = self.locate.jvp(b, i)
             arg, idx = probes.flat.locate(found.element)
             ad, fdv, bound = found.values["JVP"], found.values["FD"], found.bound
             where = f"located by bisection from {probes.direction_name(b)}"
-        kink = bool(ref.status[i] == _fd.KINK)
+        kink = int(ref.status[i]) == _fd.KINK
         self._report_fd("JVP", out_idx, arg, idx, ad, fdv, bound, kink, f"{count} element(s)", where)
         return False
 
@@ -240,15 +243,14 @@ class Comparisons:
             return ref.value, ref.err
         finite = self.primal.finite
         missing = ~self.oracle.usable(ref) & finite
-        value, err = ref.value.copy(), ref.err.copy()
-        if missing.any():
+        value, err = ref.value, ref.err
+        xp = _xp.ns(value)
+        if _xp.any_(missing):
             if not self.modes.jvps:
                 return None
-            value[missing] = self.modes.jvps[b][missing]
-            err[missing] = self.bounds.jvp(b)[missing]
-        value[~finite] = 0.0
-        err[~finite] = 0.0
-        return value, err
+            value = xp.where(missing, self.modes.jvps[b], value)
+            err = xp.where(missing, self.bounds.jvp(b), err)
+        return xp.where(finite, value, 0.0), xp.where(finite, err, 0.0)
 
     def vjp_fd(self, jvp_ok: bool) -> bool:
         if self.probes.full:
@@ -266,7 +268,7 @@ class Comparisons:
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
             r = refs[b] if b < len(refs) else None
-            return None if r is None else (float(vs[a] @ r[0]), fd_terms[b])
+            return None if r is None else (_xp.dot(vs[a], r[0]), fd_terms[b])
 
         mark = self.closeness.mark()
         worst = self._worst_projection(rhs)
@@ -289,27 +291,31 @@ class Comparisons:
 
     def _vjp_full(self) -> bool:
         """Full Jacobian: row i from VJP(e_i) against column j from FD(e_j)."""
-        m, n = self.primal.values.size, self.probes.flat.n
-        J = np.stack(self.modes.vjps) if self.modes.vjps else np.zeros((0, n))  # (m, n) in real units
+        # (a full Jacobian is small: its elements are compared on the host)
+        m, n = _xp.size(self.primal.values), self.probes.flat.n
+        J = np.stack([_xp.host(g) for g in self.modes.vjps]) if self.modes.vjps else np.zeros((0, n))  # (m, n)
         rows = [self.bounds.of_vjp(J[i]) for i in range(m)]
+        scales = _xp.host(self.probes.scale)
         mark = self.closeness.mark()
         worst = None
         count = 0
         for j, ref in enumerate(self.oracle.refs):
-            s = self.probes.scale[j]
-            usable = np.broadcast_to(self.oracle.usable(ref), (m,))
+            s = float(scales[j])
+            usable = np.broadcast_to(_xp.host(self.oracle.usable(ref)), (m,))
+            value, err, status = _xp.host(ref.value), _xp.host(ref.err), _xp.host(ref.status)
+            lo, hi = value - err, value + err
             for i in range(m):
                 if not usable[i]:
                     continue
                 ad = J[i, j]
                 t = rows[i][j]
-                over = max(ref.lo[i] / s - ad, ad - ref.hi[i] / s) - t
-                ratio = abs(ad - ref.value[i] / s) / (t + ref.err[i] / s + 1e-300)
+                over = max(lo[i] / s - ad, ad - hi[i] / s) - t
+                ratio = abs(ad - value[i] / s) / (t + err[i] / s + 1e-300)
                 self.closeness.note(ratio)
                 if over > 0:
                     count += 1
                     if worst is None or ratio > worst[0]:
-                        worst = (ratio, i, j, ad, ref.value[i] / s, t + ref.err[i] / s, ref.status[i] == _fd.KINK)
+                        worst = (ratio, i, j, ad, value[i] / s, t + err[i] / s, status[i] == _fd.KINK)
         if worst is None:
             return True
         _, i, j, ad, fdv, bound, kink = worst
@@ -319,6 +325,7 @@ class Comparisons:
             return self._vjp_full()
         excess = np.full(m, -np.inf)
         excess[i] = abs(ad - fdv) - bound
+        excess = _xp.like(excess, self.oracle.refs[j].value)
         if self.oracle.step_dependent(j, excess) or (not kink and self.oracle.explained_by_wide_noise(j, excess)):
             self.closeness.restore(mark)
             return self._vjp_full()
@@ -368,24 +375,25 @@ class Comparisons:
         if self.probes.full:
             self._adjoint_full()
             return
-        finite = np.where(self.primal.finite, 1.0, 0.0)
+        finite = _xp.ns(self.primal.values).where(self.primal.finite, 1.0, 0.0)
         jvps, vs = self.modes.jvps, self.probes.vs
         jv_terms = [tol.hoeffding(finite, self.bounds.jvp(b)) for b in range(len(jvps))]
-        worst = self._worst_projection(lambda a, b: (float(vs[a] @ jvps[b]), jv_terms[b]))
+        worst = self._worst_projection(lambda a, b: (_xp.dot(vs[a], jvps[b]), jv_terms[b]))
         if worst is None:
             return
         _, a, b, lhs, rhs, bound = worst
         g3, jv3 = self.ad.rescaled(vs[a], self.probes.us[b])
         if g3 is not None and jv3 is not None:
-            measured = abs(float(g3 @ self.probes.us[b]) - lhs) + abs(float(vs[a] @ jv3) - rhs)
+            measured = abs(_xp.dot(g3, self.probes.us[b]) - lhs) + abs(_xp.dot(vs[a], jv3) - rhs)
             if abs(lhs - rhs) <= bound + MEASURED_ROUNDING * measured:
                 return
         self._report_vjp(a, b, lhs, rhs, bound, ("JVP", "VJP"), use_jvp=True)
 
     def _adjoint_full(self) -> None:
         modes, probes, bounds = self.modes, self.probes, self.bounds
-        J_r = np.stack(modes.vjps)  # (m, n)
-        J_f = np.stack([jv / s for jv, s in zip(modes.jvps, probes.scale)], axis=1)  # (m, n)
+        scales = _xp.host(probes.scale)
+        J_r = np.stack([_xp.host(g) for g in modes.vjps])  # (m, n)
+        J_f = np.stack([_xp.host(jv) / s for jv, s in zip(modes.jvps, scales)], axis=1)  # (m, n)
         t = tol.ad_bound(J_f, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_jvp) + tol.ad_bound(
             J_r, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_vjp
         )
@@ -397,7 +405,7 @@ class Comparisons:
         i, j = (int(k) for k in np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape))
         g3, jv3 = self.ad.rescaled(probes.vs[i], probes.us[j])
         if g3 is not None and jv3 is not None:
-            measured = abs(g3[j] - J_r[i, j]) + abs(jv3[i] / probes.scale[j] - J_f[i, j])
+            measured = abs(float(g3[j]) - J_r[i, j]) + abs(float(jv3[i]) / scales[j] - J_f[i, j])
             if abs(J_r[i, j] - J_f[i, j]) <= t[i, j] + MEASURED_ROUNDING * measured:
                 return
         arg, idx = probes.flat.locate(j)
@@ -407,8 +415,8 @@ class Comparisons:
         # slice with variance near eps) or a bug below FD's resolution: said,
         # as a warning, not failed.
         ref = self.oracle.measured(j)
-        fd_err = float(ref.err[i]) / probes.scale[j]
-        undecided = ref.status[i] in (_fd.UNRELIABLE, _fd.JUMP)
+        fd_err = float(ref.err[i]) / float(scales[j])
+        undecided = int(ref.status[i]) in (_fd.UNRELIABLE, _fd.JUMP)
         unresolved = undecided or abs(J_r[i, j] - J_f[i, j]) <= fd_err
         self.report.add(
             Kind.MISMATCH,
@@ -449,40 +457,39 @@ class Comparisons:
                 for k, (i, lo_p, hi_p) in enumerate(
                     zip(probes.flat.args, probes.flat.split(modes.low_vjps[a]), probes.flat.split(modes.vjps[a]))
                 ):
-                    items.append(((a, k), lo_p.ravel(), hi_p.ravel(), bounds.dtypes[i]))
+                    items.append(((a, k), _xp.flat(lo_p), _xp.flat(hi_p), bounds.dtypes[i]))
         for key, low, ref, dtype in items:
             if dtype not in tol.LOW_PRECISION_LIMIT:
                 continue
+            xp = _xp.ns(ref)
             if mode == "JVP" and probes.full:
-                scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[key]
+                scale = None if modes.jmax_jvp is None else modes.jmax_jvp * float(probes.scale[key])
             elif mode == "JVP":
-                scale = max(float(np.max(np.abs(ref), initial=0.0)), probes.slope_scale * probes.scale_max)
+                scale = max(_xp.absmax(ref), probes.slope_scale * probes.scale_max)
             else:
-                scale = (
-                    modes.jmax_vjp if probes.full else max(float(np.max(np.abs(ref), initial=0.0)), probes.slope_scale)
-                )
+                scale = modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale)
             model = tol.ad_bound(ref, dtype, bounds.rtol, bounds.atol, scale)
-            top = float(np.max(np.abs(ref), initial=0.0)) if scale is None else scale
+            top = _xp.absmax(ref) if scale is None else scale
             effective = prec.float32_as if dtype == "float32" else dtype
-            limit = tol.LOW_PRECISION_LIMIT[effective] * (np.abs(ref) + top) + self.terms_floor(effective)
-            diff = np.abs(low - ref)
-            if not diff.size:
+            limit = tol.LOW_PRECISION_LIMIT[effective] * (xp.abs(ref) + top) + self.terms_floor(effective)
+            diff = xp.abs(low - ref)
+            if not _xp.size(diff):
                 continue
-            if (diff > limit).any():
+            if _xp.any_(diff > limit):
                 # A point within the low-precision rounding of a kink may take
                 # either side's derivative: no error where the float64 AD just
                 # beside the point (either way) brackets the low-precision value.
                 for side in self.ad.beside(mode, key):
-                    gap = np.maximum(np.minimum(ref, side) - low, low - np.maximum(ref, side))
-                    diff = np.where(gap <= model, 0.0, diff)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                over_limit = diff / np.maximum(limit, 1e-300)
-                over_model = diff / np.maximum(model, 1e-300)
-            i = int(np.argmax(over_model))
+                    gap = xp.maximum(xp.minimum(ref, side) - low, low - xp.maximum(ref, side))
+                    diff = xp.where(gap <= model, 0.0, diff)
+            with _xp.quiet():
+                over_limit = diff / xp.maximum(limit, 1e-300)
+                over_model = diff / xp.maximum(model, 1e-300)
+            i = _xp.argmax(over_model)
             self.closeness.note(float(over_limit[i]))
-            if over_model[i] <= 1:
+            if float(over_model[i]) <= 1:
                 continue
-            j = int(np.argmax(over_limit)) if over_limit.max() > 1 else i
+            j = _xp.argmax(over_limit) if float(xp.max(over_limit)) > 1 else i
             cand = (
                 float(over_limit[j]),
                 float(over_model[j]),
@@ -493,7 +500,7 @@ class Comparisons:
                 dtype,
                 float(model[j]),
                 float(limit[j]),
-                int((diff > model).sum()),
+                _xp.count(diff > model),
             )
             if worst is None or cand[:2] > worst[:2]:
                 worst = cand

@@ -1,8 +1,9 @@
 """Calls into fn and its derivatives, always on copies, in a chosen precision.
 
-The checker works on numpy float64 values; an ``Evaluator`` turns them into
-backend arrays of the right dtype, calls fn (or its rules), and turns the
-answer back. It counts every call, and wraps every exception raised by user
+The checker works on float64 working arrays (numpy copies, or arrays of the
+backend on the arguments' device: ``placed``, see _xp); an ``Evaluator``
+turns them into fresh backend arrays of the right dtype, calls fn (or its
+rules), and turns the answer back. It counts every call, and wraps every exception raised by user
 code into ``CallFailed`` with the stage it happened in."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _xp
 from ._errors import ArgumentTypeError, ModeUnavailable, explain
 from ._rule import Rule
 from .backends import Backend, backend_name_of
@@ -36,19 +38,25 @@ class CallFailed(Exception):
 class Derivative:
     """A derivative as returned by a mode: float64 values plus what it came as."""
 
-    value: np.ndarray | None  # None: the rule returned None (a zero cotangent)
+    value: Any  # float64 working array; None: the rule returned None (a zero cotangent)
     dtype: str | None
     shape: tuple[int, ...] | None
     kind: str  # "array" or the foreign type's name
 
 
 class Evaluator:
-    def __init__(self, fn: Callable, backend: Backend, args: Sequence[Any], wrt: Sequence[int]) -> None:
+    def __init__(
+        self, fn: Callable, backend: Backend, args: Sequence[Any], wrt: Sequence[int], placed: bool = False
+    ) -> None:
         self.rule = fn if isinstance(fn, Rule) else None
         self.fn = fn.fn if isinstance(fn, Rule) else fn
         self.backend = backend
         self.originals = tuple(args)
-        self.values = [backend.to_numpy(a) for a in args]  # never handed to user code
+        # placed: working arrays of the backend on the arguments' device (the
+        # caller enters backend.working()); else numpy copies
+        self.placed = placed
+        to = backend.to_working if placed else backend.to_numpy
+        self.values = [to(a) for a in args]  # never handed to user code
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
         self.wrt = tuple(wrt)
@@ -59,45 +67,60 @@ class Evaluator:
         self.native_precision = "float64" if wide else "native"
 
     # -- building arguments --------------------------------------------------------
-    def _args(self, points: Sequence[np.ndarray] | None, precision: str | None) -> list[Any]:
-        """Backend arrays: ``points`` (fresh arrays, handed over as they are) for the
-        wrt arguments, copies of the base values elsewhere. Floating arguments get
-        ``precision`` (None: their own dtype)."""
+    def _array(self, a: Any, like: Any, dtype: str, fresh: bool = False) -> Any:
+        """A backend array of ``dtype`` from the working array ``a``; it never
+        shares memory with ``a`` unless ``fresh`` (``a`` is ours to hand over)."""
+        if self.placed:
+            return self.backend.from_working(a, like, dtype)
+        return self.backend.from_numpy(a if fresh else np.array(a, copy=True), like, dtype)
+
+    def _args(self, points: Sequence[Any] | None, precision: str | None, keep: bool = False) -> list[Any]:
+        """Backend arrays: ``points`` (fresh arrays) for the wrt arguments,
+        copies of the base values elsewhere. Floating arguments get
+        ``precision`` (None: their own dtype). ``keep``: remember the numpy
+        buffers they were made from (for ``readback``)."""
         out = []
-        self.last_buffers = []
+        buffers = []
         wrt_pos = {i: k for k, i in enumerate(self.wrt)}
         for i, (v, like) in enumerate(zip(self.values, self.originals)):
             dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
-            if points is not None and i in wrt_pos:
-                a = points[wrt_pos[i]]
-            else:
-                a = np.array(v, copy=True)
-            self.last_buffers.append(a)
-            out.append(self.backend.from_numpy(a, like, dtype))
+            fresh = points is not None and i in wrt_pos
+            a = points[wrt_pos[i]] if fresh else (v if self.placed else np.array(v, copy=True))
+            if keep:
+                buffers.append(a)
+            out.append(self._array(a, like, dtype, fresh=True))  # (placed: always copied)
+        self.last_buffers = buffers
         return out
 
-    def _tangent_args(self, tangents: Sequence[np.ndarray], precision: str | None = None) -> list[Any]:
-        return [
-            self.backend.from_numpy(np.array(t, copy=True), self.originals[i], precision or self.dtypes[i])
-            for i, t in zip(self.wrt, tangents)
-        ]
+    def _tangent_args(self, tangents: Sequence[Any], precision: str | None = None) -> list[Any]:
+        return [self._array(t, self.originals[i], precision or self.dtypes[i]) for i, t in zip(self.wrt, tangents)]
+
+    def _working(self, out: Any) -> Any:
+        """fn's output (or a derivative) as a float64 working array."""
+        if self.placed:
+            return self.backend.derivative(out)
+        return self.backend.to_numpy(out).astype(np.float64, copy=False)
 
     # -- the primal -------------------------------------------------------------------
-    def primal_raw(self, precision: str | None = None) -> tuple[np.ndarray, str, list[np.ndarray]]:
-        """Evaluate at the base point on copies; return the output, its dtype, and
-        the arguments as fn left them (to detect mutation)."""
+    def primal_raw(self, precision: str | None = None) -> tuple[Any, str, list[Any]]:
+        """Evaluate at the base point on copies; return the output (a working
+        array: numpy in its own dtype, or float64 beside the arguments), its
+        dtype, and the arguments as fn left them (to detect mutation)."""
         with self.backend.precision(precision or self.native_precision):
-            args = self._args(None, precision)
+            args = self._args(None, precision, keep=not self.placed)
             out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
             self._check_output(out)
+            if self.placed:
+                after = [self.backend.to_working(a) for a in args]
+                return self.backend.to_working(out), self.backend.dtype_name(out), after
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
 
-    def primal(self, points: Sequence[np.ndarray] | None, precision: str | None) -> np.ndarray:
+    def primal(self, points: Sequence[Any] | None, precision: str | None) -> Any:
         with self.backend.precision(precision or self.native_precision):
             out = self._call(self._primal_fn, self._args(points, precision), "evaluating fn")
             self._check_output(out)
-            return self.backend.to_numpy(out).astype(np.float64, copy=False)
+            return self._working(out)
 
     def _primal_fn(self, *args: Any) -> Any:
         if self.rule is not None:
@@ -106,7 +129,7 @@ class Evaluator:
 
     # -- the modes ----------------------------------------------------------------------
     def jvp(
-        self, tangents: Sequence[np.ndarray], precision: str | None = None, points: Sequence[np.ndarray] | None = None
+        self, tangents: Sequence[Any], precision: str | None = None, points: Sequence[Any] | None = None
     ) -> Derivative:
         """J u at the base point (or at ``points`` for the wrt arguments);
         ``precision`` (e.g. "float64") runs the arguments, the tangents and so
@@ -116,15 +139,15 @@ class Evaluator:
 
     def vjp(
         self,
-        cotangent: np.ndarray,
+        cotangent: Any,
         out_dtype: str,
         precision: str | None = None,
-        points: Sequence[np.ndarray] | None = None,
+        points: Sequence[Any] | None = None,
     ) -> list[Derivative]:
         with self.backend.precision(precision or self.native_precision):
             return self._vjp(cotangent, precision or out_dtype, precision, points)
 
-    def _jvp(self, tangents: Sequence[np.ndarray], precision: str | None, points: Any = None) -> Derivative:
+    def _jvp(self, tangents: Sequence[Any], precision: str | None, points: Any = None) -> Derivative:
         self.counts["jvp"] += 1
         args = self._args(points, precision)
         tans = self._tangent_args(tangents, precision)
@@ -137,7 +160,8 @@ class Evaluator:
                     full.append(tans[self.wrt.index(i)])
                 elif self.floating[i]:
                     dtype = precision or self.dtypes[i]
-                    full.append(self.backend.from_numpy(np.zeros_like(self.values[i]), a, dtype))
+                    v = self.values[i]
+                    full.append(self._array(_xp.zeros(tuple(v.shape), v), a, dtype, fresh=True))
                 else:
                     full.append(None)
             out = self._call(lambda: self.rule.jvp(tuple(args), tuple(full)), (), "the jvp rule")
@@ -145,12 +169,10 @@ class Evaluator:
             out = self._call(lambda: self.backend.jvp(self.fn, args, self.wrt, tans), (), "forward mode (JVP)")
         return self._derivative(out)
 
-    def _vjp(
-        self, cotangent: np.ndarray, out_dtype: str, precision: str | None, points: Any = None
-    ) -> list[Derivative]:
+    def _vjp(self, cotangent: Any, out_dtype: str, precision: str | None, points: Any = None) -> list[Derivative]:
         self.counts["vjp"] += 1
         args = self._args(points, precision)
-        cot = self.backend.from_numpy(np.array(cotangent, copy=True), self.originals[0], out_dtype)
+        cot = self._array(cotangent, self.originals[0], out_dtype)
         if self.rule is not None:
             if self.rule.vjp is None:
                 raise ModeUnavailable("the gv.Rule has no vjp rule")
@@ -194,8 +216,7 @@ class Evaluator:
             return Derivative(None, None, None, "None")
         if backend_name_of(d) != self.backend.name:
             return Derivative(None, None, None, f"{type(d).__module__}.{type(d).__qualname__}")
-        v = self.backend.to_numpy(d)
-        return Derivative(v.astype(np.float64, copy=False), self.backend.dtype_name(d), tuple(v.shape), "array")
+        return Derivative(self._working(d), self.backend.dtype_name(d), tuple(d.shape), "array")
 
 
 class BadStructure(Exception):

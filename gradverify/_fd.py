@@ -34,10 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _tolerance as tol
+from . import _xp
 
 # Status of each element's reference after the kink analysis.
 SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
@@ -55,46 +57,55 @@ _D3_NOISE = float(np.sqrt(20.0))
 #: kappa (1 + 4 + 6 + 4 + 1), D(h/2) - D(h/4) (2 + 4).
 _R1_WEIGHT, _R2_WEIGHT, _KAPPA_WEIGHT, _DIFF_WEIGHT = 3.0, 6.0, 16.0, 6.0
 
+#: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _xp).
+Array = Any
+
 
 @dataclass
 class Stencil:
     """One level: F(k h/4) for k in OFFSETS (F(0) shared)."""
 
     h: float
-    f: tuple[np.ndarray, ...]  # in the order of OFFSETS
+    f: tuple[Array, ...]  # in the order of OFFSETS
 
-    def at(self, k: int) -> np.ndarray:
+    def at(self, k: int) -> Array:
         return self.f[OFFSETS.index(k)]
 
 
 @dataclass
 class Estimate:
     """What one level says about F'(0), element by element. The one-sided
-    quantities are computed on demand, for the few flagged elements only."""
+    quantities are computed on demand, for the few flagged elements only, on
+    the host (they take the indices ``idx`` and return numpy arrays)."""
 
     stencil: Stencil
-    f0: np.ndarray
-    value: np.ndarray  # R2, or R1 where its bound is tighter
-    err: np.ndarray  # its error bound: truncation + noise (measured or modelled)
-    kink: np.ndarray  # bool: flagged (kink indicator, no convergence, or not finite)
-    finite: np.ndarray  # bool: every stencil value finite
-    noise: np.ndarray  # measured noise of one F value (sigma), per element
-    eps_f: np.ndarray  # modelled error of one F value (one element: the same for all)
+    f0: Array
+    value: Array  # R2, or R1 where its bound is tighter
+    err: Array  # its error bound: truncation + noise (measured or modelled)
+    kink: Array  # bool: flagged (kink indicator, no convergence, or not finite)
+    finite: Array  # bool: every stencil value finite
+    noise: Array  # measured noise of one F value (sigma), per element
+    eps_f: float  # modelled error of one F value (the same for every element)
     slope: float = 0.0  # the largest finite |D(h/2)|: the vector's slope scale
 
-    def curvature(self, smooth: np.ndarray) -> float:
+    def curvature(self, smooth: Array) -> float:
         """The largest |F''| over the ``smooth`` elements: at a minimum the slope
         is 0 while a unit step still moves F by about F''."""
         ok = self.finite & smooth
-        if not ok.any():
+        if not _xp.any_(ok):
             return 0.0
         F, h = self.stencil, self.stencil.h
-        with np.errstate(invalid="ignore", over="ignore"):
-            second = np.abs(F.at(4) + F.at(-4) - 2.0 * self.f0)
+        xp = _xp.ns(self.f0)
+        with _xp.quiet():
+            second = xp.abs(F.at(4) + F.at(-4) - 2.0 * _xp.flat(self.f0))
             # a second difference within fn's noise (weights 1 + 2 + 1) measures nothing
-            ok = ok & (second > tol.NOISE_SAFETY * 4.0 * np.maximum(self.noise, self.eps_f[0]))
-            second /= h * h
-        return float(np.max(second, where=ok & np.isfinite(second), initial=0.0))
+            ok = _xp.flat(ok) & (second > tol.NOISE_SAFETY * 4.0 * xp.maximum(_xp.flat(self.noise), self.eps_f))
+            second = second / (h * h)
+        return _xp.fmax(second, where=ok & xp.isfinite(second))
+
+    def take(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Field ``name`` at the flat indices ``idx``, on the host."""
+        return _xp.take(_xp.flat(getattr(self, name)), idx)
 
     def side_noise(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Noise measured on each side of the point alone, without F(0) (points
@@ -115,7 +126,7 @@ class Estimate:
             left = (3 * F[0] - 4 * F[-2] + F[-4]) / h
             first_r = (F[2] - F[0]) / (h / 2)
             first_l = (F[0] - F[-2]) / (h / 2)
-            eps = np.maximum(self.eps_f[0], noise)
+            eps = np.maximum(self.eps_f, noise)
             err = tol.FD_SAFETY * np.maximum(np.abs(right - first_r), np.abs(left - first_l))
             err += tol.NOISE_SAFETY * 8.0 * eps / h
         return right, left, err
@@ -126,8 +137,8 @@ class Estimate:
         return np.maximum(np.abs(F[4] - F[0]), np.abs(F[-4] - F[0]))
 
     def _values(self, idx: np.ndarray) -> dict[int, np.ndarray]:
-        F = {k: a[idx] for k, a in zip(OFFSETS, self.stencil.f)}
-        F[0] = self.f0[idx]
+        F = {k: _xp.take(_xp.flat(a), idx) for k, a in zip(OFFSETS, self.stencil.f)}
+        F[0] = _xp.take(_xp.flat(self.f0), idx)
         return F
 
 
@@ -137,22 +148,44 @@ def _model_noise(u_oracle: float, h: float, f0_scale: float, stencil_scale: floa
     return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
 
 
-def evaluate_level(F: Callable[[float], np.ndarray], h: float, have: dict[int, np.ndarray] | None = None) -> Stencil:
+def evaluate_level(F: Callable[[float], Array], h: float, have: dict[int, Array] | None = None) -> Stencil:
     """The level of step h; points already in ``have`` (offset -> F) are reused."""
     have = have or {}
     return Stencil(h, tuple(have[k] if k in have else F(k * h / 4) for k in OFFSETS))
 
 
-CHUNK = 1 << 15  # elements per block of estimate(): its passes stay in cache
+#: Elements per block of estimate() and model_reference() on the CPU: their
+#: passes stay in cache. On an accelerator a block is larger (each costs a
+#: few dozen kernel launches) and only bounds the temporaries' memory.
+CHUNK = 1 << 15
+DEVICE_CHUNK = 1 << 22
+
+
+def _blocks(n: int, like: Array, chunk: int | None) -> list[slice]:
+    if chunk is None:
+        chunk = CHUNK if _xp.device_kind(like) == "cpu" else DEVICE_CHUNK
+    return [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
+
+
+def _tolerance(ad_tol: Array | float, shape: tuple[int, ...]) -> tuple[bool, Array | float]:
+    """(whether it is per element, the flat tolerance or the one number)."""
+    if _xp.is_array(ad_tol) and len(tuple(ad_tol.shape)) > 0:
+        xp = _xp.ns(ad_tol)
+        return True, _xp.flat(xp.broadcast_to(ad_tol, shape))
+    return False, float(ad_tol)
+
+
+def _joined(parts: list[Array]) -> Array:
+    return parts[0] if len(parts) == 1 else _xp.concat(parts)
 
 
 def estimate(
     s: Stencil,
-    f0: np.ndarray,
+    f0: Array,
     u_oracle: float,
-    ad_tol: np.ndarray | float,
+    ad_tol: Array | float,
     f0_scale: float | None = None,
-    chunk: int = CHUNK,
+    chunk: int | None = None,
 ) -> Estimate:
     """Richardson value, its error bound, the measured noise and the flags, done
     block by block: on a large vector each pass over the whole of it would leave
@@ -161,30 +194,24 @@ def estimate(
     the scales of the rounding model (maxima) need the whole vector, gathered in
     a first pass."""
     h = s.h
-    shape = np.shape(f0)
-    f0f = np.ravel(f0)
-    F = {k: np.ravel(a) for k, a in zip(OFFSETS, s.f)}
-    n = f0f.size
-    tol_array = np.ndim(ad_tol) > 0
-    tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
-    value = np.empty(n)
-    err = np.empty(n)
-    kink = np.empty(n, dtype=bool)
-    finite = np.empty(n, dtype=bool)
-    noise = np.empty(n)
-    blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
+    shape = tuple(f0.shape)
+    f0f = _xp.flat(f0)
+    F = {k: _xp.flat(a) for k, a in zip(OFFSETS, s.f)}
+    n = _xp.size(f0f)
+    xp = _xp.ns(f0f, *F.values())
+    tol_array, tol_f = _tolerance(ad_tol, shape)
+    blocks = _blocks(n, f0f, chunk)
     slope_scale = stencil_scale = f0_max = 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
+    values, errs, kinks, finites, noises = [], [], [], [], []
+    with _xp.quiet():
         # pass 1: the scales of the rounding model
         for b in blocks:
-            d2 = F[2][b] - F[-2][b]
-            d2 *= 1.0 / h  # D(h/2)
-            fin = np.isfinite(d2)
-            slope_scale = max(slope_scale, _finite_max(d2, fin))
+            d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
+            slope_scale = max(slope_scale, _xp.fmax(d2))
             # (the outer points bound the stencil: at a minimum they are its largest)
-            stencil_scale = max(stencil_scale, _finite_max(F[-4][b]), _finite_max(F[4][b]))
+            stencil_scale = max(stencil_scale, _xp.fmax(F[-4][b]), _xp.fmax(F[4][b]))
             if f0_scale is None:
-                f0_max = max(f0_max, _finite_max(f0f[b]))
+                f0_max = max(f0_max, _xp.fmax(f0f[b]))
         if f0_scale is None:
             f0_scale = f0_max
         # The rounding model, a floor under the measured noise: fn's rounding
@@ -201,10 +228,8 @@ def estimate(
             d2 = (f[2] - f[-2]) * (1.0 / h)
             d4 = (f[1] - f[-1]) * (2.0 / h)
             r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
-            r2 = np.multiply(4.0 * d4 - d2, 1.0 / 3.0, out=value[b])
-            fin = np.isfinite(r1)
-            fin &= np.isfinite(r2)
-            np.copyto(finite[b], fin)
+            r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
+            fin = xp.isfinite(r1) & xp.isfinite(r2)
             # measured noise: a difference table on spacing h/4 (its fourth
             # differences over the five windows). The kink threshold's noise
             # comes from each side's third difference without F(0): a kink at
@@ -212,47 +237,44 @@ def estimate(
             # the step, which F(0) alone sees.
             row = [f[k] for k in range(-4, 5)]
             for order in range(1, 5):
-                row = [np.subtract(row[j + 1], row[j]) for j in range(len(row) - 1)]
+                row = [row[j + 1] - row[j] for j in range(len(row) - 1)]
                 if order == 3:
-                    one_sided = np.minimum(np.abs(row[0]), np.abs(row[5]))
-                    one_sided *= 1.0 / _D3_NOISE
-            sig = np.abs(row[0])
+                    one_sided = xp.minimum(xp.abs(row[0]), xp.abs(row[5])) * (1.0 / _D3_NOISE)
+            sig = xp.abs(row[0])
             for d in row[1:]:
-                np.maximum(sig, np.abs(d), out=sig)
-            sig *= 1.0 / _D4_NOISE
-            np.copyto(noise[b], sig)
-            eps = np.maximum(sig, eps_f)
+                sig = xp.maximum(sig, xp.abs(d))
+            sig = sig * (1.0 / _D4_NOISE)
+            eps = xp.maximum(sig, eps_f)
             # error bound: truncation and noise, each with its safety. |R1 - R2|
             # bounds R2's truncation generously and is ~16/15 of R1's; R1 weighs
             # noise half as much (3/h). Each element takes the one bounded tighter
             # (R1 where noise dominates: a linear piece, a cancelling fn).
-            trunc = np.abs(r1 - r2)
-            trunc *= tol.FD_SAFETY
-            e = np.add(trunc, (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps, out=err[b])
-            e1 = trunc * (16.0 / 15.0)
-            e1 += (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps
+            trunc = xp.abs(r1 - r2) * tol.FD_SAFETY
+            e = trunc + (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps
+            e1 = trunc * (16.0 / 15.0) + (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps
             use_r1 = e1 < e
-            np.copyto(value[b], r1, where=use_r1)
-            np.copyto(e, e1, where=use_r1)
+            values.append(xp.where(use_r1, r1, r2))
+            errs.append(xp.where(use_r1, e1, e))
             # kink indicator against the one-sided noise and the AD tolerance
-            kappa = np.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f[0])
-            threshold = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * np.maximum(one_sided, eps_f)
-            threshold += (tol_f[b] if tol_array else tol_f) * h
-            k = np.greater(kappa, threshold, out=kink[b])
+            kappa = xp.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f[0])
+            threshold = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * xp.maximum(one_sided, eps_f)
+            threshold = threshold + ((tol_f[b] if tol_array else tol_f) * h)
+            k = kappa > threshold
             # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4
-            drift = np.abs(d2 - d4)
-            drift -= 0.5 * np.abs(d1 - d2)
-            k |= drift > (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps
-            k |= ~fin
+            drift = xp.abs(d2 - d4) - 0.5 * xp.abs(d1 - d2)
+            k = k | (drift > (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps)
+            kinks.append(k | ~fin)
+            finites.append(fin)
+            noises.append(sig)
     return Estimate(
         s,
         f0,
-        value.reshape(shape),
-        err.reshape(shape),
-        kink.reshape(shape),
-        finite.reshape(shape),
-        noise.reshape(shape),
-        np.full(1, eps_f),
+        xp.reshape(_joined(values), shape),
+        xp.reshape(_joined(errs), shape),
+        xp.reshape(_joined(kinks), shape),
+        xp.reshape(_joined(finites), shape),
+        xp.reshape(_joined(noises), shape),
+        eps_f,
         slope_scale,
     )
 
@@ -264,46 +286,42 @@ class Reference:
     Where F is smooth the interval is the estimate with its error bound; at a
     kink it is the hull of the one-sided derivatives (value its midpoint)."""
 
-    value: np.ndarray
-    err: np.ndarray  # half-width of the interval
-    status: np.ndarray  # SMOOTH / KINK / JUMP / UNRELIABLE per element
+    value: Array
+    err: Array  # half-width of the interval
+    status: Array  # SMOOTH / KINK / JUMP / UNRELIABLE per element (int8)
     evaluations: int
     all_smooth: bool  # no element was flagged: every status is SMOOTH
-    noise: np.ndarray | None = None  # measured noise of one F value, per element
+    noise: Array | None = None  # measured noise of one F value, per element
     reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
     typical: float = 0.0  # the size of a derivative along this direction (|F| and slope scales)
-    flagged: np.ndarray | None = None  # bool: went down the ladder (a kink, jump or feature near)
+    flagged: Array | None = None  # bool: went down the ladder (a kink, jump or feature near)
     # set while the reference is the rounding model's (AD agreed within it):
     # measures fn's noise and returns the measured reference
     measure: Callable[[], Reference] | None = None
     # with it: how far the measured value may sit from this one (|R1 - R2| at most)
-    shift: np.ndarray | None = None
+    shift: Array | None = None
 
     @property
-    def lo(self) -> np.ndarray:
+    def lo(self) -> Array:
         return self.value - self.err
+
+    @property
+    def hi(self) -> Array:
+        return self.value + self.err
 
     @property
     def modelled(self) -> bool:
         """Whether fn's noise is still the rounding model's, not measured."""
         return self.measure is not None
 
-    def give_up(self, mask: np.ndarray, reason: Callable[[int], str]) -> None:
+    def give_up(self, mask: Array, reason: Callable[[int], str]) -> None:
         """Mark the elements of ``mask`` unreliable; the first few keep ``reason(i)``."""
-        self.status[mask] = UNRELIABLE
+        self.status = _xp.put(self.status, mask, UNRELIABLE)
         self.all_smooth = False
         if self.reasons is None:
             self.reasons = {}
-        for i in np.flatnonzero(mask)[:3]:
+        for i in _xp.nonzero(mask, limit=3):
             self.reasons[int(i)] = reason(int(i))
-
-    @property
-    def hi(self) -> np.ndarray:
-        return self.value + self.err
-
-
-def _finite_max(v: np.ndarray, finite: np.ndarray | None = None) -> float:
-    return float(np.max(np.abs(v), where=np.isfinite(v) if finite is None else finite, initial=0.0))
 
 
 #: Two sides whose measured noise differs by more than this factor are not
@@ -311,22 +329,27 @@ def _finite_max(v: np.ndarray, finite: np.ndarray | None = None) -> float:
 _SIDES_ALIKE = 8.0
 
 
-def _noise_explains(est: Estimate, idx: np.ndarray, ad_tol: np.ndarray | float) -> np.ndarray:
+def _tolerance_at(ad_tol: Array | float, shape: tuple[int, ...], idx: np.ndarray) -> np.ndarray | float:
+    per_element, t = _tolerance(ad_tol, shape)
+    return _xp.take(t, idx) if per_element else t
+
+
+def _noise_explains(est: Estimate, idx: np.ndarray, ad_tol: Array | float) -> np.ndarray:
     """Of the flagged elements ``idx``, those whose flag is the function's noise:
     both sides of the point equally noisy, and the kink indicator and the
     convergence test within that noise."""
     left, right = est.side_noise(idx)
     lo, hi = np.minimum(left, right), np.maximum(left, right)
-    eps = np.maximum(hi, est.eps_f[0])
+    eps = np.maximum(hi, est.eps_f)
     F, h = est._values(idx), est.stencil.h
-    tol_i = np.broadcast_to(ad_tol, est.value.shape).ravel()[idx] if np.ndim(ad_tol) else ad_tol
+    tol_i = _tolerance_at(ad_tol, tuple(est.value.shape), idx)
     with np.errstate(invalid="ignore", over="ignore"):
         kappa = np.abs(4.0 * (F[2] + F[-2]) - (F[4] + F[-4]) - 6.0 * F[0])
         d1, d2, d4 = (F[4] - F[-4]) / (2 * h), (F[2] - F[-2]) / h, (F[1] - F[-1]) * (2 / h)
         ok = kappa <= tol.NOISE_SAFETY * _KAPPA_WEIGHT * eps + tol_i * h
         ok &= np.abs(d2 - d4) - 0.5 * np.abs(d1 - d2) <= tol.NOISE_SAFETY * _DIFF_WEIGHT / h * eps
-        ok &= (hi <= _SIDES_ALIKE * lo) | (hi <= est.eps_f[0])
-    return ok & est.finite.ravel()[idx]
+        ok &= (hi <= _SIDES_ALIKE * lo) | (hi <= est.eps_f)
+    return ok & est.take("finite", idx)
 
 
 #: A model reference of at most this many elements keeps its six points for
@@ -338,15 +361,15 @@ MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
 
 
 def model_reference(
-    f: dict[int, np.ndarray],
-    f0: np.ndarray,
+    f: dict[int, Array],
+    f0: Array,
     h: float,
     u_oracle: float,
-    ad_tol: np.ndarray | float,
+    ad_tol: Array | float,
     f0_scale: float,
-    ad: np.ndarray | None = None,
-    chunk: int = CHUNK,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
+    ad: Array | None = None,
+    chunk: int | None = None,
+) -> tuple[Array, Array, Array, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
     points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
     R2, one of which the measured estimate takes, lie from value - or None where any element is
@@ -361,24 +384,21 @@ def model_reference(
     agrees with the measured reference too. Measuring costs two more
     evaluations of fn and a difference table; a comparison asks for it only
     when it is about to fail."""
-    shape = np.shape(f0)
-    F = {k: np.ravel(f[k]) for k in MODEL_OFFSETS}
-    f0f = np.ravel(f0)
-    adf = None if ad is None else np.ravel(ad)
-    n = f0f.size
-    tol_array = np.ndim(ad_tol) > 0
-    tol_f = np.ravel(np.broadcast_to(ad_tol, shape)) if tol_array else float(ad_tol)
-    value = np.empty(n)
-    err = np.empty(n)
-    shift = np.empty(n)
-    blocks = [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
+    shape = tuple(f0.shape)
+    F = {k: _xp.flat(f[k]) for k in MODEL_OFFSETS}
+    f0f = _xp.flat(f0)
+    adf = None if ad is None else _xp.flat(ad)
+    n = _xp.size(f0f)
+    xp = _xp.ns(f0f, *F.values())
+    tol_array, tol_f = _tolerance(ad_tol, shape)
+    blocks = _blocks(n, f0f, chunk)
     slope_scale = stencil_scale = 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
+    values, errs, shifts = [], [], []
+    with _xp.quiet():
         for b in blocks:
-            d2 = F[2][b] - F[-2][b]
-            d2 *= 1.0 / h  # (as estimate() computes it: the same scales, bit for bit)
-            slope_scale = max(slope_scale, _finite_max(d2))
-            stencil_scale = max(stencil_scale, _finite_max(F[-4][b]), _finite_max(F[4][b]))
+            d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # (as estimate() computes it: the same scales, bit for bit)
+            slope_scale = max(slope_scale, _xp.fmax(d2))
+            stencil_scale = max(stencil_scale, _xp.fmax(F[-4][b]), _xp.fmax(F[4][b]))
         eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
         typical = max(f0_scale, slope_scale)
         noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
@@ -390,44 +410,46 @@ def model_reference(
             d4 = (f[1] - f[-1]) * (2.0 / h)
             r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
             r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
-            trunc = np.abs(r1 - r2)
-            trunc *= tol.FD_SAFETY
-            e1 = trunc * (16.0 / 15.0)
-            e1 += noise1
-            trunc += noise2  # R2's bound
-            lo = np.maximum(r2 - trunc, r1 - e1)
-            hi = np.minimum(r2 + trunc, r1 + e1)
-            v = np.add(lo, hi, out=value[b])
-            v *= 0.5
-            e = np.subtract(hi, lo, out=err[b])
-            e *= 0.5
-            np.maximum(np.abs(r1 - v), np.abs(r2 - v), out=shift[b])
-            ok = e <= 0.5 * (np.abs(v) + typical)
-            kappa = np.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f0f[b])
-            ok &= kappa <= (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f + t * h
-            drift = np.abs(d2 - d4)
-            drift -= 0.5 * np.abs(d1 - d2)
-            ok &= drift <= (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f
+            trunc = xp.abs(r1 - r2) * tol.FD_SAFETY
+            e1 = trunc * (16.0 / 15.0) + noise1
+            trunc = trunc + noise2  # R2's bound
+            lo = xp.maximum(r2 - trunc, r1 - e1)
+            hi = xp.minimum(r2 + trunc, r1 + e1)
+            v = (lo + hi) * 0.5
+            e = (hi - lo) * 0.5
+            ok = e <= 0.5 * (xp.abs(v) + typical)
+            kappa = xp.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f0f[b])
+            ok = ok & (kappa <= (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f + t * h)
+            drift = xp.abs(d2 - d4) - 0.5 * xp.abs(d1 - d2)
+            ok = ok & (drift <= (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f)
             if adf is not None:
-                ok &= np.abs(adf[b] - v) <= e + t
-            if not ok.all():
+                ok = ok & (xp.abs(adf[b] - v) <= e + t)
+            if not _xp.all_(ok):
                 return None
-    return value.reshape(shape), err.reshape(shape), shift.reshape(shape), typical
+            values.append(v)
+            errs.append(e)
+            shifts.append(xp.maximum(xp.abs(r1 - v), xp.abs(r2 - v)))
+    return (
+        xp.reshape(_joined(values), shape),
+        xp.reshape(_joined(errs), shape),
+        xp.reshape(_joined(shifts), shape),
+        typical,
+    )
 
 
 def reference(
-    F: Callable[[float], np.ndarray],
-    f0: np.ndarray,
+    F: Callable[[float], Array],
+    f0: Array,
     h: float,
     floor: float,
     u_oracle: float,
-    ad_tol: np.ndarray | float,
+    ad_tol: Array | float,
     *,
     ladder: bool = True,
     f0_scale: float | None = None,
     inputs: float = 0.0,
     model_first: bool = False,
-    ad: np.ndarray | None = None,
+    ad: Array | None = None,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
@@ -436,14 +458,14 @@ def reference(
     agree with it too); where nothing is flagged the reference is the model's,
     and ``Reference.measure`` measures fn's noise when a comparison needs it."""
     if f0_scale is None:
-        f0_scale = float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0))
-    have: dict[int, np.ndarray] = {}
+        f0_scale = _xp.fmax(f0)
+    have: dict[int, Array] = {}
     if model_first:
         have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
         quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad)
         if quick is not None:
             value, err, shift, typical = quick
-            if value.size > KEEP_POINTS:
+            if _xp.size(value) > KEEP_POINTS:
                 have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
@@ -451,7 +473,7 @@ def reference(
                 full.evaluations += len(MODEL_OFFSETS)
                 return full
 
-            status = np.zeros(value.shape, dtype=np.int8)
+            status = _xp.zeros(tuple(value.shape), value, "int8")
             return Reference(
                 value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
             )
@@ -459,60 +481,65 @@ def reference(
 
 
 def _measured(
-    F: Callable[[float], np.ndarray],
-    f0: np.ndarray,
+    F: Callable[[float], Array],
+    f0: Array,
     h: float,
     floor: float,
     u_oracle: float,
-    ad_tol: np.ndarray | float,
+    ad_tol: Array | float,
     ladder: bool,
     f0_scale: float,
     inputs: float,
-    have: dict[int, np.ndarray],
+    have: dict[int, Array],
 ) -> Reference:
     """The reference with fn's noise measured (reusing the points in ``have``)."""
     level0 = estimate(evaluate_level(F, h, have), f0, u_oracle, ad_tol, f0_scale)
     evaluations = len(OFFSETS) - len(have)
     value, err, noise = level0.value, level0.err, level0.noise
-    status = np.zeros(value.shape, dtype=np.int8)  # SMOOTH
-    suspects = np.flatnonzero(level0.kink)
+    shape = tuple(value.shape)
+    status = _xp.zeros(shape, value, "int8")  # SMOOTH
+    suspects = _xp.nonzero(level0.kink)
     if suspects.size:
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        evaluations += _ladder(
-            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, value, err, status, ladder, inputs
-        )
+        v_s, e_s, s_s, more = _ladder(F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs)
+        evaluations += more
+        xp = _xp.ns(value)
+        value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
+        err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
+        status = xp.reshape(_xp.put(_xp.flat(status), suspects, s_s), shape)
     typical = max(f0_scale, level0.slope)
-    if _unresolved(err, value, status, typical).any():
+    if _xp.any_(_unresolved(err, value, status, typical)):
         # only then is the curvature worth its pass over the vector
         typical = max(typical, level0.curvature(status == SMOOTH))
-    mark_unresolved(value, err, status, typical, reasons)
-    all_smooth = not suspects.size and not status.any()
-    flagged = np.zeros(value.shape, dtype=bool)
-    flagged.ravel()[suspects] = True
+    status = mark_unresolved(value, err, status, typical, reasons)
+    all_smooth = not suspects.size and not _xp.any_(status != SMOOTH)
+    flagged = _xp.put(_xp.zeros(_xp.size(value), value, "bool"), suspects, True)
+    flagged = _xp.ns(value).reshape(flagged, shape)
     return Reference(value, err, status, evaluations, all_smooth, noise, reasons, typical, flagged)
 
 
 def _ladder(
-    F: Callable[[float], np.ndarray],
-    f0: np.ndarray,
+    F: Callable[[float], Array],
+    f0: Array,
     h: float,
     floor: float,
     u_oracle: float,
-    ad_tol: np.ndarray | float,
+    ad_tol: Array | float,
     f0_scale: float,
     level0: Estimate,
     suspects: np.ndarray,
-    value: np.ndarray,
-    err: np.ndarray,
-    status: np.ndarray,
     ladder: bool,
     inputs: float = 0.0,
-) -> int:
-    """Settle the flagged elements (in place); return the evaluations made."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Settle the flagged elements ``suspects`` (flat indices, on the host):
+    their value, err and status (host arrays in the order of ``suspects``) and
+    the evaluations made. Each level is estimated over the whole vector where
+    it lives; only the suspects' values come to the host."""
     evaluations = 0
-    central, central_err = level0.value.copy(), level0.err.copy()
+    count = suspects.size
+    central, central_err = level0.take("value", suspects), level0.take("err", suspects)
     left_n, right_n = level0.side_noise(suspects)
     # fn's noise does not shrink with the step: what one side showed at a
     # coarser level still bounds the estimate at a finer one (where a
@@ -521,53 +548,52 @@ def _ladder(
     r, le, se = level0.sides(suspects, np.minimum(left_n, right_n))
     # no measurable slope jump at the first level: the flag may be noise or a
     # feature smaller than the step, not a kink
-    flat = np.zeros(value.shape, dtype=bool)
-    flat[suspects] = np.abs(r - le) <= 2 * se
+    flat = np.abs(r - le) <= 2 * se
     # (all of the level's noise where no slope jump showed; else the cleaner
     # side's: a kink beside the point inflates the other)
-    carried = np.zeros(value.shape)
-    carried[suspects] = np.where(flat[suspects], level0.noise.ravel()[suspects], np.minimum(left_n, right_n))
+    carried = np.where(flat, level0.take("noise", suspects), np.minimum(left_n, right_n))
     sides = {"r": r, "le": le, "se": se}
-    status[suspects] = np.where(level0.finite.ravel()[suspects], KINK, UNRELIABLE)
-    _hull(value, err, suspects, r, le, se)
+    status = np.where(level0.take("finite", suspects), KINK, UNRELIABLE).astype(np.int8)
+    value, err = central.copy(), central_err.copy()
+    everything = np.arange(count)
+    _hull(value, err, everything, r, le, se)
     # A kink at the point has the same one-sided derivatives at every step, so
     # every level's hull holds them: the hulls must have a point in common.
     # (A feature narrower than the step - a row normalised while far smaller
     # than it - gives sides that wander from level to level, each within its
     # own wide bound.)
-    common_lo = np.full(value.shape, -np.inf)
-    common_hi = np.full(value.shape, np.inf)
-    common_lo[suspects] = np.minimum(r, le) - se
-    common_hi[suspects] = np.maximum(r, le) + se
+    common_lo = np.minimum(r, le) - se
+    common_hi = np.maximum(r, le) + se
     if not ladder:
-        return evaluations
+        return value, err, status, evaluations
     prev_step = level0.step_f(suspects)
-    settled_sides = np.zeros(value.shape, dtype=bool)  # one-sided derivatives agreed between two levels
+    settled_sides = np.zeros(count, dtype=bool)  # one-sided derivatives agreed between two levels
     k = h
-    open_ = suspects
+    open_ = everything  # positions in suspects
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
         est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
         evaluations += len(OFFSETS)
-        sub = est.kink.ravel()[open_]
+        sub = est.take("kink", suspects[open_])
         if sub.any():
-            flagged = open_[sub]
-            sub[sub] = ~_noise_explains(est, flagged, ad_tol)
+            sub[sub] = ~_noise_explains(est, suspects[open_[sub]], ad_tol)
         smooth = open_[~sub]
         # The kink was beside the point: at this step both sides agree.
-        value[smooth] = est.value.ravel()[smooth]
-        err[smooth] = np.maximum(est.err.ravel()[smooth], (tol.NOISE_SAFETY * _R2_WEIGHT / k) * carried[smooth])
+        fine_value, fine_err = est.take("value", suspects[smooth]), est.take("err", suspects[smooth])
+        value[smooth] = fine_value
+        err[smooth] = np.maximum(fine_err, (tol.NOISE_SAFETY * _R2_WEIGHT / k) * carried[smooth])
         status[smooth] = SMOOTH
         # ... or there was no kink, only noise the first level's estimate
         # already carried: estimates that disagree beyond both bounds cannot
         # tell which is right. Undecided, not a confident wrong reference.
-        drift = np.abs(est.value.ravel()[smooth] - central[smooth]) > est.err.ravel()[smooth] + central_err[smooth]
+        drift = np.abs(fine_value - central[smooth]) > fine_err + central_err[smooth]
         status[smooth[drift & flat[smooth]]] = UNRELIABLE
         keep = open_[sub]
+        at = suspects[keep]
         position = np.searchsorted(open_, keep)
-        ln, rn = est.side_noise(keep)
+        ln, rn = est.side_noise(at)
         carried[keep] = np.maximum(carried[keep], np.minimum(ln, rn))
-        r, le, se = est.sides(keep, np.minimum(ln, rn))
+        r, le, se = est.sides(at, np.minimum(ln, rn))
         # a kink at the point has the same one-sided derivatives at every step
         agree = (np.abs(r - sides["r"][position]) <= se + sides["se"][position]) & (
             np.abs(le - sides["le"][position]) <= se + sides["se"][position]
@@ -580,13 +606,14 @@ def _ladder(
         tighter = np.abs(r - le) / 2 + se < err[keep]
         _hull(value, err, keep[tighter], r[tighter], le[tighter], se[tighter])
         sides = {"r": r, "le": le, "se": se}
-        step = est.step_f(keep)
+        step = est.step_f(at)
         # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump,
         # judged against each element's own noise.
         prev = prev_step[position]
-        own_noise = np.maximum(np.minimum(ln, rn), est.eps_f[0])
-        jump = (step > 0.5 * prev) & (step > 1e3 * own_noise) & est.finite.ravel()[keep]
-        status[keep] = np.where(est.finite.ravel()[keep], KINK, UNRELIABLE)
+        own_noise = np.maximum(np.minimum(ln, rn), est.eps_f)
+        finite = est.take("finite", at)
+        jump = (step > 0.5 * prev) & (step > 1e3 * own_noise) & finite
+        status[keep] = np.where(finite, KINK, UNRELIABLE)
         status[keep[jump]] = JUMP
         prev_step = step
         open_ = keep
@@ -606,7 +633,7 @@ def _ladder(
         # within what u x its terms can make, else a feature narrower than
         # the step (a normalisation of a row far smaller than the step)
         both = open_[(status[open_] == KINK) & flat[open_]]
-        Fv = level0._values(both)
+        Fv = level0._values(suspects[both])
         with np.errstate(invalid="ignore", over="ignore"):
             kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
             terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), inputs)
@@ -614,7 +641,7 @@ def _ladder(
         noise, feature = both[rounding], both[~rounding]
         value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
         status[feature] = UNRELIABLE
-    return evaluations
+    return value, err, status, evaluations
 
 
 #: Spacings of the wider noise tables, in units of the step h, tried one
@@ -635,12 +662,12 @@ class WideTable:
     shows per element and the slope error that noise can cause over d (its tilt)."""
 
     d: float
-    f: dict[int, np.ndarray]
-    sigma: np.ndarray
-    tilt: np.ndarray
+    f: dict[int, Array]
+    sigma: Array
+    tilt: Array
 
 
-def wide_table(F: Callable[[float], np.ndarray], f0: np.ndarray, h: float, level: int) -> WideTable | None:
+def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> WideTable | None:
     """The ``level``-th wider table (None when it does not fit). A noise of
     size sigma seen at spacing d varies over about d, so it tilts a slope by
     about sigma / d: at the step's own spacing h/4 this is the usual 6 sigma / h
@@ -652,47 +679,48 @@ def wide_table(F: Callable[[float], np.ndarray], f0: np.ndarray, h: float, level
     d = WIDE_SPACINGS[level] * h
     f = {k: F(k * d) for k in OFFSETS}
     f[0] = f0
-    with np.errstate(invalid="ignore", over="ignore"):
-        d4 = np.max(
-            [np.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4]) for j in range(-4, 1)], axis=0
-        )
-        d6 = np.max(
-            [
-                np.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
-                for j in range(-4, -1)
-            ],
-            axis=0,
-        )
-        sigma = np.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
-    sigma = np.where(np.isfinite(sigma), sigma, 0.0)
+    xp = _xp.ns(f0, *f.values())
+    with _xp.quiet():
+        d4 = d6 = None
+        for j in range(-4, 1):
+            w = xp.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4])
+            d4 = w if d4 is None else xp.maximum(d4, w)
+        for j in range(-4, -1):
+            w = xp.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
+            d6 = w if d6 is None else xp.maximum(d6, w)
+        sigma = xp.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
+    sigma = xp.where(xp.isfinite(sigma), sigma, 0.0)
     return WideTable(d, f, sigma, sigma * (tol.NOISE_SAFETY * 1.5 / d))
 
 
 def _hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le: np.ndarray, se: np.ndarray) -> None:
-    """At a kink the interval is the hull of the one-sided derivatives."""
+    """At a kink the interval is the hull of the one-sided derivatives (host
+    arrays, in place)."""
     lo = np.minimum(r, le) - se
     hi = np.maximum(r, le) + se
     value[idx] = (lo + hi) / 2
     err[idx] = (hi - lo) / 2
 
 
-def _unresolved(err: np.ndarray, value: np.ndarray, status: np.ndarray, typical: float) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (status == SMOOTH) & ~(err <= 0.5 * (np.abs(value) + typical))
+def _unresolved(err: Array, value: Array, status: Array, typical: float) -> Array:
+    xp = _xp.ns(err)
+    with _xp.quiet():
+        return (status == SMOOTH) & ~(err <= 0.5 * (xp.abs(value) + typical))
 
 
-def mark_unresolved(
-    value: np.ndarray, err: np.ndarray, status: np.ndarray, typical: float, reasons: dict[int, str]
-) -> None:
+def mark_unresolved(value: Array, err: Array, status: Array, typical: float, reasons: dict[int, str]) -> Array:
     """A smooth element whose error bound is as large as the derivatives around
     it (its own, and ``typical``: the vector's slope, or |F| since a step of
     t = 1 moves the input by its own scale) cannot tell a right derivative
-    from a wrong one."""
+    from a wrong one. Returns the status with those elements unreliable."""
     bad = _unresolved(err, value, status, typical)
-    if bad.any():
-        status[bad] = UNRELIABLE
-        for i in np.flatnonzero(bad)[:3]:
-            reasons[int(i)] = (
-                f"the finite-difference error bound {err[i]:.3g} is as large as the derivative "
-                f"{value[i]:.3g}: no step lies between the function's noise and its curvature"
-            )
+    if not _xp.any_(bad):
+        return status
+    status = _xp.put(status, bad, UNRELIABLE)
+    flat_value, flat_err = _xp.flat(value), _xp.flat(err)
+    for i in _xp.nonzero(bad, limit=3):
+        reasons[int(i)] = (
+            f"the finite-difference error bound {float(flat_err[i]):.3g} is as large as the derivative "
+            f"{float(flat_value[i]):.3g}: no step lies between the function's noise and its curvature"
+        )
+    return status

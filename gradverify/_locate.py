@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _fd
+from . import _fd, _xp
 from . import _tolerance as tol
 from ._modes import AD, Modes
 from ._oracle import Oracle
@@ -60,18 +60,20 @@ class Localiser:
     def _column(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
         that element's scale, with its error; 0 where FD cannot decide."""
-        ref = self.oracle.fd(basis(j, self.probes.flat.n), 0.0, float(self.probes.raw_scale[j]))
+        probes = self.probes
+        ref = self.oracle.fd(basis(j, probes.flat.n, probes.x), 0.0, float(probes.raw_scale[j]))
         if ref.all_smooth:
             return ref.value, ref.err
         usable = self.oracle.usable(ref)
-        return np.where(usable, ref.value, 0.0), np.where(usable, ref.err, 0.0)
+        xp = _xp.ns(ref.value)
+        return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0)
 
     def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool]:
         """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,
         the bound, and whether the element is confirmed wrong."""
         value, err = self._column(j)
         v, g = self.probes.vs[a], self.modes.vjps[a]
-        values = {"VJP": float(g[j]), "FD": float(v @ value)}
+        values = {"VJP": float(g[j]), "FD": _xp.dot(v, value)}
         bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
         return values, bound, abs(values["VJP"] - values["FD"]) > bound
 
@@ -86,12 +88,11 @@ class Localiser:
         for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
             if tuple(shape) != self.primal.shape:
                 continue
-            uk = np.zeros_like(u)
-            uk[off : off + size] = u[off : off + size]
+            uk = _xp.window(u, off, off + size)
             w = self.projection_oracle(uk, use_jvp=False)  # ranking needs no precision: 2 evaluations
-            r = np.abs(g[off : off + size] * u[off : off + size] - v * w)
-            k = int(np.argmax(r))
-            if best is None or r[k] > best[0]:
+            r = _xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w))
+            k = _xp.argmax(r)
+            if best is None or float(r[k]) > best[0]:
                 best = (float(r[k]), off + k)
         return None if best is None else best[1]
 
@@ -104,9 +105,10 @@ class Localiser:
         c = self.probes.cs[0]  # directional: every direction shares its normalisation
         F = self.oracle.F(u, c)
         h = self.oracle.precision.h
-        with np.errstate(invalid="ignore", over="ignore"):
+        with _xp.quiet():
             d = (F(h) - F(-h)) / (2 * h * c)
-        return np.where(np.isfinite(d) & self.primal.finite, d, 0.0)
+        xp = _xp.ns(d)
+        return xp.where(xp.isfinite(d) & self.primal.finite, d, 0.0)
 
     def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
         """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:
@@ -116,9 +118,8 @@ class Localiser:
         def disc(lo: int, hi: int) -> float:
             # Choosing a half needs no precision: the wrong element's share of
             # the discrepancy is large, so one central difference does.
-            uS = np.zeros_like(u)
-            uS[lo:hi] = u[lo:hi]
-            return float(g[lo:hi] @ u[lo:hi] - v @ self.projection_oracle(uS, use_jvp))
+            uS = _xp.window(u, lo, hi)
+            return _xp.dot(g[lo:hi], u[lo:hi]) - _xp.dot(v, self.projection_oracle(uS, use_jvp))
 
         return bisect(self.probes.flat.n, disc)
 
@@ -132,10 +133,11 @@ class Localiser:
         jv_t = self.jvp_bound(b)
 
         def element(j: int) -> tuple[dict[str, float], float]:
-            w = self.ad.jvp_value(basis(j, probes.flat.n))
-            ref = self.oracle.fd(basis(j, probes.flat.n), 0.0, float(probes.raw_scale[j]))
-            ad = w[i] if w is not None else np.nan
-            return {"JVP": float(ad), "FD": float(ref.value[i])}, float(jv_t[i] / probes.scale[j] + ref.err[i])
+            e_j = basis(j, probes.flat.n, probes.x)
+            w = self.ad.jvp_value(e_j)
+            ref = self.oracle.fd(e_j, 0.0, float(probes.raw_scale[j]))
+            ad = float(w[i]) if w is not None else np.nan
+            return {"JVP": ad, "FD": float(ref.value[i])}, float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
 
         for off, shape in zip(probes.flat.offsets, probes.flat.shapes):
             if tuple(shape) == self.primal.shape:
@@ -144,11 +146,10 @@ class Localiser:
                     return Located(off + i, values, bound, "found by the elementwise guess, confirmed along e_j")
 
         def disc(lo: int, hi: int) -> float:
-            uS = np.zeros_like(u)
-            uS[lo:hi] = u[lo:hi]
+            uS = _xp.window(u, lo, hi)
             w = self.ad.jvp_value(uS)
             ref: _fd.Reference = self.oracle.fd(uS, jv_t, probes.cs[b], ladder=False)
-            return float((w[i] if w is not None else 0.0) - ref.value[i])
+            return (float(w[i]) if w is not None else 0.0) - float(ref.value[i])
 
         j, steps = bisect(probes.flat.n, disc)
         values, bound = element(j)

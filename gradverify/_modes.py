@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _tolerance as tol
+from . import _xp
 from ._errors import ModeUnavailable
 from ._evaluate import BadStructure, CallFailed, Derivative, Evaluator
 from ._findings import Findings, unravel
@@ -69,7 +70,7 @@ class AD:
         if low is not None and b is not None:
             low[b] = value
         d = v64[0]
-        return d if self.primal.all_finite else np.where(self.primal.finite, d, 0.0)
+        return d if self.primal.all_finite else _xp.ns(d).where(self.primal.finite, d, 0.0)
 
     def vjp(self, v: np.ndarray, low: dict[int, np.ndarray] | None = None, a: int | None = None) -> np.ndarray | None:
         g = self._vjp_native(v)
@@ -80,10 +81,13 @@ class AD:
         )
         if parts is None:
             return g
-        g64 = np.concatenate(parts)
+        g64 = _xp.concat(parts) if len(parts) > 1 else parts[0]
         if low is not None and a is not None:
             low[a] = g
-        return np.where(np.isfinite(g64), g64, 0.0) if not self.primal.all_finite else g64
+        if self.primal.all_finite:
+            return g64
+        xp = _xp.ns(g64)
+        return xp.where(xp.isfinite(g64), g64, 0.0)
 
     def jvp_value(self, u: np.ndarray) -> np.ndarray | None:
         """J u for localisation: no validation, no findings (None on any trouble)."""
@@ -93,8 +97,8 @@ class AD:
             return None
         if d.value is None:
             return None
-        value = d.value.ravel()
-        return value if self.primal.all_finite else np.where(self.primal.finite, value, 0.0)
+        value = _xp.flat(d.value)
+        return value if self.primal.all_finite else _xp.ns(value).where(self.primal.finite, value, 0.0)
 
     def rescaled(self, v: np.ndarray, u: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """VJP(3v)/3 and JVP(3u)/3: the same derivatives rounded differently
@@ -120,12 +124,16 @@ class AD:
             try:
                 if mode == "JVP":
                     d = self.ev.jvp(flat.split(probes.us[key]), "float64", points)
-                    out.append(d.value.ravel() if d.value is not None else np.full(self.primal.values.size, np.nan))
+                    out.append(
+                        _xp.flat(d.value)
+                        if d.value is not None
+                        else _xp.full(_xp.size(self.primal.values), np.nan, probes.x)
+                    )
                 else:
                     a, k = key
                     ds = self.ev.vjp(probes.vs[a].reshape(self.primal.shape), self.primal.dtype, "float64", points)
                     d = ds[k]
-                    out.append(d.value.ravel() if d.value is not None else np.zeros(flat.sizes[k]))
+                    out.append(_xp.flat(d.value) if d.value is not None else _xp.zeros(flat.sizes[k], probes.x))
             except (ModeUnavailable, CallFailed, BadStructure):
                 continue
         return out
@@ -143,14 +151,14 @@ class AD:
         values = []
         for k, d in enumerate(ds):
             if d.kind == "None" and isinstance(out, list):
-                values.append(np.zeros(flat.sizes[k]))
+                values.append(_xp.zeros(flat.sizes[k], self.probes.x))
                 continue
             if d.kind != "array" or d.dtype != "float64":
                 return self._drop(f"{what} returned {d.dtype or d.kind} for float64 inputs")
-            values.append(d.value.ravel())
-        if isinstance(out, list) and any(v.size != s for v, s in zip(values, flat.sizes)):
+            values.append(_xp.flat(d.value))
+        if isinstance(out, list) and any(_xp.size(v) != s for v, s in zip(values, flat.sizes)):
             return self._drop(f"{what} returned the wrong shape for float64 inputs")
-        if not isinstance(out, list) and values[0].size != self.primal.values.size:
+        if not isinstance(out, list) and _xp.size(values[0]) != _xp.size(self.primal.values):
             return self._drop(f"{what} returned the wrong shape for float64 inputs")
         return values
 
@@ -175,22 +183,23 @@ class AD:
         if self._invalid(d, "JVP", "output tangent", primal.shape, primal.dtype, None):
             self.status["JVP"] = FAILED
             return None
-        value = d.value.ravel()
-        bad = ~np.isfinite(value) & primal.finite
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        value = _xp.flat(d.value)
+        xp = _xp.ns(value)
+        bad = ~xp.isfinite(value) & primal.finite
+        if _xp.any_(bad):
+            i = int(_xp.nonzero(bad, limit=1)[0])
             self.report.add(
                 Kind.NONFINITE_GRADIENT,
                 ERROR,
-                f"forward mode returned {value[i]} at output index {unravel(i, primal.shape)} "
-                f"where the output is finite ({bad.sum()} element(s))",
+                f"forward mode returned {float(value[i])} at output index {unravel(i, primal.shape)} "
+                f"where the output is finite ({_xp.count(bad)} element(s))",
                 pair=("JVP", "output"),
                 output_index=unravel(i, primal.shape),
                 values={"JVP": float(value[i]), "output": float(primal.values[i])},
             )
             self.status["JVP"] = FAILED
             return None
-        return value if primal.all_finite else np.where(primal.finite, value, 0.0)
+        return value if primal.all_finite else xp.where(primal.finite, value, 0.0)
 
     def _vjp_native(self, v: np.ndarray) -> np.ndarray | None:
         ev, primal, flat = self.ev, self.primal, self.probes.flat
@@ -210,17 +219,18 @@ class AD:
         parts = []
         for k, (i, d) in enumerate(zip(ev.wrt, ds)):
             if d.kind == "None":
-                parts.append(np.zeros(flat.sizes[k]))
+                parts.append(_xp.zeros(flat.sizes[k], self.probes.x))
                 continue
             if self._invalid(d, "VJP", f"cotangent of argument {i}", flat.shapes[k], ev.dtypes[i], i):
                 self.status["VJP"] = FAILED
                 return None
-            parts.append(d.value.ravel())
-        g = np.concatenate(parts)
-        bad = ~np.isfinite(g)
-        if not bad.any():
+            parts.append(_xp.flat(d.value))
+        g = _xp.concat(parts) if len(parts) > 1 else parts[0]
+        xp = _xp.ns(g)
+        bad = ~xp.isfinite(g)
+        if not _xp.any_(bad):
             return g
-        j = int(np.flatnonzero(bad)[0])
+        j = int(_xp.nonzero(bad, limit=1)[0])
         arg, idx = flat.locate(j)
         if not primal.all_finite:
             # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
@@ -228,18 +238,18 @@ class AD:
             self.report.add(
                 Kind.NONFINITE_GRADIENT,
                 WARNING,
-                f"reverse mode returned NaN/inf at {int(bad.sum())} input element(s) (the first: argument "
+                f"reverse mode returned NaN/inf at {_xp.count(bad)} input element(s) (the first: argument "
                 f"{arg} at {idx}), which may feed the NaN/inf outputs; those elements are not compared",
                 pair=("VJP", "output"),
                 argument=arg,
                 input_index=idx,
             )
-            return np.where(bad, 0.0, g)
+            return xp.where(bad, 0.0, g)
         self.report.add(
             Kind.NONFINITE_GRADIENT,
             ERROR,
-            f"reverse mode returned {g[j]} for argument {arg} at index {idx} while every output is "
-            f"finite ({int(bad.sum())} element(s))",
+            f"reverse mode returned {float(g[j])} for argument {arg} at index {idx} while every output is "
+            f"finite ({_xp.count(bad)} element(s))",
             pair=("VJP", "output"),
             argument=arg,
             input_index=idx,
@@ -323,10 +333,10 @@ def run(ad: AD, probes: Probes) -> Modes:
     jmax_jvp = jmax_vjp = None
     if probes.full:
         if jv:
-            jmax_jvp = max(float(np.max(np.abs(j))) / s for j, s in zip(jv, probes.scale))
+            jmax_jvp = max(_xp.absmax(j) / float(s) for j, s in zip(jv, _xp.host(probes.scale)))
             jmax_jvp = max(jmax_jvp, probes.slope_scale)
         if gs:
-            jmax_vjp = max(max(float(np.max(np.abs(g))) for g in gs), probes.slope_scale)
+            jmax_vjp = max(max(_xp.absmax(g) for g in gs), probes.slope_scale)
     return Modes(
         jvps=jv,
         vjps=gs,

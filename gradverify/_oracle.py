@@ -7,10 +7,11 @@ and fn's noise at wider spacings. What FD cannot decide becomes
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from . import _fd
+from . import _fd, _xp
 from . import _tolerance as tol
 from ._evaluate import Evaluator
 from ._findings import Findings, unravel
@@ -34,7 +35,7 @@ class Oracle:
         # stencil (a compiled fn may round unlike its eager run)
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
-            self.f0 = ev.primal(probes.flat.split(probes.x), precision.oracle).ravel()
+            self.f0 = _xp.flat(ev.primal(probes.flat.split(probes.x), precision.oracle))
         self.refs: list[_fd.Reference] = []
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step
@@ -49,8 +50,8 @@ class Oracle:
         w = u * c if c != 1.0 else u
         x, flat, ev, oracle = self.probes.x, self.probes.flat, self.ev, self.precision.oracle
 
-        def at(t: float) -> np.ndarray:
-            return ev.primal(flat.split(x + t * w), oracle).ravel()
+        def at(t: float) -> Any:
+            return _xp.flat(ev.primal(flat.split(x + t * w), oracle))
 
         return at
 
@@ -87,10 +88,10 @@ class Oracle:
 
     def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
         if c != 1.0:
-            ref.value /= c
-            ref.err /= c
+            ref.value = ref.value / c
+            ref.err = ref.err / c
         if not self.primal.all_finite:
-            ref.status[~self.primal.finite] = _fd.UNRELIABLE
+            ref.status = _xp.put(ref.status, ~self.primal.finite, _fd.UNRELIABLE)
             ref.all_smooth = False
         if ref.measure is not None:
             measure = ref.measure
@@ -140,15 +141,17 @@ class Oracle:
         p = self.precision
         fine = self.fd(self.probes.us[b], 0.0, self.probes.cs[b], ladder=False, h=p.h / tol.REFINE)
         value, err = fine.value, fine.err
-        with np.errstate(invalid="ignore"):
+        with _xp.quiet():
             moved = (excess > 0) & (ref.status <= _fd.KINK) & (fine.status == _fd.SMOOTH)
-            moved &= np.abs(value - ref.value) > err + ref.err
-        if not moved.any():
+            moved = moved & (_xp.ns(value).abs(value - ref.value) > err + ref.err)
+        if not _xp.any_(moved):
             return False
+        before_value, before_err = ref.value, ref.err
         ref.give_up(
             moved,
             lambda i: (
-                f"the estimate moved from {ref.value[i]:.6g} +- {ref.err[i]:.2g} to {value[i]:.6g} +- {err[i]:.2g} "
+                f"the estimate moved from {float(before_value[i]):.6g} +- {float(before_err[i]):.2g} to "
+                f"{float(value[i]):.6g} +- {float(err[i]):.2g} "
                 f"with a {tol.REFINE:g}x smaller step: a feature of fn narrower than the step"
             ),
         )
@@ -170,14 +173,15 @@ class Oracle:
         ref = self.measured(b)
         eligible = ref.status == _fd.SMOOTH
         if ref.flagged is not None:
-            eligible &= ~ref.flagged
-        if not eligible.any():
+            eligible = eligible & ~ref.flagged
+        if not _xp.any_(eligible):
             return False
         p = self.precision
         c = self.probes.cs[b]
         F = self.F(self.probes.us[b], c)
         inputs = self.probes.inputs_max
-        peak = np.abs(self.f0)
+        xp = _xp.ns(self.f0)
+        peak = xp.abs(self.f0)
         level = self.widened.get(b, 0)
         why = "noise"
         span = 0.0
@@ -193,36 +197,38 @@ class Oracle:
                 if span == 0.0:
                     return False
                 why = "quantum"
-                quantum = tol.ROUNDING_TERMS * p.u_oracle * np.maximum(peak, inputs)
-                quantum += tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
-                tilt = np.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
+                quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, inputs)
+                quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
+                tilt = xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
                 explained = within(tilt, excess, weights, ref.err)
-                if not explained.any():
+                if not _xp.any_(explained):
                     return False
                 break
             span = 8 * table.d
             level += 1
             self.widened[b] = level
-            with np.errstate(invalid="ignore", over="ignore"):
-                values = np.max([np.abs(v) for v in table.f.values()], axis=0)
-                values = np.where(np.isfinite(values), values, 0.0)
-                peak = np.maximum(peak, values)
-                terms = np.maximum(values, inputs)
+            with _xp.quiet():
+                values = xp.abs(table.f[0])
+                for v in table.f.values():
+                    values = xp.maximum(values, xp.abs(v))
+                values = xp.where(xp.isfinite(values), values, 0.0)
+                peak = xp.maximum(peak, values)
+                terms = xp.maximum(values, inputs)
                 plausible = table.sigma <= tol.ROUNDING_TERMS * p.u_oracle * terms
                 # a noise of sigma anywhere beyond the stencil tilts its slope by up to ~sigma / h
-                tilt = np.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * table.sigma / (p.h * c), 0.0)
+                tilt = xp.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * table.sigma / (p.h * c), 0.0)
             explained = within(tilt, excess, weights, ref.err)
-            if explained.any():
+            if _xp.any_(explained):
                 break
         ref.give_up(
             explained,
             lambda i: (
-                f"fn as computed is quantised here: steps of {table.sigma[i]:.3g} (rounding of its terms) "
-                f"seen at wider spacings can tilt the finite-difference slope by up to {tilt[i]:.3g}, "
+                f"fn as computed is quantised here: steps of {float(table.sigma[i]):.3g} (rounding of its terms) "
+                f"seen at wider spacings can tilt the finite-difference slope by up to {float(tilt[i]):.3g}, "
                 "more than the disagreement"
                 if why == "noise"
                 else f"the disagreement is below what fn's rounding (u x its terms, smooth over more than "
-                f"{span * c:.3g}) can hide from any step: a slope error up to {tilt[i]:.3g}; finite differences "
+                f"{span * c:.3g}) can hide from any step: a slope error up to {float(tilt[i]):.3g}; finite differences "
                 "cannot see that far into the function as computed"
             ),
         )
@@ -237,18 +243,27 @@ class Oracle:
             (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
             (_fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences cannot decide"),
         ):
-            hits = [
-                (b, i) for b, r in enumerate(self.refs) for i in np.flatnonzero((r.status == status) & primal.finite)
-            ]
-            if not hits:
+            masks = [(r.status == status) & primal.finite for r in self.refs]
+            counts = [_xp.count(m) for m in masks]
+            if not any(counts):
                 continue
-            b, i = hits[0]
+            b = next(k for k, c in enumerate(counts) if c)
+            i = int(_xp.nonzero(masks[b], limit=1)[0])
             r = self.refs[b]
             where, arg, idx = probes.where(b, i, primal.shape)
             values = {}
             if status == _fd.KINK:  # the hull of the two one-sided derivatives (which side is which is not kept)
-                values = {"lower": float(probes.unscale(b, r.lo[i])), "upper": float(probes.unscale(b, r.hi[i]))}
-            count = len({(i if not probes.full else (b, i)) for b, i in hits})
+                values = {
+                    "lower": float(probes.unscale(b, float(r.lo[i]))),
+                    "upper": float(probes.unscale(b, float(r.hi[i]))),
+                }
+            if probes.full:  # (b, i) pairs: Jacobian elements
+                count = sum(counts)
+            else:  # output elements, whichever direction saw them
+                union = masks[0]
+                for m in masks[1:]:
+                    union = union | m
+                count = _xp.count(union)
             reason = None
             if status == _fd.UNRELIABLE:
                 reason = (r.reasons or {}).get(int(i)) or (
@@ -273,11 +288,12 @@ class Oracle:
             )
 
 
-def within(tilt: np.ndarray, excess: np.ndarray | float, weights: np.ndarray | None, err: np.ndarray) -> np.ndarray:
+def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:
     """The elements whose disagreement a slope error of ``tilt`` explains:
     per element, or (``weights``) all that add to one projection's."""
     if weights is None:
         return (excess > 0) & (excess <= tilt)
+    xp = _xp.ns(tilt)
     noisy = tilt > err
-    reach = tol.hoeffding(weights[noisy], tilt[noisy]) if noisy.any() else 0.0
-    return noisy if reach >= excess else np.zeros_like(noisy)
+    reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0)) if _xp.any_(noisy) else 0.0
+    return noisy if reach >= excess else noisy & False

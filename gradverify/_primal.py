@@ -9,10 +9,12 @@ it) and whether AD runs in float64 besides the arguments' own low precision."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _tolerance as tol
+from . import _xp
 from ._errors import ArgumentTypeError, explain
 from ._evaluate import CallFailed, Evaluator
 from ._findings import Findings, unravel
@@ -25,11 +27,11 @@ class Primal:
 
     dtype: str
     shape: tuple[int, ...]
-    values: np.ndarray  # float64, flat
-    finite: np.ndarray  # bool per output element: only these are checked
+    values: Any  # float64, flat (a working array: see _xp)
+    finite: Any  # bool per output element: only these are checked
     all_finite: bool
     summary: ArraySummary
-    raw: np.ndarray  # the output as fn returned it (numpy, its own dtype and shape)
+    raw: Any  # the output as fn returned it (its shape; numpy in its own dtype, or float64 beside x)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Precision:
     oracle: str | None  # the dtype FD evaluates fn in (None: the arguments' own)
     name: str  # that dtype's name
     reason: str  # why not float64, when it is not
-    f0: np.ndarray  # fn at the point in the oracle's precision, flat float64
+    f0: Any  # fn at the point in the oracle's precision, flat float64
     f0_scale: float  # max |f0| over its finite elements
     native_u: float  # unit roundoff of the least precise argument or output
     u_oracle: float
@@ -51,13 +53,24 @@ class Precision:
     float32_as: str  # the limit float32 results are held to ("bfloat16" when matmuls round so)
 
 
-def summary(name: str, v: np.ndarray, dtype: str, differentiable: bool) -> ArraySummary:
-    a = np.asarray(v)
-    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-        a = a[np.isfinite(a)]
-    lo = float(a.min()) if a.size else None
-    hi = float(a.max()) if a.size else None
-    return ArraySummary(name, tuple(int(s) for s in a.shape), dtype, lo, hi, differentiable)
+def summary(name: str, v: Any, dtype: str, differentiable: bool) -> ArraySummary:
+    shape = tuple(int(s) for s in v.shape)
+    if _xp.on_host(v):
+        a = np.asarray(v)
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            a = a[np.isfinite(a)]
+        lo = float(a.min()) if a.size else None
+        hi = float(a.max()) if a.size else None
+        return ArraySummary(name, shape, dtype, lo, hi, differentiable)
+    xp = _xp.ns(v)
+    if _xp.is_floating(v):
+        finite = xp.isfinite(v)
+        if not _xp.any_(finite):
+            return ArraySummary(name, shape, dtype, None, None, differentiable)
+        lo, hi = float(xp.min(xp.where(finite, v, xp.inf))), float(xp.max(xp.where(finite, v, -xp.inf)))
+    else:
+        lo, hi = float(xp.min(v)), float(xp.max(v))
+    return ArraySummary(name, shape, dtype, lo, hi, differentiable)
 
 
 def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
@@ -67,7 +80,7 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
     except CallFailed as e:
         report.exception(e)
         return None
-    if not np.issubdtype(out1.dtype, np.floating):
+    if not _xp.is_floating(out1):
         raise ArgumentTypeError(
             explain(
                 "fn's return value",
@@ -78,29 +91,32 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
         )
     shape = tuple(out1.shape)
     for i, (before, now) in enumerate(zip(ev.values, after)):
-        if before.shape != now.shape or not np.array_equal(before, now, equal_nan=True):
-            changed = np.argwhere(before != now) if before.shape == now.shape else np.zeros((1, before.ndim), int)
-            first = tuple(int(k) for k in changed[0]) if len(changed) else ()
+        if not _xp.equal(before, now):
+            same_shape = tuple(before.shape) == tuple(now.shape)
+            diff = (before != now) if same_shape else None
+            count = _xp.count(diff) if same_shape else 1
+            changed = _xp.nonzero(diff, limit=1) if same_shape else np.zeros(1, int)
+            first = unravel(int(changed[0]), tuple(before.shape)) if len(changed) else ()
             report.add(
                 Kind.MUTATION,
                 ERROR,
-                f"fn mutates argument {i}: {len(changed)} element(s) changed in place, "
+                f"fn mutates argument {i}: {count} element(s) changed in place, "
                 f"the first at index {first}; it must leave its inputs alone "
                 "(gradverify passed it a copy, your array is untouched)",
                 argument=i,
                 input_index=first,
             )
-    values = out1.astype(np.float64, copy=False).ravel()
-    finite = np.isfinite(values)
-    all_finite = bool(finite.all())
+    values = _xp.flat(_xp.as64(out1))
+    finite = _xp.ns(values).isfinite(values)
+    all_finite = _xp.all_(finite)
     if not all_finite:
-        bad = np.flatnonzero(~finite)
+        first = unravel(int(_xp.nonzero(~finite, limit=1)[0]), shape)
         report.add(
             Kind.NONFINITE_OUTPUT,
             WARNING,
-            f"fn's output is NaN/inf at {bad.size} element(s) (first at output index "
-            f"{unravel(int(bad[0]), shape)}); those elements are not checked",
-            output_index=unravel(int(bad[0]), shape),
+            f"fn's output is NaN/inf at {_xp.count(~finite)} element(s) (first at output index "
+            f"{first}); those elements are not checked",
+            output_index=first,
         )
     return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True), out1)
 
@@ -108,25 +124,29 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
 def repeat(ev: Evaluator, primal: Primal, report: Findings) -> None:
     """fn once more at the point: two different answers are nondeterminism."""
     out2, _, _ = ev.primal_raw()
-    if not np.array_equal(primal.raw, out2, equal_nan=True):
+    if not _xp.equal(primal.raw, out2):
         _nondeterminism(primal.raw, out2, primal.dtype, report)
 
 
-def _nondeterminism(out1: np.ndarray, out2: np.ndarray, out_dtype: str, report: Findings) -> None:
-    d = np.abs(out1.astype(np.float64) - out2.astype(np.float64))
-    d = np.where(np.isnan(d), np.inf, d)
-    worst = np.unravel_index(int(np.argmax(d)), out1.shape) if out1.ndim else ()
-    scale = float(np.max(np.abs(np.where(np.isfinite(out1), out1, 0)), initial=0.0))
+def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings) -> None:
+    a, b = _xp.flat(_xp.as64(out1)), _xp.flat(_xp.as64(out2))
+    xp = _xp.ns(a)
+    d = xp.abs(a - b)
+    d = xp.where(xp.isnan(d), xp.inf, d)
+    k = _xp.argmax(d)
+    worst = unravel(k, tuple(out1.shape))
+    largest = float(d[k])
+    scale = _xp.fmax(a)
     noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
-    level = ERROR if float(np.max(d)) > noise else WARNING
+    level = ERROR if largest > noise else WARNING
     report.add(
         Kind.NONDETERMINISM,
         level,
-        f"two evaluations of fn at the same inputs differ: {int((d > 0).sum())} element(s), "
-        f"the largest by {float(np.max(d)):.3g} at output index {tuple(map(int, worst))}",
-        output_index=tuple(map(int, worst)),
-        values={"first": float(out1[worst]), "second": float(out2[worst])},
-        error=float(np.max(d)),
+        f"two evaluations of fn at the same inputs differ: {_xp.count(d > 0)} element(s), "
+        f"the largest by {largest:.3g} at output index {worst}",
+        output_index=worst,
+        values={"first": float(a[k]), "second": float(b[k])},
+        error=largest,
         bound=noise,
         bound_reason=f"{tol.ad_rounding(out_dtype):g} u({out_dtype}) x max|output|: beyond rounding noise"
         if level == ERROR
@@ -153,7 +173,7 @@ def choose(ev: Evaluator, primal: Primal) -> Precision:
         except CallFailed as e:
             ok, why = False, f"fn raised {type(e.exc).__name__} on float64 inputs"
         if ok:
-            oracle, name, f0 = "float64", "float64", out64.astype(np.float64).ravel()
+            oracle, name, f0 = "float64", "float64", _xp.flat(_xp.as64(out64))
         else:
             reason = why
     native_ad = frozenset({primal.dtype} | {ev.dtypes[i] for i in ev.wrt})
@@ -165,7 +185,7 @@ def choose(ev: Evaluator, primal: Primal) -> Precision:
         name=name,
         reason=reason,
         f0=f0,
-        f0_scale=float(np.max(np.abs(f0), where=np.isfinite(f0), initial=0.0)),
+        f0_scale=_xp.fmax(f0),
         native_u=native_u,
         u_oracle=u_oracle,
         h=tol.base_step(name),

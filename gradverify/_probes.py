@@ -14,10 +14,12 @@ names the exact element); large ones a few random-sign directions."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from . import _tolerance as tol
+from . import _xp
 from ._evaluate import Evaluator
 from ._findings import unravel
 from ._primal import Precision, Primal
@@ -42,7 +44,7 @@ class Flat:
     def n(self) -> int:
         return self.offsets[-1] + self.sizes[-1]
 
-    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+    def split(self, flat: Any) -> list[Any]:
         return [flat[o : o + s].reshape(sh) for o, s, sh in zip(self.offsets, self.sizes, self.shapes)]
 
     def locate(self, j: int) -> tuple[int, tuple[int, ...]]:
@@ -55,13 +57,13 @@ class Flat:
 @dataclass(frozen=True)
 class Probes:
     flat: Flat
-    x: np.ndarray  # the point, flat float64
-    raw_scale: np.ndarray  # each element's step scale
-    scale: np.ndarray  # |u| per element (ones for the full Jacobian)
+    x: Any  # the point, flat float64 (working arrays, see _xp)
+    raw_scale: Any  # each element's step scale
+    scale: Any  # |u| per element (ones for the full Jacobian)
     scale_max: float
-    us: tuple[np.ndarray, ...]  # directions (normalised)
+    us: tuple[Any, ...]  # directions (normalised)
     cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
-    vs: tuple[np.ndarray, ...]  # cotangents (0 on non-finite outputs)
+    vs: tuple[Any, ...]  # cotangents (0 on non-finite outputs)
     full: bool
     strategy: str
     seed: int
@@ -79,64 +81,64 @@ class Probes:
         out_idx = unravel(int(i), out_shape)
         if self.full:
             arg, idx = self.flat.locate(b)
-            return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {self.x[b]:.17g})", arg, idx
+            return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {float(self.x[b]):.17g})", arg, idx
         return f"output {out_idx}", None, None
 
     def unscale(self, b: int, value: float) -> float:
         """A value along direction b in real units (per unit of the input)."""
-        return value / self.scale[b] if self.full else value
+        return value / float(self.scale[b]) if self.full else value
 
 
-def basis(j: int, n: int) -> np.ndarray:
-    e = np.zeros(n)
-    e[j] = 1.0
-    return e
+def basis(j: int, n: int, like: Any = None) -> Any:
+    """e_j of length n, beside ``like`` (numpy when None)."""
+    return _xp.put(_xp.zeros(n, np.zeros(0) if like is None else like), np.array([j]), 1.0)
 
 
 def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
-    segs = [ev.values[i] for i in ev.wrt]
-    sizes = tuple(int(s.size) for s in segs)
+    segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
+    sizes = tuple(_xp.size(s) for s in segs)
     offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
-    flat = Flat(tuple(tuple(s.shape) for s in segs), sizes, offsets, tuple(ev.wrt))
-    x = np.concatenate([s.astype(np.float64).ravel() for s in segs])
+    flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
+    x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
+    xp = _xp.ns(x)
     raw = []
     for s in segs:
-        a = np.abs(s.astype(np.float64).ravel())
+        a = xp.abs(s)
         r = rms(a)
-        raw.append(np.maximum(a, r if r > 0 else 1.0))
-    raw_scale = np.maximum(np.concatenate(raw), tol.TINY_SCALE)
+        raw.append(xp.maximum(a, r if r > 0 else 1.0))
+    raw_scale = xp.maximum(_xp.concat(raw) if len(raw) > 1 else raw[0], tol.TINY_SCALE)
     # The slope a derivative formula works at: |f| over |x|. A rule that
     # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
     # it, not to its small result; the AD bound allows that.
     x_rms = rms(x)
     f0_scale = precision.f0_scale
     slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
-    n, m = flat.n, precision.f0.size
+    n, m = flat.n, _xp.size(precision.f0)
     use_full = full if full is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
     rng = np.random.default_rng(seed)
     if use_full:
         # column j along e_j itself: J e_j is the real column
-        scale = np.ones(n)
-        us = tuple(basis(j, n) for j in range(n))
-        cs = tuple(float(c) for c in raw_scale)
-        vs = tuple(basis(i, m) for i in range(m))
+        scale = _xp.full(n, 1.0, x)
+        us = tuple(basis(j, n, x) for j in range(n))
+        cs = tuple(float(c) for c in _xp.host(raw_scale))
+        vs = tuple(basis(i, m, x) for i in range(m))
         strategy = f"full Jacobian ({m}x{n})"
     else:
-        c = power_of_two(float(np.max(raw_scale)))
+        c = power_of_two(_xp.absmax(raw_scale))
         scale = raw_scale / c
-        us = tuple(signs(rng, n, scale) for _ in range(k))
+        us = tuple(signs(rng, n, scale, like=x) for _ in range(k))
         cs = (c,) * k
-        vs = tuple(signs(rng, m) for _ in range(k))
+        vs = tuple(signs(rng, m, like=x) for _ in range(k))
         strategy = f"directional ({k} random-sign directions, seed {seed})"
     if not primal.all_finite:
         # non-finite outputs are not checked: give them no weight
-        vs = tuple(np.where(primal.finite, v, 0.0) for v in vs)
+        vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
     return Probes(
         flat=flat,
         x=x,
         raw_scale=raw_scale,
         scale=scale,
-        scale_max=float(np.max(scale, initial=0.0)),
+        scale_max=_xp.absmax(scale),
         us=us,
         cs=cs,
         vs=vs,
@@ -144,28 +146,37 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         strategy=strategy,
         seed=seed,
         slope_scale=slope_scale,
-        inputs_max=float(np.max(np.abs(x), initial=0.0)),
+        inputs_max=_xp.absmax(x),
     )
 
 
-def signs(rng: np.random.Generator, n: int, scale: np.ndarray | None = None) -> np.ndarray:
-    """n random signs (Rademacher) times ``scale``, float64."""
-    bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n)
-    s = bits.astype(np.float64)
-    s *= -2.0
-    s += 1.0
+def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = None) -> Any:
+    """n random signs (Rademacher) times ``scale``, float64, beside ``like``.
+    The same seed gives the same signs on every backend: the bits are drawn on
+    the host and cross packed (n/8 bytes), unpacked where ``like`` lives."""
+    packed = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
+    if like is None or _xp.on_host(like):
+        s = np.unpackbits(packed, count=n).astype(np.float64)
+        s *= -2.0
+        s += 1.0
+    else:
+        xp = _xp.ns(like)
+        b = _xp.like(packed, like, xp.uint8)
+        shifts = _xp.like(np.arange(7, -1, -1, dtype=np.uint8), like, xp.uint8)
+        bits = xp.reshape((b[:, None] >> shifts[None, :]) & 1, (-1,))[:n]
+        s = 1.0 - 2.0 * xp.astype(bits, xp.float64)
     if scale is not None:
-        s *= scale
+        s = s * scale if not _xp.on_host(s) else np.multiply(s, scale, out=s)
     return s
 
 
-def rms(a: np.ndarray) -> float:
+def rms(a: Any) -> float:
     """Root mean square without overflow or underflow of the squares."""
-    top = float(np.max(np.abs(a), initial=0.0))
+    top = _xp.absmax(a)
     if top == 0.0 or not np.isfinite(top):
         return top
     b = a / top
-    return top * float(np.sqrt(b @ b / b.size))
+    return top * float(np.sqrt(_xp.dot(b, b) / _xp.size(b)))
 
 
 def power_of_two(x: float) -> float:

@@ -9,8 +9,11 @@ directions are random signs drawn independently of the errors they weight.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+
+from . import _xp
 
 #: Unit roundoff (half an ulp at 1) per dtype name.
 UNIT_ROUNDOFF = {
@@ -122,7 +125,8 @@ def kink_resolution(dtype_name: str, scale: np.ndarray) -> np.ndarray:
     """How close to a kink a point of ``dtype_name`` with these magnitudes may
     lie and still count as on it: KINK_RESOLUTION ulps of its scale, and never
     less than KINK_RESOLUTION smallest normals."""
-    return KINK_RESOLUTION * np.maximum(unit_roundoff(dtype_name) * scale, SMALLEST_NORMAL.get(dtype_name, 2.0**-126))
+    xp = _xp.ns(scale)
+    return KINK_RESOLUTION * xp.maximum(unit_roundoff(dtype_name) * scale, SMALLEST_NORMAL.get(dtype_name, 2.0**-126))
 
 
 def unit_roundoff(dtype_name: str) -> float:
@@ -167,17 +171,21 @@ def ad_bound(
     a derivative formula cancels terms of the derivative's overall size
     (1 - tanh^2 near saturation loses u relative to 1, not to the result).
     A user's ``rtol``/``atol`` replace the model (``atol + rtol*|value|``)."""
-    mag = np.abs(values)
+    mag = _xp.ns(values).abs(values)
     if rtol is not None or atol is not None:
         return (atol or 0.0) + (rtol or 0.0) * mag
     c = ad_rounding(dtype_name) * unit_roundoff(dtype_name)
     if scale is None:
-        scale = float(np.max(mag, initial=0.0))
+        scale = _xp.absmax(mag)
     # below the smallest normal a result has no relative precision left (a
     # derivative of 4e-47 is 0 in float32, and rightly so)
     return c * (mag + scale) + ad_rounding(dtype_name) * SMALLEST_NORMAL.get(dtype_name, 2.0**-126)
 
 
-def hoeffding(weights: np.ndarray, bounds: np.ndarray) -> float:
+def hoeffding(weights: Any, bounds: Any) -> float:
     """Bound on |sum_i w_i e_i| for |e_i| <= bounds_i and random-sign w."""
-    return HOEFFDING_K * float(np.sqrt(np.sum(np.square(weights * bounds))))
+    p = weights * bounds
+    xp = _xp.ns(p)
+    if xp is np:
+        return HOEFFDING_K * float(np.sqrt(np.sum(np.square(p))))
+    return HOEFFDING_K * math.sqrt(float(xp.sum(p * p)))

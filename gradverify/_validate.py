@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _xp
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from .backends import Backend
 
@@ -26,7 +27,7 @@ def validate_fn(fn: Any) -> None:
 
 def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> None:
     for i, (a, v) in enumerate(zip(args, values)):
-        if v.size == 0:
+        if _xp.size(v) == 0:
             raise ArgumentValueError(
                 explain(
                     f"argument {i}",
@@ -45,14 +46,15 @@ def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.n
                 )
             )
         if backend.is_floating(a):
-            bad = ~np.isfinite(v)
-            if bad.any():
-                first = tuple(int(k) for k in np.argwhere(bad)[0])
+            bad = ~_xp.ns(v).isfinite(v)
+            if _xp.any_(bad):
+                k = int(_xp.nonzero(bad, limit=1)[0])
+                first = tuple(int(j) for j in np.unravel_index(k, tuple(v.shape)))
                 raise ArgumentValueError(
                     explain(
                         f"argument {i}",
                         "finite values (gradients are checked at a finite point)",
-                        f"{int(bad.sum())} non-finite element(s), the first {v[first]} at index {first}",
+                        f"{_xp.count(bad)} non-finite element(s), the first {float(_xp.flat(v)[k])} at index {first}",
                         "replace NaN/inf before checking, e.g. np.nan_to_num, or check another point",
                     )
                 )

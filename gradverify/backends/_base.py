@@ -1,6 +1,8 @@
-"""The protocol every backend implements. The checker works on numpy copies
-(float64 where it can) and crosses into the backend only to call ``fn`` and
-its derivatives; everything here is that crossing."""
+"""The protocol every backend implements. The checker works on float64 copies
+of the arguments - numpy copies for small arrays, arrays of the backend on the
+arguments' own device for large ones (see gradverify._xp) - and crosses into
+the backend only to call ``fn`` and its derivatives; everything here is that
+crossing."""
 
 from __future__ import annotations
 
@@ -37,6 +39,33 @@ class Backend:
         """The values of argument ``x`` after fn ran, where ``buffer`` is the numpy
         array it was made from: ``buffer`` itself when they share memory."""
         return self.to_numpy(x)
+
+    # -- the checker's own arrays, on the arguments' device ---------------------------
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        """None when the checker can work on ``args``' own device in float64;
+        otherwise why not (it then works on numpy copies)."""
+        return "numpy arrays are on the host"
+
+    def to_working(self, x: Any) -> Any:
+        """A fresh float64 copy of ``x`` on its device (floating ``x``; others
+        keep their dtype), in this backend's arrays."""
+        raise NotImplementedError
+
+    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
+        """A fresh backend array of ``dtype_name`` made from the working array
+        ``a``, on ``like``'s device; never shares memory with ``a``."""
+        raise NotImplementedError
+
+    def derivative(self, d: Any) -> Any:
+        """A derivative fn's AD returned, as a working float64 array (it may
+        share memory with ``d``: AD results are fresh, and the checker never
+        writes into them)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Context in which the checker's float64 working arrays can be used."""
+        yield
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:

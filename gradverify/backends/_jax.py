@@ -17,6 +17,7 @@ compiled fn as their stencil, so they round alike."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -28,6 +29,12 @@ import numpy as np
 from .._errors import ModeUnavailable
 from ._base import Backend
 from ._session import session_cache
+
+_WIDE = ("float64", "int64", "uint64")
+#: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
+_FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
+#: The caller's x64 setting while the checker works in x64 (see ``working``).
+_USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
 
 
 class JaxBackend(Backend):
@@ -54,12 +61,39 @@ class JaxBackend(Backend):
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         return jnp.asarray(a, dtype=dtype_name)
 
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        lacking = sorted({d.platform for a in args for d in a.devices()} - _FLOAT64_PLATFORMS)
+        return f"jax has no float64 on {lacking[0]}" if lacking else None
+
+    def to_working(self, x: Any) -> Any:
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x  # (immutable: no copy)
+        with jax.enable_x64(True):
+            return x.astype(jnp.float64)
+
+    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
+        with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
+            out = a.astype(dtype_name)
+        return out if out.devices() == like.devices() else jax.device_put(out, like.sharding)
+
+    def derivative(self, d: Any) -> Any:
+        with jax.enable_x64(True):
+            return d.astype(jnp.float64)
+
     @contextlib.contextmanager
-    def precision(self, dtype_name: str) -> Iterator[None]:
-        if dtype_name in ("float64", "int64", "uint64"):
+    def working(self) -> Iterator[None]:
+        # The checker's float64 arithmetic needs x64; fn keeps running under
+        # the caller's own setting (``precision``).
+        token = _USER_X64.set(_USER_X64.get(jax.config.jax_enable_x64))
+        try:
             with jax.enable_x64(True):
                 yield
-        else:
+        finally:
+            _USER_X64.reset(token)
+
+    @contextlib.contextmanager
+    def precision(self, dtype_name: str) -> Iterator[None]:
+        with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
             yield
 
     def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:

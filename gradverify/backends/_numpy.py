@@ -37,6 +37,15 @@ class NumpyBackend(Backend):
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         return np.asarray(a, dtype=dtype_name)
 
+    def to_working(self, x: Any) -> Any:
+        return np.array(x, dtype=np.float64 if np.issubdtype(np.asarray(x).dtype, np.floating) else None, copy=True)
+
+    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
+        return np.array(a, dtype=dtype_name, copy=True)
+
+    def derivative(self, d: Any) -> Any:
+        return np.asarray(d, dtype=np.float64)
+
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         raise ModeUnavailable(_NO_AD)
 

@@ -44,6 +44,20 @@ class TorchBackend(Backend):
         t = torch.from_numpy(np.ascontiguousarray(a).reshape(np.shape(a)))
         return t.to(device=like.device, dtype=dtype)
 
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        lacking = sorted({a.device.type for a in args if a.device.type == "mps"})
+        return f"torch has no float64 on {lacking[0]}" if lacking else None
+
+    def to_working(self, x: Any) -> Any:
+        t = x.detach()
+        return t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()
+
+    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
+        return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=True)
+
+    def derivative(self, d: Any) -> Any:
+        return d.detach().to(torch.float64)
+
     def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         if not any(a.dtype == torch.float32 for a in args):
             return []

@@ -1,0 +1,259 @@
+"""Array arithmetic wherever the arguments live.
+
+A check's whole-array work - the point and its copies, the directions, the
+finite-difference stencils and their estimates, the bounds, the projections
+and the localisation's masks - runs in the namespace and on the device of
+fn's arguments (numpy, or torch and jax through array-api-compat), in
+float64. Only scalars, the few elements a finding or the kink ladder looks
+at, and the report's summaries come to the host. Arrays of at most
+``HOST_MAX`` elements are worked on in numpy instead: there one transfer
+costs less than the launch of the dozens of small kernels a check makes.
+
+The helpers take arrays of any of the three kinds; on numpy arrays they are
+numpy itself, so the small-array path computes exactly what numpy does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace
+
+#: Inputs of at most this many elements in all are worked on in numpy.
+HOST_MAX = 1 << 16
+
+
+def ns(*arrays: Any) -> Any:
+    """The namespace of the first array that is not numpy (numpy if none)."""
+    for a in arrays:
+        if a is None or isinstance(a, (np.ndarray, np.generic, float, int, bool)):
+            continue
+        return array_namespace(a)
+    return np
+
+
+def on_host(a: Any) -> bool:
+    return isinstance(a, (np.ndarray, np.generic, float, int, bool))
+
+
+def host(a: Any) -> np.ndarray:
+    """``a`` as a numpy array (a small one: a subset, a scalar, a summary)."""
+    if on_host(a):
+        return np.asarray(a)
+    if hasattr(a, "detach"):  # torch
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def size(a: Any) -> int:
+    """The number of elements (``.size`` is a method on torch tensors)."""
+    return math.prod(tuple(a.shape))
+
+
+def item(a: Any, i: Any = None) -> float:
+    """float(a[i]) (or float(a)) without moving more than that element."""
+    return float(a if i is None else a[i])
+
+
+def like(values: Any, ref: Any, dtype: Any = None) -> Any:
+    """Host ``values`` (an index array, a few numbers) as an array beside ``ref``."""
+    if on_host(ref):
+        return np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype)
+    xp = ns(ref)
+    v = np.array(values)  # (a writable copy: torch will not wrap read-only memory)
+    if dtype is None:
+        dtype = xp.float64 if v.dtype.kind == "f" else (xp.bool if v.dtype.kind == "b" else xp.int64)
+    return xp.asarray(v, dtype=dtype, device=device(ref))
+
+
+def device(a: Any) -> Any:
+    if on_host(a):
+        return "cpu"
+    xp = ns(a)
+    return xp.__array_namespace_info__().default_device() if not hasattr(a, "device") else a.device
+
+
+def device_kind(a: Any) -> str:
+    """ "cpu" for host arrays and arrays on a CPU device, else the accelerator's kind."""
+    if on_host(a):
+        return "cpu"
+    if hasattr(a, "devices"):  # jax
+        return next(iter(a.devices())).platform
+    return a.device.type
+
+
+def is_array(a: Any) -> bool:
+    return hasattr(a, "shape") and hasattr(a, "dtype")
+
+
+def index(idx: Any, ref: Any) -> Any:
+    """A host index array usable on ``ref`` (a tensor index for torch)."""
+    if on_host(ref) or not isinstance(idx, np.ndarray):
+        return idx
+    return like(idx, ref, ns(ref).int64)
+
+
+def take(a: Any, idx: Any) -> np.ndarray:
+    """a[idx] on the host (``idx``: host integers)."""
+    if on_host(a):
+        return a[idx]
+    return host(a[index(np.asarray(idx), a)])
+
+
+def put(a: Any, idx: Any, values: Any) -> Any:
+    """a with a[idx] = values: in place where arrays are mutable (numpy, torch,
+    our own arrays only), a new array for jax. ``idx``: host integers or a mask
+    beside ``a``; ``values``: a scalar, host numbers or an array beside ``a``."""
+    if on_host(a):
+        a[idx] = values
+        return a
+    if not isinstance(idx, np.ndarray) and hasattr(a, "at"):  # a jax mask
+        return ns(a).where(idx, values if not isinstance(values, np.ndarray) else like(values, a, a.dtype), a)
+    if isinstance(idx, np.ndarray):
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        idx = index(idx, a)
+    if isinstance(values, np.ndarray):
+        values = like(values, a, a.dtype)
+    if hasattr(a, "at"):  # jax
+        return a.at[idx].set(values)
+    a[idx] = values
+    return a
+
+
+def zeros(n: Any, ref: Any, dtype: str = "float64") -> Any:
+    return full(n, 0, ref, dtype)
+
+
+def full(n: Any, value: Any, ref: Any, dtype: str = "float64") -> Any:
+    xp = ns(ref)
+    if xp is np:
+        return np.full(n, value, dtype=dtype)
+    return xp.full(n, value, dtype=getattr(xp, dtype), device=device(ref))
+
+
+def window(u: Any, lo: int, hi: int) -> Any:
+    """``u`` on [lo, hi), zero elsewhere (a fresh array)."""
+    xp = ns(u)
+    if hasattr(u, "at") and xp is not np:  # jax
+        return xp.zeros_like(u).at[lo:hi].set(u[lo:hi])
+    out = xp.zeros_like(u)
+    out[lo:hi] = u[lo:hi]
+    return out
+
+
+def fmax(a: Any, where: Any = None) -> float:
+    """max |a| over its finite elements (or over ``where``), 0 when there are none."""
+    xp = ns(a)
+    if xp is np:
+        return float(np.max(np.abs(a), where=np.isfinite(a) if where is None else where, initial=0.0))
+    if size(a) == 0:
+        return 0.0
+    keep = xp.isfinite(a) if where is None else where
+    return float(xp.max(xp.where(keep, xp.abs(a), 0.0)))
+
+
+def absmax(a: Any) -> float:
+    """max |a| (NaN propagates), 0 for an empty array."""
+    xp = ns(a)
+    if xp is np:
+        return float(np.max(np.abs(a), initial=0.0))
+    return 0.0 if size(a) == 0 else float(xp.max(xp.abs(a)))
+
+
+def any_(mask: Any) -> bool:
+    if isinstance(mask, (bool, np.bool_)):
+        return bool(mask)
+    return bool(ns(mask).any(mask))
+
+
+def all_(mask: Any) -> bool:
+    if isinstance(mask, (bool, np.bool_)):
+        return bool(mask)
+    return bool(ns(mask).all(mask))
+
+
+def count(mask: Any) -> int:
+    xp = ns(mask)
+    return int(np.count_nonzero(mask)) if xp is np else int(xp.sum(xp.astype(mask, xp.int64)))
+
+
+def nonzero(mask: Any, limit: int | None = None) -> np.ndarray:
+    """The flat indices where ``mask`` holds, on the host (the first ``limit``)."""
+    xp = ns(mask)
+    if xp is np:
+        out = np.flatnonzero(mask)
+    else:
+        flat = xp.reshape(mask, (-1,))
+        if limit is not None and not bool(xp.any(flat)):
+            return np.zeros(0, dtype=np.int64)
+        out = host(xp.nonzero(flat)[0]).astype(np.int64)
+    return out if limit is None else out[:limit]
+
+
+def argmax(a: Any) -> int:
+    xp = ns(a)
+    return int(np.argmax(a)) if xp is np else int(xp.argmax(xp.reshape(a, (-1,))))
+
+
+def dot(a: Any, b: Any) -> float:
+    xp = ns(a, b)
+    if xp is np:
+        return float(a @ b)
+    return float(xp.vecdot(a, b))
+
+
+def as64(a: Any) -> Any:
+    """``a`` in float64 (itself when it already is)."""
+    xp = ns(a)
+    if xp is np:
+        return np.asarray(a).astype(np.float64, copy=False)
+    return a if a.dtype == xp.float64 else xp.astype(a, xp.float64)
+
+
+def is_floating(a: Any) -> bool:
+    xp = ns(a)
+    return bool(np.issubdtype(np.asarray(a).dtype, np.floating)) if xp is np else xp.isdtype(a.dtype, "real floating")
+
+
+def flat(a: Any) -> Any:
+    return np.ravel(a) if on_host(a) else ns(a).reshape(a, (-1,))
+
+
+def concat(parts: list[Any]) -> Any:
+    xp = ns(*parts)
+    return np.concatenate(parts) if xp is np else xp.concat(parts)
+
+
+def stack(parts: list[Any], axis: int = 0) -> Any:
+    xp = ns(*parts)
+    return np.stack(parts, axis=axis) if xp is np else xp.stack(parts, axis=axis)
+
+
+def copy(a: Any) -> Any:
+    xp = ns(a)
+    if xp is np:
+        return np.array(a, copy=True)
+    return a.clone() if hasattr(a, "clone") else a  # jax arrays are immutable
+
+
+def equal(a: Any, b: Any) -> bool:
+    """Same shape and values, NaN equal to NaN."""
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    xp = ns(a, b)
+    if xp is np:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    same = (a == b) | (xp.isnan(a) & xp.isnan(b)) if xp.isdtype(a.dtype, "real floating") else a == b
+    return bool(xp.all(same))
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """numpy's warnings off for arithmetic that may overflow on purpose."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        yield
