@@ -156,14 +156,18 @@ def evaluate_level(F: Callable[[float], Array], h: float, have: dict[int, Array]
 
 #: Elements per block of estimate() and model_reference() on the CPU: their
 #: passes stay in cache. On an accelerator a block is larger (each costs a
-#: few dozen kernel launches) and only bounds the temporaries' memory.
+#: few dozen kernel launches) and only bounds the temporaries' memory; jax
+#: arrays are done in one block.
 CHUNK = 1 << 15
 DEVICE_CHUNK = 1 << 22
 
 
 def _blocks(n: int, like: Array, chunk: int | None) -> list[slice]:
     if chunk is None:
-        chunk = CHUNK if _xp.device_kind(like) == "cpu" else DEVICE_CHUNK
+        if _xp.immutable(like):
+            chunk = max(n, 1)  # jax: a slice is a copy, and every new shape compiles
+        else:
+            chunk = CHUNK if _xp.device_kind(like) == "cpu" else DEVICE_CHUNK
     return [slice(k, min(k + chunk, n)) for k in range(0, n, chunk)] or [slice(0, 0)]
 
 

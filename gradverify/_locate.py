@@ -119,7 +119,7 @@ class Localiser:
             # Choosing a half needs no precision: the wrong element's share of
             # the discrepancy is large, so one central difference does.
             uS = _xp.window(u, lo, hi)
-            return _xp.dot(g[lo:hi], u[lo:hi]) - _xp.dot(v, self.projection_oracle(uS, use_jvp))
+            return _xp.dot(g, uS) - _xp.dot(v, self.projection_oracle(uS, use_jvp))
 
         return bisect(self.probes.flat.n, disc)
 

@@ -136,11 +136,17 @@ def full(n: Any, value: Any, ref: Any, dtype: str = "float64") -> Any:
     return xp.full(n, value, dtype=getattr(xp, dtype), device=device(ref))
 
 
+def immutable(a: Any) -> bool:
+    """jax arrays: no writes in place, and a new shape compiles new kernels."""
+    return not on_host(a) and hasattr(a, "at")
+
+
 def window(u: Any, lo: int, hi: int) -> Any:
     """``u`` on [lo, hi), zero elsewhere (a fresh array)."""
     xp = ns(u)
-    if hasattr(u, "at") and xp is not np:  # jax
-        return xp.zeros_like(u).at[lo:hi].set(u[lo:hi])
+    if immutable(u):  # (a mask of u's own shape: no kernel per slice length)
+        i = xp.arange(size(u))
+        return xp.where((i >= lo) & (i < hi), u, 0.0)
     out = xp.zeros_like(u)
     out[lo:hi] = u[lo:hi]
     return out
