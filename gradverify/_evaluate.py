@@ -71,11 +71,11 @@ class Evaluator:
         """A backend array of ``dtype`` from the working array ``a``; it never
         shares memory with ``a`` unless ``fresh`` (``a`` is ours to hand over)."""
         if self.placed:
-            return self.backend.from_working(a, like, dtype)
+            return self.backend.from_working(a, like, dtype, copy=not fresh)
         return self.backend.from_numpy(a if fresh else np.array(a, copy=True), like, dtype)
 
     def _args(self, points: Sequence[Any] | None, precision: str | None, keep: bool = False) -> list[Any]:
-        """Backend arrays: ``points`` (fresh arrays) for the wrt arguments,
+        """Backend arrays: ``points`` (fresh arrays, handed over) for the wrt arguments,
         copies of the base values elsewhere. Floating arguments get
         ``precision`` (None: their own dtype). ``keep``: remember the numpy
         buffers they were made from (for ``readback``)."""
@@ -88,7 +88,7 @@ class Evaluator:
             a = points[wrt_pos[i]] if fresh else (v if self.placed else np.array(v, copy=True))
             if keep:
                 buffers.append(a)
-            out.append(self._array(a, like, dtype, fresh=True))  # (placed: always copied)
+            out.append(self._array(a, like, dtype, fresh=fresh or not self.placed))
         self.last_buffers = buffers
         return out
 

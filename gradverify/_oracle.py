@@ -35,7 +35,7 @@ class Oracle:
         # stencil (a compiled fn may round unlike its eager run)
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
-            self.f0 = _xp.flat(ev.primal(probes.flat.split(probes.x), precision.oracle))
+            self.f0 = _xp.flat(ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle))
         self.refs: list[_fd.Reference] = []
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step

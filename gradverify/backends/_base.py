@@ -51,9 +51,10 @@ class Backend:
         keep their dtype), in this backend's arrays."""
         raise NotImplementedError
 
-    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
-        """A fresh backend array of ``dtype_name`` made from the working array
-        ``a``, on ``like``'s device; never shares memory with ``a``."""
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        """A backend array of ``dtype_name`` made from the working array ``a``,
+        on ``like``'s device; it shares no memory with ``a`` unless ``copy`` is
+        False (``a`` is a fresh array handed over)."""
         raise NotImplementedError
 
     def derivative(self, d: Any) -> Any:

@@ -71,7 +71,7 @@ class JaxBackend(Backend):
         with jax.enable_x64(True):
             return x.astype(jnp.float64)
 
-    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
         with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
             out = a.astype(dtype_name)
         return out if out.devices() == like.devices() else jax.device_put(out, like.sharding)

@@ -40,8 +40,8 @@ class NumpyBackend(Backend):
     def to_working(self, x: Any) -> Any:
         return np.array(x, dtype=np.float64 if np.issubdtype(np.asarray(x).dtype, np.floating) else None, copy=True)
 
-    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
-        return np.array(a, dtype=dtype_name, copy=True)
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        return np.array(a, dtype=dtype_name, copy=copy or None)
 
     def derivative(self, d: Any) -> Any:
         return np.asarray(d, dtype=np.float64)

@@ -52,8 +52,8 @@ class TorchBackend(Backend):
         t = x.detach()
         return t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()
 
-    def from_working(self, a: Any, like: Any, dtype_name: str) -> Any:
-        return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=True)
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=copy)
 
     def derivative(self, d: Any) -> Any:
         return d.detach().to(torch.float64)
