@@ -54,11 +54,6 @@ def size(a: Any) -> int:
     return math.prod(tuple(a.shape))
 
 
-def item(a: Any, i: Any = None) -> float:
-    """float(a[i]) (or float(a)) without moving more than that element."""
-    return float(a if i is None else a[i])
-
-
 def like(values: Any, ref: Any, dtype: Any = None) -> Any:
     """Host ``values`` (an index array, a few numbers) as an array beside ``ref``."""
     if on_host(ref):
@@ -233,11 +228,6 @@ def flat(a: Any) -> Any:
 def concat(parts: list[Any]) -> Any:
     xp = ns(*parts)
     return np.concatenate(parts) if xp is np else xp.concat(parts)
-
-
-def stack(parts: list[Any], axis: int = 0) -> Any:
-    xp = ns(*parts)
-    return np.stack(parts, axis=axis) if xp is np else xp.stack(parts, axis=axis)
 
 
 def copy(a: Any) -> Any:
