@@ -16,7 +16,7 @@ import numpy as np
 from . import _fd, _xp
 from . import _tolerance as tol
 from ._findings import Closeness, Findings, unravel
-from ._locate import Localiser
+from ._locate import Localiser, Located
 from ._modes import AD, Modes
 from ._oracle import Oracle
 from ._result import ERROR, WARNING, Kind
@@ -275,6 +275,13 @@ class Comparisons:
         if worst is None:
             return True
         if any(r.modelled for r in self.oracle.refs):
+            _, a, b, lhs, rhs_v, bound = worst
+            found = self.locate.confirmed_vjp(a, b) if jvp_ok else None
+            if found is not None:
+                # FD along e_j, noise measured, convicts the VJP's element on its
+                # own: the measurement along u_b could only say the same
+                self._report_vjp(a, b, lhs, rhs_v, bound, ("VJP", "FD"), use_jvp=True, found=found)
+                return False
             # the JVP agreed within the rounding model; judge the VJP by the measured noise
             for b in range(len(self.oracle.refs)):
                 self.oracle.measured(b)
@@ -336,13 +343,23 @@ class Comparisons:
         return False
 
     def _report_vjp(
-        self, a: int, b: int, lhs: float, rhs: float, bound: float, pair: tuple[str, str], *, use_jvp: bool
+        self,
+        a: int,
+        b: int,
+        lhs: float,
+        rhs: float,
+        bound: float,
+        pair: tuple[str, str],
+        *,
+        use_jvp: bool,
+        found: Located | None = None,
     ) -> None:
-        found = self.locate.vjp(a, b, use_jvp)
+        modelled = found is not None  # (judged against FD with the rounding model's noise)
+        found = found or self.locate.vjp(a, b, use_jvp)
         arg, idx = self.probes.flat.locate(found.element)
         proj = (
             f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
-            + ("JVP" if pair == ("JVP", "VJP") else "FD")
+            + ("JVP" if pair == ("JVP", "VJP") else "FD" + (" (fn's noise at the rounding model)" if modelled else ""))
             + f" (bound {bound:.3g}: Hoeffding {tol.HOEFFDING_K:g} sigma over random signs)"
         )
         ad_out = self.modes.ad_out

@@ -190,18 +190,26 @@ def estimate(
     ad_tol: Array | float,
     f0_scale: float | None = None,
     chunk: int | None = None,
+    sparse: bool = False,
 ) -> Estimate:
     """Richardson value, its error bound, the measured noise and the flags, done
     block by block: on a large vector each pass over the whole of it would leave
     the caches. Element for element the same operations in the same order, so
     the result does not depend on ``chunk`` (a test holds it bit for bit); only
     the scales of the rounding model (maxima) need the whole vector, gathered in
-    a first pass."""
+    a first pass.
+
+    ``sparse``: only the elements the stencil moved (or not finite at 0) are
+    estimated; the others are, exactly as the full computation finds them,
+    0 with the modelled noise's bound, finite and unflagged (every difference
+    of equal values is 0). A column of the Jacobian moves few outputs."""
     h = s.h
     shape = tuple(f0.shape)
     f0f = _xp.flat(f0)
     F = {k: _xp.flat(a) for k, a in zip(OFFSETS, s.f)}
     n = _xp.size(f0f)
+    if sparse:
+        return _sparse_estimate(s, f0, F, f0f, u_oracle, ad_tol, f0_scale, chunk)
     xp = _xp.ns(f0f, *F.values())
     tol_array, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
@@ -233,7 +241,6 @@ def estimate(
             d4 = (f[1] - f[-1]) * (2.0 / h)
             r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
             r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
-            fin = xp.isfinite(r1) & xp.isfinite(r2)
             # measured noise: a difference table on spacing h/4 (its fourth
             # differences over the five windows). The kink threshold's noise
             # comes from each side's third difference without F(0): a kink at
@@ -248,6 +255,8 @@ def estimate(
             for d in row[1:]:
                 sig = xp.maximum(sig, xp.abs(d))
             sig = sig * (1.0 / _D4_NOISE)
+            # (the noise sees every stencil value: a NaN or inf anywhere shows there)
+            fin = _xp.finite(r1) & _xp.finite(r2) & _xp.finite(sig)
             eps = xp.maximum(sig, eps_f)
             # error bound: truncation and noise, each with its safety. |R1 - R2|
             # bounds R2's truncation generously and is ~16/15 of R1's; R1 weighs
@@ -280,6 +289,58 @@ def estimate(
         xp.reshape(_joined(noises), shape),
         eps_f,
         slope_scale,
+    )
+
+
+def _sparse_estimate(
+    s: Stencil,
+    f0: Array,
+    F: dict[int, Array],
+    f0f: Array,
+    u_oracle: float,
+    ad_tol: Array | float,
+    f0_scale: float | None,
+    chunk: int | None,
+) -> Estimate:
+    """estimate() on the elements the stencil moves, the rest filled in."""
+    shape, n = tuple(f0.shape), _xp.size(f0f)
+    xp = _xp.ns(f0f, *F.values())
+    with _xp.quiet():
+        moved = ~_xp.finite(f0f)
+        for a in F.values():
+            moved = moved | (a != f0f)
+    idx = _xp.nonzero(moved)
+    # (an unmoved element's |F(+-h)| is its |F(0)|: the whole f0's scale covers it)
+    f0_scale = _xp.fmax(f0f) if f0_scale is None else max(f0_scale, _xp.fmax(f0f))
+    if idx.size == n:
+        return estimate(s, f0, u_oracle, ad_tol, f0_scale, chunk)
+    at = _xp.index(idx, f0f)
+    per_element, t = _tolerance(ad_tol, shape)
+    sub = estimate(
+        Stencil(s.h, tuple(F[k][at] for k in OFFSETS)),
+        f0f[at],
+        u_oracle,
+        t[at] if per_element else t,
+        f0_scale,
+        chunk,
+    )
+    # an unmoved element: every difference 0, so R1 = R2 = 0, no noise, and
+    # R1's bound is its noise term at the model's floor
+    err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / s.h) * sub.eps_f
+
+    def filled(value: Any, part: Array, dtype: str) -> Array:
+        return xp.reshape(_xp.put(_xp.full(n, value, f0f, dtype), idx, part), shape)
+
+    return Estimate(
+        s,
+        f0,
+        filled(0.0, sub.value, "float64"),
+        filled(err0, sub.err, "float64"),
+        filled(False, sub.kink, "bool"),
+        filled(True, sub.finite, "bool"),
+        filled(0.0, sub.noise, "float64"),
+        sub.eps_f,
+        sub.slope,
     )
 
 
@@ -454,13 +515,15 @@ def reference(
     inputs: float = 0.0,
     model_first: bool = False,
     ad: Array | None = None,
+    sparse: bool = False,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
     rounding from a feature). ``model_first``: try the rounding model first
     (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
     agree with it too); where nothing is flagged the reference is the model's,
-    and ``Reference.measure`` measures fn's noise when a comparison needs it."""
+    and ``Reference.measure`` measures fn's noise when a comparison needs it.
+    ``sparse``: estimate only the outputs the steps move (see estimate)."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
     have: dict[int, Array] = {}
@@ -473,7 +536,7 @@ def reference(
                 have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
-                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have)
+                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse)
                 full.evaluations += len(MODEL_OFFSETS)
                 return full
 
@@ -481,7 +544,7 @@ def reference(
             return Reference(
                 value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
             )
-    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have)
+    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse)
 
 
 def _measured(
@@ -495,9 +558,10 @@ def _measured(
     f0_scale: float,
     inputs: float,
     have: dict[int, Array],
+    sparse: bool = False,
 ) -> Reference:
     """The reference with fn's noise measured (reusing the points in ``have``)."""
-    level0 = estimate(evaluate_level(F, h, have), f0, u_oracle, ad_tol, f0_scale)
+    level0 = estimate(evaluate_level(F, h, have), f0, u_oracle, ad_tol, f0_scale, sparse=sparse)
     evaluations = len(OFFSETS) - len(have)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
@@ -507,7 +571,9 @@ def _measured(
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s, more = _ladder(F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs)
+        v_s, e_s, s_s, more = _ladder(
+            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, sparse
+        )
         evaluations += more
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
@@ -536,6 +602,7 @@ def _ladder(
     suspects: np.ndarray,
     ladder: bool,
     inputs: float = 0.0,
+    sparse: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``) and
@@ -576,7 +643,7 @@ def _ladder(
     open_ = everything  # positions in suspects
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
+        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, sparse=sparse)
         evaluations += len(OFFSETS)
         sub = est.take("kink", suspects[open_])
         if sub.any():

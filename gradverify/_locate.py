@@ -42,40 +42,59 @@ class Localiser:
         self.ad, self.oracle, self.modes = ad, oracle, modes
         self.probes, self.primal = oracle.probes, oracle.primal
         self.jvp_bound, self.vjp_bounds = jvp_bound, vjp_bounds
+        self._guesses: dict[tuple[int, int], tuple] = {}
 
     # -- reverse mode -------------------------------------------------------------------
     def vjp(self, a: int, b: int, use_jvp: bool) -> Located:
         """The element of J^T v_a that is wrong (the projection on u_b failed);
         ``use_jvp``: the JVP is trusted as the oracle for choosing halves."""
         use_jvp = use_jvp and bool(self.modes.jvps)
-        j = self._diagonal_guess(a, b)
-        if j is not None:
-            values, bound, confirmed = self._vjp_element(a, j)
-            if confirmed:
-                return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
+        j, (values, bound, confirmed, _) = self._guessed(a, b)
+        if j is not None and confirmed:
+            return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
         j, steps = self._bisect_vjp(a, b, use_jvp)
-        values, bound, _ = self._vjp_element(a, j)
+        values, bound, _, _ = self._vjp_element(a, j)
         return Located(j, values, bound, f"located in {steps} bisection steps using {'JVP' if use_jvp else 'FD'}")
 
-    def _column(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+    def confirmed_vjp(self, a: int, b: int) -> Located | None:
+        """The elementwise guess for a failing projection when FD along e_j
+        convicts the VJP there on its own: the column fully estimated (no
+        element left undecided) and the VJP's element outside its bound."""
+        j, (values, bound, confirmed, complete) = self._guessed(a, b)
+        if j is None or not (confirmed and complete):
+            return None
+        return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
+
+    def _guessed(self, a: int, b: int) -> tuple[int | None, tuple[dict[str, float], float, bool, bool]]:
+        """The elementwise guess and its test along e_j (made once per pair)."""
+        key = (a, b)
+        if key not in self._guesses:
+            j = self._diagonal_guess(a, b)
+            self._guesses[key] = (j, self._vjp_element(a, j) if j is not None else ({}, 0.0, False, False))
+        return self._guesses[key]
+
+    def _column(self, j: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
-        that element's scale, with its error; 0 where FD cannot decide."""
+        that element's scale, with its error; 0 where FD cannot decide. Also
+        whether FD decided every element."""
         probes = self.probes
-        ref = self.oracle.fd(basis(j, probes.flat.n, probes.x), 0.0, float(probes.raw_scale[j]))
+        ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
         if ref.all_smooth:
-            return ref.value, ref.err
+            return ref.value, ref.err, True
         usable = self.oracle.usable(ref)
         xp = _xp.ns(ref.value)
-        return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0)
+        complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+        return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
 
-    def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool]:
+    def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool, bool]:
         """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,
-        the bound, and whether the element is confirmed wrong."""
-        value, err = self._column(j)
+        the bound, whether the element is confirmed wrong, and whether FD
+        decided every element of the column."""
+        value, err, complete = self._column(j)
         v, g = self.probes.vs[a], self.modes.vjps[a]
         values = {"VJP": float(g[j]), "FD": _xp.dot(v, value)}
         bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
-        return values, bound, abs(values["VJP"] - values["FD"]) > bound
+        return values, bound, abs(values["VJP"] - values["FD"]) > bound, complete
 
     def _diagonal_guess(self, a: int, b: int) -> int | None:
         """If fn were elementwise in an input shaped like the output, its element
@@ -135,7 +154,7 @@ class Localiser:
         def element(j: int) -> tuple[dict[str, float], float]:
             e_j = basis(j, probes.flat.n, probes.x)
             w = self.ad.jvp_value(e_j)
-            ref = self.oracle.fd(e_j, 0.0, float(probes.raw_scale[j]))
+            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
             ad = float(w[i]) if w is not None else np.nan
             return {"JVP": ad, "FD": float(ref.value[i])}, float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
 

@@ -45,13 +45,21 @@ class Oracle:
         p = self.precision
         return p.name + (f" ({p.reason})" if p.reason else "")
 
-    def F(self, u: np.ndarray, c: float = 1.0) -> Callable[[float], np.ndarray]:
-        """t -> fn(x + t c u) in the oracle precision."""
-        w = u * c if c != 1.0 else u
+    def F(self, u: np.ndarray | None, c: float = 1.0, *, j: int | None = None) -> Callable[[float], np.ndarray]:
+        """t -> fn(x + t c u) in the oracle precision; along the basis vector
+        e_j instead when ``j`` is given (the point is then a copy of x with
+        one element moved)."""
         x, flat, ev, oracle = self.probes.x, self.probes.flat, self.ev, self.precision.oracle
+        if j is not None:
+
+            def at_basis(t: float) -> Any:
+                return _xp.flat(ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle))
+
+            return at_basis
+        w = u * c if c != 1.0 else u
 
         def at(t: float) -> Any:
-            return _xp.flat(ev.primal(flat.split(x + t * w), oracle))
+            return _xp.flat(ev.primal(flat.split(_xp.axpy(x, t, w)), oracle))
 
         return at
 
@@ -65,14 +73,18 @@ class Oracle:
         h: float | None = None,
         model_first: bool = False,
         ad: np.ndarray | None = None,
+        j: int | None = None,
     ) -> _fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
         ``model_first``: the rounding model's reference where it flags nothing
-        (and agrees with ``ad``, the J u it will judge); see _fd.model_reference."""
+        (and agrees with ``ad``, the J u it will judge); see _fd.model_reference.
+        ``j``: along the basis vector e_j (``u`` unused): a column of the
+        Jacobian, whose outputs mostly do not move; only those that do are
+        estimated (see _fd.estimate's ``sparse``)."""
         p = self.precision
         ref = _fd.reference(
-            self.F(u, c),
+            self.F(u, c, j=j),
             self.f0,
             p.h if h is None else h,
             p.floor,
@@ -83,6 +95,7 @@ class Oracle:
             inputs=self.probes.inputs_max,
             model_first=model_first,
             ad=None if ad is None else ad * c,
+            sparse=j is not None,
         )
         return self._in_units(ref, c)
 

@@ -154,8 +154,36 @@ def fmax(a: Any, where: Any = None) -> float:
         return float(np.max(np.abs(a), where=np.isfinite(a) if where is None else where, initial=0.0))
     if size(a) == 0:
         return 0.0
-    keep = xp.isfinite(a) if where is None else where
+    if where is None:
+        top = float(xp.max(xp.abs(a)))  # (one pass where every element is finite, as most are)
+        if math.isfinite(top):
+            return top
+    keep = finite(a) if where is None else where
     return float(xp.max(xp.where(keep, xp.abs(a), 0.0)))
+
+
+def finite(a: Any) -> Any:
+    """isfinite(a): |a| < inf, two cheap passes (torch's isfinite makes more)."""
+    xp = ns(a)
+    if xp is np:
+        return np.isfinite(a)
+    return xp.abs(a) < math.inf
+
+
+def axpy(x: Any, t: float, w: Any) -> Any:
+    """A fresh array x + t w (one pass on torch)."""
+    if hasattr(x, "add") and hasattr(x, "detach"):  # torch
+        return x.add(w, alpha=t)
+    return x + t * w
+
+
+def shifted(x: Any, j: int, delta: float) -> Any:
+    """A copy of the flat array ``x`` with ``delta`` added to element ``j``."""
+    if immutable(x):
+        return x.at[j].add(delta)
+    out = copy(x)
+    out[j] += delta
+    return out
 
 
 def absmax(a: Any) -> float:

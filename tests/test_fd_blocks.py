@@ -104,3 +104,41 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
     wrong = right.copy()
     wrong[60] *= 1 + 1e-6
     assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("bad", [False, True])
+def test_the_sparse_estimate_is_the_full_one_bit_for_bit(backend, bad):
+    """Along a basis vector most outputs do not move. The sparse estimate works
+    on the ones that do (and the non-finite ones) and fills in the rest: the
+    same value, bound, flags and noise as the whole computation, element for
+    element - including a moved element whose stencil holds NaN or inf, an
+    output that is inf at the point and stays there, and a per-element tolerance."""
+    rng = np.random.default_rng(7 + bad)
+    n = 5000
+    f0 = rng.standard_normal(n) * 3.0
+    moved = rng.choice(n, 40, replace=False)
+    arrays = []
+    for _ in _fd.OFFSETS:
+        a = f0.copy()
+        a[moved] += rng.standard_normal(40) * 1e-4
+        arrays.append(a)
+    if bad:
+        arrays[1][moved[:3]] = [np.nan, np.inf, -np.inf]
+        for a in (f0, *arrays):
+            a[11] = np.inf  # unmoved but not finite: R = inf - inf
+    ad_tol = np.abs(rng.standard_normal(n)) * 1e-9
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        f0, arrays, ad_tol = torch.from_numpy(f0), [torch.from_numpy(a) for a in arrays], torch.from_numpy(ad_tol)
+    s = _fd.Stencil(1e-3, tuple(arrays))
+    whole = _fd.estimate(s, f0, 1.1e-16, ad_tol, None)
+    sparse = _fd.estimate(s, f0, 1.1e-16, ad_tol, None, sparse=True)
+    assert whole.eps_f == sparse.eps_f and whole.slope == sparse.slope
+    for name in ("value", "err", "kink", "finite", "noise"):
+        a, b = (np.asarray(getattr(e, name)) for e in (whole, sparse))
+        assert np.array_equal(a, b, equal_nan=True), name
+    flagged = set(np.flatnonzero(np.asarray(whole.kink)).tolist())
+    assert flagged <= set(moved.tolist()) | {11}  # an unmoved finite element is never flagged
+    if bad:
+        assert set(moved[:3].tolist()) | {11} <= flagged
