@@ -179,10 +179,6 @@ def _tolerance(ad_tol: Array | float, shape: tuple[int, ...]) -> tuple[bool, Arr
     return False, float(ad_tol)
 
 
-def _joined(parts: list[Array]) -> Array:
-    return parts[0] if len(parts) == 1 else _xp.concat(parts)
-
-
 def estimate(
     s: Stencil,
     f0: Array,
@@ -214,16 +210,12 @@ def estimate(
     tol_array, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
     slope_scale = stencil_scale = f0_max = 0.0
-    values, errs, kinks, finites, noises = [], [], [], [], []
     with _xp.quiet():
         # pass 1: the scales of the rounding model
         for b in blocks:
-            d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
-            slope_scale = max(slope_scale, _xp.fmax(d2))
             # (the outer points bound the stencil: at a minimum they are its largest)
-            stencil_scale = max(stencil_scale, _xp.fmax(F[-4][b]), _xp.fmax(F[4][b]))
-            if f0_scale is None:
-                f0_max = max(f0_max, _xp.fmax(f0f[b]))
+            slope, outer, top = _scales(F, b, h, f0f if f0_scale is None else None)
+            slope_scale, stencil_scale, f0_max = max(slope_scale, slope), max(stencil_scale, outer), max(f0_max, top)
         if f0_scale is None:
             f0_scale = f0_max
         # The rounding model, a floor under the measured noise: fn's rounding
@@ -232,64 +224,102 @@ def estimate(
         # are scaled so that |u_j| >= |x_j|). The stencil's own values count
         # too: at a minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
         eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
+        out = _Outputs(n, f0f, len(blocks), ("value", "err", "noise"))
+        flags = _Outputs(n, f0f, len(blocks), ("kink", "finite"), "bool")
+        kernel = _kernel(_estimate_block, f0f)
         for b in blocks:
-            f = {k: a[b] for k, a in F.items()}
-            f[0] = f0f[b]
-            # central differences and Richardson (R = (4 D(k/2) - D(k)) / 3)
-            d1 = (f[4] - f[-4]) * (0.5 / h)
-            d2 = (f[2] - f[-2]) * (1.0 / h)
-            d4 = (f[1] - f[-1]) * (2.0 / h)
-            r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
-            r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
-            # measured noise: a difference table on spacing h/4 (its fourth
-            # differences over the five windows). The kink threshold's noise
-            # comes from each side's third difference without F(0): a kink at
-            # the point leaves them clean, and so does a feature narrower than
-            # the step, which F(0) alone sees.
-            row = [f[k] for k in range(-4, 5)]
-            for order in range(1, 5):
-                row = [row[j + 1] - row[j] for j in range(len(row) - 1)]
-                if order == 3:
-                    one_sided = xp.minimum(xp.abs(row[0]), xp.abs(row[5])) * (1.0 / _D3_NOISE)
-            sig = xp.abs(row[0])
-            for d in row[1:]:
-                sig = xp.maximum(sig, xp.abs(d))
-            sig = sig * (1.0 / _D4_NOISE)
-            # (the noise sees every stencil value: a NaN or inf anywhere shows there)
-            fin = _xp.finite(r1) & _xp.finite(r2) & _xp.finite(sig)
-            eps = xp.maximum(sig, eps_f)
-            # error bound: truncation and noise, each with its safety. |R1 - R2|
-            # bounds R2's truncation generously and is ~16/15 of R1's; R1 weighs
-            # noise half as much (3/h). Each element takes the one bounded tighter
-            # (R1 where noise dominates: a linear piece, a cancelling fn).
-            trunc = xp.abs(r1 - r2) * tol.FD_SAFETY
-            e = trunc + (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps
-            e1 = trunc * (16.0 / 15.0) + (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps
-            use_r1 = e1 < e
-            values.append(xp.where(use_r1, r1, r2))
-            errs.append(xp.where(use_r1, e1, e))
-            # kink indicator against the one-sided noise and the AD tolerance
-            kappa = xp.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f[0])
-            threshold = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * xp.maximum(one_sided, eps_f)
-            threshold = threshold + ((tol_f[b] if tol_array else tol_f) * h)
-            k = kappa > threshold
-            # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4
-            drift = xp.abs(d2 - d4) - 0.5 * xp.abs(d1 - d2)
-            k = k | (drift > (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps)
-            kinks.append(k | ~fin)
-            finites.append(fin)
-            noises.append(sig)
+            t = tol_f[b] if tol_array else tol_f
+            value, err, kink, fin, sig = kernel(tuple(F[k][b] for k in OFFSETS), f0f[b], t, h, eps_f)
+            out.put("value", b, value)
+            out.put("err", b, err)
+            flags.put("kink", b, kink)
+            flags.put("finite", b, fin)
+            out.put("noise", b, sig)
     return Estimate(
         s,
         f0,
-        xp.reshape(_joined(values), shape),
-        xp.reshape(_joined(errs), shape),
-        xp.reshape(_joined(kinks), shape),
-        xp.reshape(_joined(finites), shape),
-        xp.reshape(_joined(noises), shape),
+        xp.reshape(out.get("value"), shape),
+        xp.reshape(out.get("err"), shape),
+        xp.reshape(flags.get("kink"), shape),
+        xp.reshape(flags.get("finite"), shape),
+        xp.reshape(out.get("noise"), shape),
         eps_f,
         slope_scale,
     )
+
+
+def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float, eps_f: float) -> tuple:
+    """estimate() on one block: (value, err, kink, finite, noise) from the
+    stencil values ``fs`` (in the order of OFFSETS), F(0), the AD tolerance
+    ``t`` and the model's noise ``eps_f``. Pure array arithmetic: jax compiles it
+    into one pass; elsewhere it works in place on its own temporaries (the same
+    operations in the same order as the expressions they spell out)."""
+    f = dict(zip(OFFSETS, fs))
+    f[0] = f0
+    xp = _xp.ns(f0, *fs)
+    # central differences and Richardson (R = (4 D(k/2) - D(k)) / 3)
+    d1, d2, d4, r1, r2 = _richardson(f, h)
+    # measured noise: a difference table on spacing h/4 (its fourth
+    # differences over the five windows). The kink threshold's noise
+    # comes from each side's third difference without F(0): a kink at
+    # the point leaves them clean, and so does a feature narrower than
+    # the step, which F(0) alone sees.
+    row = [f[k] for k in range(-4, 5)]
+    for order in range(1, 5):
+        row = [row[j + 1] - row[j] for j in range(len(row) - 1)]
+        if order == 3:
+            one_sided = _xp.iminimum(_xp.iabs(row[0] + 0.0), _xp.iabs(row[5] + 0.0))
+            one_sided *= 1.0 / _D3_NOISE
+    sig = _xp.iabs(row[0])
+    for d in row[1:]:
+        sig = _xp.imaximum(sig, _xp.iabs(d))
+    sig *= 1.0 / _D4_NOISE
+    # (the noise sees every stencil value: a NaN or inf anywhere shows there)
+    fin = _xp.finite(r1) & _xp.finite(r2) & _xp.finite(sig)
+    eps = xp.maximum(sig, eps_f)
+    # error bound: truncation and noise, each with its safety. |R1 - R2|
+    # bounds R2's truncation generously and is ~16/15 of R1's; R1 weighs
+    # noise half as much (3/h). Each element takes the one bounded tighter
+    # (R1 where noise dominates: a linear piece, a cancelling fn).
+    trunc = _xp.iabs(r1 - r2)
+    trunc *= tol.FD_SAFETY
+    e = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps
+    e += trunc
+    e1 = (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps
+    trunc *= 16.0 / 15.0
+    e1 += trunc
+    use_r1 = e1 < e
+    value, err = xp.where(use_r1, r1, r2), xp.where(use_r1, e1, e)
+    # kink indicator against the one-sided noise and the AD tolerance
+    kappa = f[2] + f[-2]
+    kappa *= 4.0
+    kappa -= f[4] + f[-4]
+    kappa -= 6.0 * f[0]
+    threshold = _xp.imaximum(one_sided, eps_f)
+    threshold *= tol.NOISE_SAFETY * _KAPPA_WEIGHT
+    threshold += t * h
+    k = _xp.iabs(kappa) > threshold
+    # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4
+    drift = _xp.iabs(d2 - d4)
+    drift -= 0.5 * _xp.iabs(d1 - d2)
+    eps *= tol.NOISE_SAFETY * _DIFF_WEIGHT / h
+    k = k | (drift > eps)
+    return value, err, k | ~fin, fin, sig
+
+
+_KERNELS: dict[Any, Any] = {}
+
+
+def _kernel(fn: Callable, like: Array) -> Callable:
+    """``fn`` compiled by jax for jax arrays (one fused pass; numbers are traced
+    arguments, so a new step compiles nothing), ``fn`` itself elsewhere."""
+    if not _xp.immutable(like):
+        return fn
+    if fn not in _KERNELS:
+        import jax
+
+        _KERNELS[fn] = jax.jit(fn)
+    return _KERNELS[fn]
 
 
 def _sparse_estimate(
@@ -458,48 +488,134 @@ def model_reference(
     tol_array, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
     slope_scale = stencil_scale = 0.0
-    values, errs, shifts = [], [], []
     with _xp.quiet():
         for b in blocks:
-            d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # (as estimate() computes it: the same scales, bit for bit)
-            slope_scale = max(slope_scale, _xp.fmax(d2))
-            stencil_scale = max(stencil_scale, _xp.fmax(F[-4][b]), _xp.fmax(F[4][b]))
+            slope, outer, _ = _scales(F, b, h)  # (as estimate() computes them, bit for bit)
+            slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, outer)
         eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
         typical = max(f0_scale, slope_scale)
         noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
+        kappa_max = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f
+        drift_max = (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f
+        out = _Outputs(n, f0f, len(blocks), ("value", "err", "shift"))
+        kernel = _kernel(_model_block, f0f)
+        limits = (noise1, noise2, typical, kappa_max, drift_max)
         for b in blocks:
-            f = {k: a[b] for k, a in F.items()}
             t = tol_f[b] if tol_array else tol_f
-            d1 = (f[4] - f[-4]) * (0.5 / h)
-            d2 = (f[2] - f[-2]) * (1.0 / h)
-            d4 = (f[1] - f[-1]) * (2.0 / h)
-            r1 = (4.0 * d2 - d1) * (1.0 / 3.0)
-            r2 = (4.0 * d4 - d2) * (1.0 / 3.0)
-            trunc = xp.abs(r1 - r2) * tol.FD_SAFETY
-            e1 = trunc * (16.0 / 15.0) + noise1
-            trunc = trunc + noise2  # R2's bound
-            lo = xp.maximum(r2 - trunc, r1 - e1)
-            hi = xp.minimum(r2 + trunc, r1 + e1)
-            v = (lo + hi) * 0.5
-            e = (hi - lo) * 0.5
-            ok = e <= 0.5 * (xp.abs(v) + typical)
-            kappa = xp.abs(4.0 * (f[2] + f[-2]) - (f[4] + f[-4]) - 6.0 * f0f[b])
-            ok = ok & (kappa <= (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f + t * h)
-            drift = xp.abs(d2 - d4) - 0.5 * xp.abs(d1 - d2)
-            ok = ok & (drift <= (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f)
-            if adf is not None:
-                ok = ok & (xp.abs(adf[b] - v) <= e + t)
-            if not _xp.all_(ok):
+            ok, v, e, shift = kernel(
+                tuple(F[k][b] for k in MODEL_OFFSETS), f0f[b], t, None if adf is None else adf[b], h, limits
+            )
+            if not bool(ok):
                 return None
-            values.append(v)
-            errs.append(e)
-            shifts.append(xp.maximum(xp.abs(r1 - v), xp.abs(r2 - v)))
+            out.put("value", b, v)
+            out.put("err", b, e)
+            out.put("shift", b, shift)
     return (
-        xp.reshape(_joined(values), shape),
-        xp.reshape(_joined(errs), shape),
-        xp.reshape(_joined(shifts), shape),
+        xp.reshape(out.get("value"), shape),
+        xp.reshape(out.get("err"), shape),
+        xp.reshape(out.get("shift"), shape),
         typical,
     )
+
+
+def _model_block(
+    fs: tuple[Array, ...], f0: Array, t: Array | float, ad: Array | None, h: float, limits: tuple[float, ...]
+) -> tuple:
+    """model_reference() on one block: (every element passes, value, err,
+    shift) from the points ``fs`` (in the order of MODEL_OFFSETS); see _estimate_block."""
+    noise1, noise2, typical, kappa_max, drift_max = limits
+    f = dict(zip(MODEL_OFFSETS, fs))
+    xp = _xp.ns(f0, *fs)
+    d1, d2, d4, r1, r2 = _richardson(f, h)
+    trunc = _xp.iabs(r1 - r2)
+    trunc *= tol.FD_SAFETY
+    e1 = trunc * (16.0 / 15.0)
+    e1 += noise1
+    trunc += noise2  # R2's bound
+    lo = _xp.imaximum(r2 - trunc, r1 - e1)
+    hi = _xp.iminimum(r2 + trunc, r1 + e1)
+    v = lo + hi
+    v *= 0.5
+    e = hi - lo
+    e *= 0.5
+    room = _xp.iabs(v + 0.0)
+    room += typical
+    room *= 0.5
+    ok = xp.all(e <= room)
+    kappa = f[2] + f[-2]
+    kappa *= 4.0
+    kappa -= f[4] + f[-4]
+    kappa -= 6.0 * f0
+    limit = t * h
+    limit += kappa_max
+    ok = ok & xp.all(_xp.iabs(kappa) <= limit)
+    drift = _xp.iabs(d2 - d4)
+    drift -= 0.5 * _xp.iabs(d1 - d2)
+    ok = ok & xp.all(drift <= drift_max)
+    if ad is not None:
+        ok = ok & xp.all(_xp.iabs(ad - v) <= e + t)
+    r1 -= v
+    r2 -= v
+    return ok, v, e, _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
+
+
+def _scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> tuple[float, float, float]:
+    """The rounding model's scales on block b: the largest finite |D(h/2)|,
+    |F(+-h)| and |F(0)| (0 when ``f0`` is None)."""
+    if _xp.immutable(F[2]):
+        parts = tuple(a[b] for a in (F[2], F[-2], F[-4], F[4], F[2] if f0 is None else f0))
+        return tuple(float(v) for v in _kernel(_scales_block, F[2])(parts, h))
+    d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
+    top = 0.0 if f0 is None else _xp.fmax(f0[b])
+    return _xp.fmax(d2), max(_xp.fmax(F[-4][b]), _xp.fmax(F[4][b])), top
+
+
+def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Array]:
+    f2, fm2, fm4, f4, f0 = parts
+    xp = _xp.ns(*parts)
+
+    def fmax(a: Array) -> Array:
+        return xp.max(xp.where(_xp.finite(a), xp.abs(a), 0.0))
+
+    return fmax((f2 - fm2) * (1.0 / h)), xp.maximum(fmax(fm4), fmax(f4)), fmax(f0)
+
+
+def _richardson(f: dict[int, Array], h: float) -> tuple[Array, Array, Array, Array, Array]:
+    """D(h), D(h/2), D(h/4) and R1 = R(h, h/2), R2 = R(h/2, h/4) from the
+    stencil ``f`` (offset -> F): estimate() and model_reference() share them bit for bit."""
+    d1 = f[4] - f[-4]
+    d1 *= 0.5 / h
+    d2 = f[2] - f[-2]
+    d2 *= 1.0 / h
+    d4 = f[1] - f[-1]
+    d4 *= 2.0 / h
+    r1 = 4.0 * d2
+    r1 -= d1
+    r1 *= 1.0 / 3.0
+    r2 = 4.0 * d4
+    r2 -= d2
+    r2 *= 1.0 / 3.0
+    return d1, d2, d4, r1, r2
+
+
+class _Outputs:
+    """Whole-vector results written block by block (one block: the block's
+    own arrays, no copy)."""
+
+    def __init__(self, n: int, like: Array, blocks: int, names: tuple[str, ...], dtype: str = "float64") -> None:
+        self.one = blocks == 1
+        self.arrays: dict[str, Array] = {}
+        if not self.one:
+            self.arrays = {k: _xp.empty(n, like, dtype) for k in names}
+
+    def put(self, name: str, b: slice, part: Array) -> None:
+        if self.one:
+            self.arrays[name] = part
+        else:
+            self.arrays[name][b] = part
+
+    def get(self, name: str) -> Array:
+        return self.arrays[name]
 
 
 def reference(
@@ -750,18 +866,26 @@ def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> 
     d = WIDE_SPACINGS[level] * h
     f = {k: F(k * d) for k in OFFSETS}
     f[0] = f0
-    xp = _xp.ns(f0, *f.values())
     with _xp.quiet():
-        d4 = d6 = None
-        for j in range(-4, 1):
-            w = xp.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4])
-            d4 = w if d4 is None else xp.maximum(d4, w)
-        for j in range(-4, -1):
-            w = xp.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
-            d6 = w if d6 is None else xp.maximum(d6, w)
-        sigma = xp.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
-    sigma = xp.where(xp.isfinite(sigma), sigma, 0.0)
-    return WideTable(d, f, sigma, sigma * (tol.NOISE_SAFETY * 1.5 / d))
+        sigma, tilt = _kernel(_wide_block, f0)(tuple(f[k] for k in range(-4, 5)), d)
+    return WideTable(d, f, sigma, tilt)
+
+
+def _wide_block(fs: tuple[Array, ...], d: float) -> tuple[Array, Array]:
+    """A wide table's noise sigma and the tilt it can cause, from F at t = k d,
+    k = -4..4 (see _estimate_block)."""
+    f = dict(zip(range(-4, 5), fs))
+    xp = _xp.ns(*fs)
+    d4 = d6 = None
+    for j in range(-4, 1):
+        w = xp.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4])
+        d4 = w if d4 is None else xp.maximum(d4, w)
+    for j in range(-4, -1):
+        w = xp.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
+        d6 = w if d6 is None else xp.maximum(d6, w)
+    sigma = xp.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
+    sigma = xp.where(_xp.finite(sigma), sigma, 0.0)
+    return sigma, sigma * (tol.NOISE_SAFETY * 1.5 / d)
 
 
 def _hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le: np.ndarray, se: np.ndarray) -> None:

@@ -221,15 +221,10 @@ class Oracle:
             level += 1
             self.widened[b] = level
             with _xp.quiet():
-                values = xp.abs(table.f[0])
-                for v in table.f.values():
-                    values = xp.maximum(values, xp.abs(v))
-                values = xp.where(xp.isfinite(values), values, 0.0)
-                peak = xp.maximum(peak, values)
-                terms = xp.maximum(values, inputs)
-                plausible = table.sigma <= tol.ROUNDING_TERMS * p.u_oracle * terms
-                # a noise of sigma anywhere beyond the stencil tilts its slope by up to ~sigma / h
-                tilt = xp.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * table.sigma / (p.h * c), 0.0)
+                fs = tuple(table.f[k] for k in sorted(table.f))
+                peak, tilt = _fd._kernel(_wide_tilt, peak)(
+                    fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
+                )
             explained = within(tilt, excess, weights, ref.err)
             if _xp.any_(explained):
                 break
@@ -299,6 +294,23 @@ class Oracle:
                 where=probes.direction_name(b),
                 detail=reason,
             )
+
+
+def _wide_tilt(fs: tuple[Any, ...], sigma: Any, peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:
+    """The largest |F| seen so far (``peak``) with a wide table's values ``fs``,
+    and the slope tilt its noise ``sigma`` can cause where that noise is a
+    plausible rounding artifact of fn's terms (0 elsewhere)."""
+    inputs, u_oracle, hc = scalars
+    xp = _xp.ns(*fs)
+    values = xp.abs(fs[0])
+    for v in fs[1:]:
+        values = xp.maximum(values, xp.abs(v))
+    values = xp.where(_xp.finite(values), values, 0.0)
+    terms = xp.maximum(values, inputs)
+    plausible = sigma <= tol.ROUNDING_TERMS * u_oracle * terms
+    # a noise of sigma anywhere beyond the stencil tilts its slope by up to ~sigma / h
+    tilt = xp.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * sigma / hc, 0.0)
+    return xp.maximum(peak, values), tilt
 
 
 def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:

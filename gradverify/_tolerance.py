@@ -188,4 +188,6 @@ def hoeffding(weights: Any, bounds: Any) -> float:
     xp = _xp.ns(p)
     if xp is np:
         return HOEFFDING_K * float(np.sqrt(np.sum(np.square(p))))
-    return HOEFFDING_K * math.sqrt(float(xp.sum(p * p)))
+    if len(tuple(p.shape)) != 1:
+        p = _xp.flat(p)
+    return HOEFFDING_K * math.sqrt(_xp.dot(p, p))

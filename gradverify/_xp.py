@@ -155,11 +155,53 @@ def fmax(a: Any, where: Any = None) -> float:
     if size(a) == 0:
         return 0.0
     if where is None:
-        top = float(xp.max(xp.abs(a)))  # (one pass where every element is finite, as most are)
+        top = maxabs(a)  # (one pass where every element is finite, as most are)
         if math.isfinite(top):
             return top
     keep = finite(a) if where is None else where
     return float(xp.max(xp.where(keep, xp.abs(a), 0.0)))
+
+
+def empty(n: Any, ref: Any, dtype: str = "float64") -> Any:
+    xp = ns(ref)
+    if xp is np:
+        return np.empty(n, dtype=dtype)
+    return xp.empty(n, dtype=getattr(xp, dtype), device=device(ref))
+
+
+def iabs(a: Any) -> Any:
+    """|a|, in place where arrays are mutable (``a`` must be a temporary)."""
+    if isinstance(a, np.ndarray):
+        return np.abs(a, out=a)
+    if hasattr(a, "abs_"):
+        return a.abs_()
+    return ns(a).abs(a)
+
+
+def imaximum(a: Any, b: Any) -> Any:
+    """maximum(a, b), into ``a`` where arrays are mutable (a temporary)."""
+    if isinstance(a, np.ndarray):
+        return np.maximum(a, b, out=a)
+    if hasattr(a, "abs_"):
+        return _torch_into(a, b, "maximum")
+    return ns(a).maximum(a, b)
+
+
+def iminimum(a: Any, b: Any) -> Any:
+    """minimum(a, b), into ``a`` where arrays are mutable (a temporary)."""
+    if isinstance(a, np.ndarray):
+        return np.minimum(a, b, out=a)
+    if hasattr(a, "abs_"):
+        return _torch_into(a, b, "minimum")
+    return ns(a).minimum(a, b)
+
+
+def _torch_into(a: Any, b: Any, op: str) -> Any:
+    import torch
+
+    if not isinstance(b, torch.Tensor):  # (a number: clamp keeps NaN as maximum does)
+        return torch.clamp(a, min=b, out=a) if op == "maximum" else torch.clamp(a, max=b, out=a)
+    return getattr(torch, op)(a, b, out=a)
 
 
 def finite(a: Any) -> Any:
@@ -191,7 +233,18 @@ def absmax(a: Any) -> float:
     xp = ns(a)
     if xp is np:
         return float(np.max(np.abs(a), initial=0.0))
-    return 0.0 if size(a) == 0 else float(xp.max(xp.abs(a)))
+    return 0.0 if size(a) == 0 else maxabs(a)
+
+
+def maxabs(a: Any) -> float:
+    """max |a| of a non-empty device array, NaN if any element is NaN (torch:
+    one pass for both extremes, no |a| array)."""
+    if hasattr(a, "aminmax"):
+        lo, hi = (float(v) for v in a.aminmax())
+        if math.isnan(lo) or math.isnan(hi):
+            return math.nan
+        return max(-lo, hi)
+    return float(ns(a).max(ns(a).abs(a)))
 
 
 def any_(mask: Any) -> bool:
@@ -233,6 +286,8 @@ def dot(a: Any, b: Any) -> float:
     xp = ns(a, b)
     if xp is np:
         return float(a @ b)
+    if hasattr(a, "dot") and hasattr(a, "detach"):  # torch: its own kernel (vecdot is a batched matmul)
+        return float(a.dot(b))
     return float(xp.vecdot(a, b))
 
 
