@@ -122,6 +122,19 @@ class Evaluator:
             self._check_output(out)
             return self._working(out)
 
+    def primal_flat(self, points: Sequence[Any] | None, precision: str | None) -> Any:
+        """``primal`` flattened: the finite differences' evaluations."""
+        with self.backend.precision(precision or self.native_precision):
+            out = self._call(self._primal_flat_fn, self._args(points, precision), "evaluating fn")
+            self._check_output(out)
+            return self._working(out)
+
+    def _primal_flat_fn(self, *args: Any) -> Any:
+        if self.rule is not None:
+            out = self.fn(*args)
+            return out.reshape(-1) if hasattr(out, "reshape") else out
+        return self.backend.call_flat(self.fn, args)
+
     def _primal_fn(self, *args: Any) -> Any:
         if self.rule is not None:
             return self.fn(*args)

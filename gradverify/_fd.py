@@ -134,7 +134,8 @@ class Estimate:
     def step_f(self, idx: np.ndarray) -> np.ndarray:
         """max(|F(h) - F(0)|, |F(-h) - F(0)|): shrinks with h unless F jumps."""
         F = self._values(idx)
-        return np.maximum(np.abs(F[4] - F[0]), np.abs(F[-4] - F[0]))
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.maximum(np.abs(F[4] - F[0]), np.abs(F[-4] - F[0]))
 
     def _values(self, idx: np.ndarray) -> dict[int, np.ndarray]:
         F = {k: _xp.take(_xp.flat(a), idx) for k, a in zip(OFFSETS, self.stencil.f)}
@@ -186,26 +187,18 @@ def estimate(
     ad_tol: Array | float,
     f0_scale: float | None = None,
     chunk: int | None = None,
-    sparse: bool = False,
 ) -> Estimate:
     """Richardson value, its error bound, the measured noise and the flags, done
     block by block: on a large vector each pass over the whole of it would leave
     the caches. Element for element the same operations in the same order, so
     the result does not depend on ``chunk`` (a test holds it bit for bit); only
     the scales of the rounding model (maxima) need the whole vector, gathered in
-    a first pass.
-
-    ``sparse``: only the elements the stencil moved (or not finite at 0) are
-    estimated; the others are, exactly as the full computation finds them,
-    0 with the modelled noise's bound, finite and unflagged (every difference
-    of equal values is 0). A column of the Jacobian moves few outputs."""
+    a first pass."""
     h = s.h
     shape = tuple(f0.shape)
     f0f = _xp.flat(f0)
     F = {k: _xp.flat(a) for k, a in zip(OFFSETS, s.f)}
     n = _xp.size(f0f)
-    if sparse:
-        return _sparse_estimate(s, f0, F, f0f, u_oracle, ad_tol, f0_scale, chunk)
     xp = _xp.ns(f0f, *F.values())
     tol_array, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
@@ -310,68 +303,17 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
 _KERNELS: dict[Any, Any] = {}
 
 
-def _kernel(fn: Callable, like: Array) -> Callable:
+def _kernel(fn: Callable, like: Array, static: tuple[int, ...] = ()) -> Callable:
     """``fn`` compiled by jax for jax arrays (one fused pass; numbers are traced
-    arguments, so a new step compiles nothing), ``fn`` itself elsewhere."""
+    arguments, so a new step compiles nothing; ``static``: the positions of
+    arguments that are structure, not data), ``fn`` itself elsewhere."""
     if not _xp.immutable(like):
         return fn
     if fn not in _KERNELS:
         import jax
 
-        _KERNELS[fn] = jax.jit(fn)
+        _KERNELS[fn] = jax.jit(fn, static_argnums=static)
     return _KERNELS[fn]
-
-
-def _sparse_estimate(
-    s: Stencil,
-    f0: Array,
-    F: dict[int, Array],
-    f0f: Array,
-    u_oracle: float,
-    ad_tol: Array | float,
-    f0_scale: float | None,
-    chunk: int | None,
-) -> Estimate:
-    """estimate() on the elements the stencil moves, the rest filled in."""
-    shape, n = tuple(f0.shape), _xp.size(f0f)
-    xp = _xp.ns(f0f, *F.values())
-    with _xp.quiet():
-        moved = ~_xp.finite(f0f)
-        for a in F.values():
-            moved = moved | (a != f0f)
-    idx = _xp.nonzero(moved)
-    # (an unmoved element's |F(+-h)| is its |F(0)|: the whole f0's scale covers it)
-    f0_scale = _xp.fmax(f0f) if f0_scale is None else max(f0_scale, _xp.fmax(f0f))
-    if idx.size == n:
-        return estimate(s, f0, u_oracle, ad_tol, f0_scale, chunk)
-    at = _xp.index(idx, f0f)
-    per_element, t = _tolerance(ad_tol, shape)
-    sub = estimate(
-        Stencil(s.h, tuple(F[k][at] for k in OFFSETS)),
-        f0f[at],
-        u_oracle,
-        t[at] if per_element else t,
-        f0_scale,
-        chunk,
-    )
-    # an unmoved element: every difference 0, so R1 = R2 = 0, no noise, and
-    # R1's bound is its noise term at the model's floor
-    err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / s.h) * sub.eps_f
-
-    def filled(value: Any, part: Array, dtype: str) -> Array:
-        return xp.reshape(_xp.put(_xp.full(n, value, f0f, dtype), idx, part), shape)
-
-    return Estimate(
-        s,
-        f0,
-        filled(0.0, sub.value, "float64"),
-        filled(err0, sub.err, "float64"),
-        filled(False, sub.kink, "bool"),
-        filled(True, sub.finite, "bool"),
-        filled(0.0, sub.noise, "float64"),
-        sub.eps_f,
-        sub.slope,
-    )
 
 
 @dataclass
@@ -395,6 +337,7 @@ class Reference:
     measure: Callable[[], Reference] | None = None
     # with it: how far the measured value may sit from this one (|R1 - R2| at most)
     shift: Array | None = None
+    eps_f: float = 0.0  # the rounding model's error of one F value at the first step
 
     @property
     def lo(self) -> Array:
@@ -639,7 +582,7 @@ def reference(
     (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
     agree with it too); where nothing is flagged the reference is the model's,
     and ``Reference.measure`` measures fn's noise when a comparison needs it.
-    ``sparse``: estimate only the outputs the steps move (see estimate)."""
+    ``sparse``: estimate only the outputs the steps move (see _on_support)."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
     have: dict[int, Array] = {}
@@ -676,9 +619,16 @@ def _measured(
     have: dict[int, Array],
     sparse: bool = False,
 ) -> Reference:
-    """The reference with fn's noise measured (reusing the points in ``have``)."""
-    level0 = estimate(evaluate_level(F, h, have), f0, u_oracle, ad_tol, f0_scale, sparse=sparse)
+    """The reference with fn's noise measured (reusing the points in ``have``);
+    ``sparse``: on the outputs the first step moves (see _on_support)."""
+    stencil = evaluate_level(F, h, have)
     evaluations = len(OFFSETS) - len(have)
+    if sparse:
+        narrowed = _on_support(F, f0, stencil, floor, u_oracle, ad_tol, ladder, f0_scale, inputs)
+        if narrowed is not None:
+            narrowed.evaluations += evaluations
+            return narrowed
+    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
     status = _xp.zeros(shape, value, "int8")  # SMOOTH
@@ -687,9 +637,7 @@ def _measured(
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s, more = _ladder(
-            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, sparse
-        )
+        v_s, e_s, s_s, more = _ladder(F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs)
         evaluations += more
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
@@ -699,11 +647,86 @@ def _measured(
     if _xp.any_(_unresolved(err, value, status, typical)):
         # only then is the curvature worth its pass over the vector
         typical = max(typical, level0.curvature(status == SMOOTH))
-    status = mark_unresolved(value, err, status, typical, reasons)
+        status = mark_unresolved(value, err, status, typical, reasons)
     all_smooth = not suspects.size and not _xp.any_(status != SMOOTH)
     flagged = _xp.put(_xp.zeros(_xp.size(value), value, "bool"), suspects, True)
     flagged = _xp.ns(value).reshape(flagged, shape)
-    return Reference(value, err, status, evaluations, all_smooth, noise, reasons, typical, flagged)
+    return Reference(value, err, status, evaluations, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
+
+
+def _on_support(
+    F: Callable[[float], Array],
+    f0: Array,
+    stencil: Stencil,
+    floor: float,
+    u_oracle: float,
+    ad_tol: Array | float,
+    ladder: bool,
+    f0_scale: float | None,
+    inputs: float,
+) -> Reference | None:
+    """The measured reference worked out on the outputs the first step moves
+    (or that are not finite at 0) and filled in elsewhere - None where every
+    output moves. A column of the Jacobian moves few. An output whose nine
+    values are equal has every difference 0: the estimate is 0, its bound the
+    modelled noise's (R1's), unflagged; whole-vector scales come out the same
+    (such an output's |F(+-h)| is its |F(0)|, within the whole f0's scale).
+    Where that bound is as large as the derivatives they are unreliable."""
+    h = stencil.h
+    shape = tuple(f0.shape)
+    f0f = _xp.flat(f0)
+    n = _xp.size(f0f)
+    with _xp.quiet():
+        moved = ~_xp.finite(f0f)
+        for a in stencil.f:
+            moved = moved | (_xp.flat(a) != f0f)
+    idx = _xp.nonzero(moved)
+    if idx.size == n:
+        return None
+    f0_scale = _xp.fmax(f0f) if f0_scale is None else max(f0_scale, _xp.fmax(f0f))
+    at = _xp.index(idx, f0f)
+    per_element, t = _tolerance(ad_tol, shape)
+    have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
+    sub = _measured(
+        lambda step: _xp.flat(F(step))[at],
+        f0f[at],
+        h,
+        floor,
+        u_oracle,
+        t[at] if per_element else t,
+        ladder,
+        f0_scale,
+        inputs,
+        have,
+    )
+    err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / h) * sub.eps_f
+    rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
+    reasons = {int(idx[i]): why for i, why in (sub.reasons or {}).items()}
+    xp = _xp.ns(f0f)
+
+    def filled(fill: Any, part: Array, dtype: str) -> Array:
+        return xp.reshape(_xp.put(_xp.full(n, fill, f0f, dtype), idx, part), shape)
+
+    status = filled(UNRELIABLE if rest_unresolved else SMOOTH, sub.status, "int8")
+    if rest_unresolved:
+        for i in np.setdiff1d(np.arange(min(n, idx.size + 3)), idx)[:3].tolist():
+            reasons.setdefault(
+                i,
+                f"the finite-difference error bound {err0:.3g} is as large as the derivatives "
+                f"(about {sub.typical:.3g}): no step lies between the function's noise and its curvature",
+            )
+    return Reference(
+        filled(0.0, sub.value, "float64"),
+        filled(err0, sub.err, "float64"),
+        status,
+        sub.evaluations,
+        sub.all_smooth and not rest_unresolved,
+        filled(0.0, sub.noise, "float64"),
+        reasons,
+        sub.typical,
+        filled(False, sub.flagged, "bool"),
+        eps_f=sub.eps_f,
+    )
 
 
 def _ladder(
@@ -718,7 +741,6 @@ def _ladder(
     suspects: np.ndarray,
     ladder: bool,
     inputs: float = 0.0,
-    sparse: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``) and
@@ -759,7 +781,7 @@ def _ladder(
     open_ = everything  # positions in suspects
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, sparse=sparse)
+        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
         evaluations += len(OFFSETS)
         sub = est.take("kink", suspects[open_])
         if sub.any():

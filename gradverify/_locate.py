@@ -125,9 +125,12 @@ class Localiser:
         F = self.oracle.F(u, c)
         h = self.oracle.precision.h
         with _xp.quiet():
-            d = (F(h) - F(-h)) / (2 * h * c)
+            d = F(h) - F(-h)  # (fn's outputs are not ours to write: a new array, then in place)
+            d /= 2 * h * c
         xp = _xp.ns(d)
-        return xp.where(xp.isfinite(d) & self.primal.finite, d, 0.0)
+        if self.primal.all_finite and _xp.all_finite(d):
+            return d
+        return xp.where(_xp.finite(d) & self.primal.finite, d, 0.0)
 
     def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
         """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:

@@ -185,7 +185,9 @@ class AD:
             return None
         value = _xp.flat(d.value)
         xp = _xp.ns(value)
-        bad = ~xp.isfinite(value) & primal.finite
+        if primal.all_finite and _xp.all_finite(value):
+            return value
+        bad = ~_xp.finite(value) & primal.finite
         if _xp.any_(bad):
             i = int(_xp.nonzero(bad, limit=1)[0])
             self.report.add(
@@ -227,7 +229,9 @@ class AD:
             parts.append(_xp.flat(d.value))
         g = _xp.concat(parts) if len(parts) > 1 else parts[0]
         xp = _xp.ns(g)
-        bad = ~xp.isfinite(g)
+        if _xp.all_finite(g):
+            return g
+        bad = ~_xp.finite(g)
         if not _xp.any_(bad):
             return g
         j = int(_xp.nonzero(bad, limit=1)[0])

@@ -35,7 +35,7 @@ class Oracle:
         # stencil (a compiled fn may round unlike its eager run)
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
-            self.f0 = _xp.flat(ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle))
+            self.f0 = ev.primal_flat(probes.flat.split(_xp.copy(probes.x)), precision.oracle)
         self.refs: list[_fd.Reference] = []
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step
@@ -53,13 +53,21 @@ class Oracle:
         if j is not None:
 
             def at_basis(t: float) -> Any:
-                return _xp.flat(ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle))
+                return ev.primal_flat(flat.split(_xp.shifted(x, j, t * c)), oracle)
 
             return at_basis
         w = u * c if c != 1.0 else u
+        if _xp.immutable(x):  # jax: the point and its split in one compiled pass
+            split = _fd._kernel(_split_point, x, static=(3,))
+            layout = (flat.offsets, flat.sizes, flat.shapes)
+
+            def at_jax(t: float) -> Any:
+                return ev.primal_flat(list(split(x, w, t, layout)), oracle)
+
+            return at_jax
 
         def at(t: float) -> Any:
-            return _xp.flat(ev.primal(flat.split(_xp.axpy(x, t, w)), oracle))
+            return ev.primal_flat(flat.split(_xp.axpy(x, t, w)), oracle)
 
         return at
 
@@ -246,6 +254,8 @@ class Oracle:
     def report_inconclusive(self, report: Findings) -> None:
         """One inconclusive finding per kind of non-smooth point found."""
         probes, primal = self.probes, self.primal
+        if all(r.all_smooth for r in self.refs):
+            return
         for status, kind, what in (
             (_fd.KINK, Kind.NONDIFFERENTIABLE, "non-differentiable point (a kink)"),
             (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
@@ -294,6 +304,12 @@ class Oracle:
                 where=probes.direction_name(b),
                 detail=reason,
             )
+
+
+def _split_point(x: Any, w: Any, t: float, layout: tuple) -> tuple[Any, ...]:
+    """x + t w cut into the arguments (offsets, sizes, shapes)."""
+    p = x + t * w
+    return tuple(p[o : o + s].reshape(sh) for o, s, sh in zip(*layout))
 
 
 def _wide_tilt(fs: tuple[Any, ...], sigma: Any, peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:

@@ -8,6 +8,7 @@ it) and whether AD runs in float64 besides the arguments' own low precision."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,12 @@ def summary(name: str, v: Any, dtype: str, differentiable: bool) -> ArraySummary
         hi = float(a.max()) if a.size else None
         return ArraySummary(name, shape, dtype, lo, hi, differentiable)
     xp = _xp.ns(v)
+    if _xp.size(v) and _xp.is_floating(v):
+        lo, hi = _xp.extremes(v)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return ArraySummary(name, shape, dtype, lo, hi, differentiable)
     if _xp.is_floating(v):
-        finite = xp.isfinite(v)
+        finite = _xp.finite(v)
         if not _xp.any_(finite):
             return ArraySummary(name, shape, dtype, None, None, differentiable)
         lo, hi = float(xp.min(xp.where(finite, v, xp.inf))), float(xp.max(xp.where(finite, v, -xp.inf)))
@@ -107,7 +112,7 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
                 input_index=first,
             )
     values = _xp.flat(_xp.as64(out1))
-    finite = _xp.ns(values).isfinite(values)
+    finite = _xp.finite(values)
     all_finite = _xp.all_(finite)
     if not all_finite:
         first = unravel(int(_xp.nonzero(~finite, limit=1)[0]), shape)

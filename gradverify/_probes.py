@@ -150,6 +150,10 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     )
 
 
+#: The eight signs (+-1, most significant bit first, as np.unpackbits) of every byte.
+_SIGN_TABLE = 1.0 - 2.0 * np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)
+
+
 def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = None) -> Any:
     """n random signs (Rademacher) times ``scale``, float64, beside ``like``.
     The same seed gives the same signs on every backend: the bits are drawn on
@@ -160,11 +164,11 @@ def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = No
         s *= -2.0
         s += 1.0
     else:
+        # each byte looks up its eight signs: one pass writes the n of them
         xp = _xp.ns(like)
         b = _xp.like(packed, like, xp.uint8)
-        shifts = _xp.like(np.arange(7, -1, -1, dtype=np.uint8), like, xp.uint8)
-        bits = xp.reshape((b[:, None] >> shifts[None, :]) & 1, (-1,))[:n]
-        s = 1.0 - 2.0 * xp.astype(bits, xp.float64)
+        table = _xp.like(_SIGN_TABLE, like, xp.float64)
+        s = xp.reshape(table[xp.astype(b, xp.int64)], (-1,))[:n]
     if scale is not None:
         s = s * scale if not _xp.on_host(s) else np.multiply(s, scale, out=s)
     return s

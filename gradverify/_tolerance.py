@@ -179,12 +179,17 @@ def ad_bound(
         scale = _xp.absmax(mag)
     # below the smallest normal a result has no relative precision left (a
     # derivative of 4e-47 is 0 in float32, and rightly so)
-    return c * (mag + scale) + ad_rounding(dtype_name) * SMALLEST_NORMAL.get(dtype_name, 2.0**-126)
+    tiny = ad_rounding(dtype_name) * SMALLEST_NORMAL.get(dtype_name, 2.0**-126)
+    if _xp.on_host(mag):
+        return c * (mag + scale) + tiny
+    mag *= c  # (in place on our own |values|: two passes, not three)
+    mag += c * scale + tiny
+    return mag
 
 
 def hoeffding(weights: Any, bounds: Any) -> float:
     """Bound on |sum_i w_i e_i| for |e_i| <= bounds_i and random-sign w."""
-    p = weights * bounds
+    p = bounds if isinstance(weights, float) and weights == 1.0 else weights * bounds
     xp = _xp.ns(p)
     if xp is np:
         return HOEFFDING_K * float(np.sqrt(np.sum(np.square(p))))

@@ -45,8 +45,8 @@ def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.n
                     "split complex inputs into real and imaginary parts",
                 )
             )
-        if backend.is_floating(a):
-            bad = ~_xp.ns(v).isfinite(v)
+        if backend.is_floating(a) and not _xp.all_finite(v):
+            bad = ~_xp.finite(v)
             if _xp.any_(bad):
                 k = int(_xp.nonzero(bad, limit=1)[0])
                 first = tuple(int(j) for j in np.unravel_index(k, tuple(v.shape)))

@@ -204,6 +204,15 @@ def _torch_into(a: Any, b: Any, op: str) -> Any:
     return getattr(torch, op)(a, b, out=a)
 
 
+def all_finite(a: Any) -> bool:
+    """Whether every element is finite (one reduction on a device array)."""
+    if size(a) == 0:
+        return True
+    if on_host(a):
+        return bool(np.isfinite(a).all())
+    return math.isfinite(maxabs(a))
+
+
 def finite(a: Any) -> Any:
     """isfinite(a): |a| < inf, two cheap passes (torch's isfinite makes more)."""
     xp = ns(a)
@@ -234,6 +243,15 @@ def absmax(a: Any) -> float:
     if xp is np:
         return float(np.max(np.abs(a), initial=0.0))
     return 0.0 if size(a) == 0 else maxabs(a)
+
+
+def extremes(a: Any) -> tuple[float, float]:
+    """(min, max) of a non-empty device array (NaN propagates; torch: one pass)."""
+    if hasattr(a, "aminmax"):
+        lo, hi = a.aminmax()
+        return float(lo), float(hi)
+    xp = ns(a)
+    return float(xp.min(a)), float(xp.max(a))
 
 
 def maxabs(a: Any) -> float:
@@ -288,6 +306,8 @@ def dot(a: Any, b: Any) -> float:
         return float(a @ b)
     if hasattr(a, "dot") and hasattr(a, "detach"):  # torch: its own kernel (vecdot is a batched matmul)
         return float(a.dot(b))
+    if len(tuple(a.shape)) == 1 and len(tuple(b.shape)) == 1:
+        return float(xp.tensordot(a, b, axes=1))  # (jax: vecdot is several times slower)
     return float(xp.vecdot(a, b))
 
 
@@ -327,6 +347,8 @@ def equal(a: Any, b: Any) -> bool:
     xp = ns(a, b)
     if xp is np:
         return bool(np.array_equal(a, b, equal_nan=True))
+    if hasattr(a, "equal") and hasattr(a, "detach") and a.dtype == b.dtype and bool(a.equal(b)):
+        return True  # (torch: one pass; NaNs make it False and the test below decides)
     same = (a == b) | (xp.isnan(a) & xp.isnan(b)) if xp.isdtype(a.dtype, "real floating") else a == b
     return bool(xp.all(same))
 

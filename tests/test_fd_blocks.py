@@ -107,38 +107,51 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
-@pytest.mark.parametrize("bad", [False, True])
-def test_the_sparse_estimate_is_the_full_one_bit_for_bit(backend, bad):
-    """Along a basis vector most outputs do not move. The sparse estimate works
-    on the ones that do (and the non-finite ones) and fills in the rest: the
-    same value, bound, flags and noise as the whole computation, element for
-    element - including a moved element whose stencil holds NaN or inf, an
-    output that is inf at the point and stays there, and a per-element tolerance."""
-    rng = np.random.default_rng(7 + bad)
-    n = 5000
-    f0 = rng.standard_normal(n) * 3.0
-    moved = rng.choice(n, 40, replace=False)
-    arrays = []
-    for _ in _fd.OFFSETS:
-        a = f0.copy()
-        a[moved] += rng.standard_normal(40) * 1e-4
-        arrays.append(a)
-    if bad:
-        arrays[1][moved[:3]] = [np.nan, np.inf, -np.inf]
-        for a in (f0, *arrays):
-            a[11] = np.inf  # unmoved but not finite: R = inf - inf
+@pytest.mark.parametrize("case", ["smooth", "kinks", "not finite"])
+def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):
+    """Along a basis vector most outputs do not move. The reference worked out
+    on the ones that do (and the non-finite ones), and filled in elsewhere, is
+    the reference of the whole vector: the same values, bounds and statuses,
+    element for element - kinks sent down the ladder, a moved element whose
+    stencil meets NaN or inf, an output that is inf at the point and stays there."""
+    rng = np.random.default_rng(["smooth", "kinks", "not finite"].index(case))
+    n = 3000
+    x = rng.standard_normal(n) * 3.0
+    moved = np.sort(rng.choice(n, 40, replace=False))
+    w = np.zeros(n)
+    w[moved] = rng.standard_normal(40)
+    if case == "kinks":
+        x[moved[:5]] = 0.0  # |x| at its kink
+    if case == "not finite":
+        x[moved[:3]] = [1e308, -1e308, 1e308]  # sinh overflows along the steps
+        x[11] = np.inf  # (unmoved, inf at the point and everywhere)
+    name = {"smooth": "sin", "kinks": "abs", "not finite": "sinh"}[case]
     ad_tol = np.abs(rng.standard_normal(n)) * 1e-9
+    to, fn = np.asarray, getattr(np, name)
     if backend == "torch":
         torch = pytest.importorskip("torch")
-        f0, arrays, ad_tol = torch.from_numpy(f0), [torch.from_numpy(a) for a in arrays], torch.from_numpy(ad_tol)
-    s = _fd.Stencil(1e-3, tuple(arrays))
-    whole = _fd.estimate(s, f0, 1.1e-16, ad_tol, None)
-    sparse = _fd.estimate(s, f0, 1.1e-16, ad_tol, None, sparse=True)
-    assert whole.eps_f == sparse.eps_f and whole.slope == sparse.slope
-    for name in ("value", "err", "kink", "finite", "noise"):
-        a, b = (np.asarray(getattr(e, name)) for e in (whole, sparse))
-        assert np.array_equal(a, b, equal_nan=True), name
-    flagged = set(np.flatnonzero(np.asarray(whole.kink)).tolist())
-    assert flagged <= set(moved.tolist()) | {11}  # an unmoved finite element is never flagged
-    if bad:
-        assert set(moved[:3].tolist()) | {11} <= flagged
+        to, fn = torch.from_numpy, getattr(torch, name)
+    x, w, ad_tol = to(x), to(w), to(ad_tol)
+
+    def F(t):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fn(x + t * w)
+
+    f0, h = F(0.0), 2.0**-16
+    refs = [_fd.reference(F, f0, h, 1e-12, 2.0**-53, ad_tol, f0_scale=None, sparse=sparse) for sparse in (False, True)]
+    whole, support = refs
+    for name in ("value", "err", "status", "flagged"):
+        a, b = (np.asarray(getattr(r, name)) for r in refs)
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+    assert whole.all_smooth == support.all_smooth
+    assert whole.evaluations == support.evaluations and whole.eps_f == support.eps_f
+    status = np.asarray(whole.status)
+    unmoved = np.setdiff1d(np.arange(n), moved)
+    if case == "smooth":
+        assert (status == _fd.SMOOTH).all()
+    if case == "kinks":
+        assert (status[moved[:5]] == _fd.KINK).all()
+    if case == "not finite":
+        assert status[11] == _fd.UNRELIABLE and (status[moved[:3]] != _fd.SMOOTH).all()
+        unmoved = unmoved[unmoved != 11]
+    assert (status[unmoved] == _fd.SMOOTH).all()

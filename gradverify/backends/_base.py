@@ -83,6 +83,11 @@ class Backend:
         """fn(*args): the primal (a backend may compile it in a compiling session)."""
         return fn(*args)
 
+    def call_flat(self, fn: Callable, args: Sequence[Any]) -> Any:
+        """fn(*args) flattened (a view where the backend has them)."""
+        out = self.call(fn, args)
+        return out.reshape(-1) if hasattr(out, "reshape") else out
+
     def compiles(self, fn: Callable) -> bool:
         """Whether ``call`` runs a compiled fn (whose rounding may differ from fn's eager run)."""
         return False

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._errors import ModeUnavailable
 from ._base import Backend
-from ._session import session_cache
+from ._session import compiling_primal, session_cache, session_kinds
 
 _WIDE = ("float64", "int64", "uint64")
 #: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
@@ -83,10 +83,12 @@ class JaxBackend(Backend):
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
         # The checker's float64 arithmetic needs x64; fn keeps running under
-        # the caller's own setting (``precision``).
+        # the caller's own setting (``precision``). fn is compiled for the
+        # check's evaluations where it traces (eager where it does not): on
+        # large arrays one compiled pass costs a fraction of its eager ops.
         token = _USER_X64.set(_USER_X64.get(jax.config.jax_enable_x64))
         try:
-            with jax.enable_x64(True):
+            with jax.enable_x64(True), compiling_primal():
                 yield
         finally:
             _USER_X64.reset(token)
@@ -118,6 +120,14 @@ class JaxBackend(Backend):
 
     def call(self, fn: Callable, args: Sequence[Any]) -> Any:
         return _run(compiled(fn), "primal", lambda: fn(*args), *args)
+
+    def call_flat(self, fn: Callable, args: Sequence[Any]) -> Any:
+        # (eager, a reshape is a copy; compiled, the flat output is fn's own)
+        def eager() -> Any:
+            out = fn(*args)
+            return out.reshape(-1) if hasattr(out, "reshape") else out
+
+        return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         try:
@@ -190,8 +200,10 @@ class Compiled:
 
     def __init__(self, fn: Callable) -> None:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
-        self.ok = {"primal": True, "jvp": True, "vjp": True}
+        kinds = session_kinds()
+        self.ok = {kind: kind in kinds for kind in ("primal", "jvp", "vjp")}
         self.primal = jax.jit(lambda *args: ref()(*args))
+        self.primal_flat = jax.jit(lambda *args: ref()(*args).reshape(-1))
         self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
         self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
 
@@ -211,11 +223,11 @@ def compiled(fn: Callable) -> Compiled | None:
         return None
 
 
-def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any) -> Any:
+def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any, attribute: str = "") -> Any:
     if entry is None or not entry.ok[kind]:
         return eager()
     try:
-        return getattr(entry, kind)(*args)
+        return getattr(entry, attribute or kind)(*args)
     except Exception:
         # either fn cannot be traced or it raises: the eager run tells which
         out = eager()

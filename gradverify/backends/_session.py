@@ -15,6 +15,8 @@ from contextvars import ContextVar
 from typing import Any
 
 _CACHE: ContextVar[weakref.WeakKeyDictionary[Any, Any] | None] = ContextVar("gradverify_compiled", default=None)
+#: What a session compiles: fn, its JVP and its VJP ("verify"), or fn alone (one check).
+_KINDS: ContextVar[tuple[str, ...]] = ContextVar("gradverify_compiled_kinds", default=("primal", "jvp", "vjp"))
 
 
 @contextlib.contextmanager
@@ -40,6 +42,28 @@ def compiling() -> Iterator[None]:
         yield
     finally:
         _CACHE.reset(token)
+
+
+@contextlib.contextmanager
+def compiling_primal() -> Iterator[None]:
+    """A session of one check that compiles fn alone: it is evaluated a few
+    dozen times (the finite differences), its JVP and VJP a few times each,
+    where compiling them would cost more than it saves. Inside a ``compiling``
+    block, that block's session is used."""
+    if _CACHE.get() is not None:
+        yield
+        return
+    token, kinds = _CACHE.set(weakref.WeakKeyDictionary()), _KINDS.set(("primal",))
+    try:
+        yield
+    finally:
+        _KINDS.reset(kinds)
+        _CACHE.reset(token)
+
+
+def session_kinds() -> tuple[str, ...]:
+    """What this session compiles."""
+    return _KINDS.get()
 
 
 def session_cache() -> weakref.WeakKeyDictionary[Any, Any] | None:
