@@ -440,66 +440,91 @@ def model_reference(
         noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
         kappa_max = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f
         drift_max = (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f
-        out = _Outputs(n, f0f, len(blocks), ("value", "err", "shift"))
-        kernel = _kernel(_model_block, f0f)
         limits = (noise1, noise2, typical, kappa_max, drift_max)
-        for b in blocks:
+        kernel = _kernel(_model_block, f0f)
+        scratch = _xp.Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
+        if scratch is None:  # (jax: one compiled block)
+            b = blocks[0]
             t = tol_f[b] if tol_array else tol_f
-            ok, v, e, shift = kernel(
+            ok, value, err, shift = kernel(
                 tuple(F[k][b] for k in MODEL_OFFSETS), f0f[b], t, None if adf is None else adf[b], h, limits
             )
             if not bool(ok):
                 return None
-            out.put("value", b, v)
-            out.put("err", b, e)
-            out.put("shift", b, shift)
-    return (
-        xp.reshape(out.get("value"), shape),
-        xp.reshape(out.get("err"), shape),
-        xp.reshape(out.get("shift"), shape),
-        typical,
-    )
+        else:
+            value, err, shift = (_xp.empty(n, f0f) for _ in range(3))
+            for b in blocks:
+                t = tol_f[b] if tol_array else tol_f
+                ad_b = None if adf is None else adf[b]
+                fs = tuple(F[k][b] for k in MODEL_OFFSETS)
+                ok, _, _, _ = kernel(fs, f0f[b], t, ad_b, h, limits, (value[b], err[b], shift[b]), scratch)
+                if not bool(ok):
+                    return None
+    return xp.reshape(value, shape), xp.reshape(err, shape), xp.reshape(shift, shape), typical
 
 
 def _model_block(
-    fs: tuple[Array, ...], f0: Array, t: Array | float, ad: Array | None, h: float, limits: tuple[float, ...]
+    fs: tuple[Array, ...],
+    f0: Array,
+    t: Array | float,
+    ad: Array | None,
+    h: float,
+    limits: tuple[float, ...],
+    outs: tuple[Array, Array, Array] | None = None,
+    scratch: _xp.Scratch | None = None,
 ) -> tuple:
     """model_reference() on one block: (every element passes, value, err,
-    shift) from the points ``fs`` (in the order of MODEL_OFFSETS); see _estimate_block."""
+    shift) from the points ``fs`` (in the order of MODEL_OFFSETS). Pure array
+    arithmetic (see _estimate_block); on numpy and torch the results go into
+    ``outs`` (value, err, shift) and the temporaries into ``scratch``."""
     noise1, noise2, typical, kappa_max, drift_max = limits
     f = dict(zip(MODEL_OFFSETS, fs))
     xp = _xp.ns(f0, *fs)
-    d1, d2, d4, r1, r2 = _richardson(f, h)
-    trunc = _xp.iabs(r1 - r2)
+    m = tuple(f0.shape)[0]
+
+    def tmp(name: str) -> Array | None:
+        return None if scratch is None else scratch(name, m)
+
+    out_v, out_e, out_s = outs if outs is not None else (None, None, None)
+    d1, d2, d4, r1, r2 = _richardson(f, h, tmp)
+    # (the kink indicator first, while the block's points are still in cache)
+    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
+    kappa *= 4.0
+    kappa -= _xp.add(f[4], f[-4], tmp("a"))
+    kappa -= _xp.mul(f0, 6.0, tmp("a"))
+    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
+    limit += kappa_max
+    ok = xp.all(_xp.iabs(kappa) <= limit)
+    trunc = _xp.iabs(_xp.sub(r1, r2, tmp("trunc")))
     trunc *= tol.FD_SAFETY
-    e1 = trunc * (16.0 / 15.0)
+    e1 = _xp.mul(trunc, 16.0 / 15.0, tmp("e1"))
     e1 += noise1
     trunc += noise2  # R2's bound
-    lo = _xp.imaximum(r2 - trunc, r1 - e1)
-    hi = _xp.iminimum(r2 + trunc, r1 + e1)
-    v = lo + hi
+    lo = _xp.imaximum(_xp.sub(r2, trunc, tmp("lo")), _xp.sub(r1, e1, tmp("a")))
+    hi = _xp.iminimum(_xp.add(r2, trunc, tmp("hi")), _xp.add(r1, e1, tmp("a")))
+    v = _xp.add(lo, hi, out_v)
     v *= 0.5
-    e = hi - lo
+    e = _xp.sub(hi, lo, out_e)
     e *= 0.5
-    room = _xp.iabs(v + 0.0)
+    room = _xp.absolute(v, tmp("room"))
     room += typical
     room *= 0.5
-    ok = xp.all(e <= room)
-    kappa = f[2] + f[-2]
-    kappa *= 4.0
-    kappa -= f[4] + f[-4]
-    kappa -= 6.0 * f0
-    limit = t * h
-    limit += kappa_max
-    ok = ok & xp.all(_xp.iabs(kappa) <= limit)
-    drift = _xp.iabs(d2 - d4)
-    drift -= 0.5 * _xp.iabs(d1 - d2)
+    ok = ok & xp.all(e <= room)
+    drift = _xp.iabs(_xp.sub(d2, d4, tmp("drift")))
+    wide = _xp.iabs(_xp.sub(d1, d2, tmp("a")))
+    wide *= 0.5
+    drift -= wide
     ok = ok & xp.all(drift <= drift_max)
     if ad is not None:
-        ok = ok & xp.all(_xp.iabs(ad - v) <= e + t)
+        room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
+        ok = ok & xp.all(_xp.iabs(_xp.sub(ad, v, tmp("a"))) <= room)
     r1 -= v
     r2 -= v
-    return ok, v, e, _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
+    shift = _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
+    if out_s is not None:
+        out_s[...] = shift
+        shift = out_s
+    return ok, v, e, shift
 
 
 def _scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> tuple[float, float, float]:
@@ -523,19 +548,22 @@ def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Arr
     return fmax((f2 - fm2) * (1.0 / h)), xp.maximum(fmax(fm4), fmax(f4)), fmax(f0)
 
 
-def _richardson(f: dict[int, Array], h: float) -> tuple[Array, Array, Array, Array, Array]:
+def _richardson(
+    f: dict[int, Array], h: float, tmp: Callable[[str], Array | None] = lambda name: None
+) -> tuple[Array, Array, Array, Array, Array]:
     """D(h), D(h/2), D(h/4) and R1 = R(h, h/2), R2 = R(h/2, h/4) from the
-    stencil ``f`` (offset -> F): estimate() and model_reference() share them bit for bit."""
-    d1 = f[4] - f[-4]
+    stencil ``f`` (offset -> F): estimate() and model_reference() share them
+    bit for bit. ``tmp(name)``: a buffer to compute into, or None."""
+    d1 = _xp.sub(f[4], f[-4], tmp("d1"))
     d1 *= 0.5 / h
-    d2 = f[2] - f[-2]
+    d2 = _xp.sub(f[2], f[-2], tmp("d2"))
     d2 *= 1.0 / h
-    d4 = f[1] - f[-1]
+    d4 = _xp.sub(f[1], f[-1], tmp("d4"))
     d4 *= 2.0 / h
-    r1 = 4.0 * d2
+    r1 = _xp.mul(d2, 4.0, tmp("r1"))
     r1 -= d1
     r1 *= 1.0 / 3.0
-    r2 = 4.0 * d4
+    r2 = _xp.mul(d4, 4.0, tmp("r2"))
     r2 -= d2
     r2 *= 1.0 / 3.0
     return d1, d2, d4, r1, r2
@@ -679,7 +707,7 @@ def _on_support(
     with _xp.quiet():
         moved = ~_xp.finite(f0f)
         for a in stencil.f:
-            moved = moved | (_xp.flat(a) != f0f)
+            moved |= _xp.flat(a) != f0f
     idx = _xp.nonzero(moved)
     if idx.size == n:
         return None
@@ -721,10 +749,10 @@ def _on_support(
         status,
         sub.evaluations,
         sub.all_smooth and not rest_unresolved,
-        filled(0.0, sub.noise, "float64"),
+        None,  # (a column's noise and ladder flags serve no later test)
         reasons,
         sub.typical,
-        filled(False, sub.flagged, "bool"),
+        None,
         eps_f=sub.eps_f,
     )
 

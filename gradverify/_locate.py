@@ -49,7 +49,7 @@ class Localiser:
         """The element of J^T v_a that is wrong (the projection on u_b failed);
         ``use_jvp``: the JVP is trusted as the oracle for choosing halves."""
         use_jvp = use_jvp and bool(self.modes.jvps)
-        j, (values, bound, confirmed, _) = self._guessed(a, b)
+        j, (values, bound, confirmed, _) = self._guessed(a, b, use_jvp)
         if j is not None and confirmed:
             return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
         j, steps = self._bisect_vjp(a, b, use_jvp)
@@ -60,16 +60,17 @@ class Localiser:
         """The elementwise guess for a failing projection when FD along e_j
         convicts the VJP there on its own: the column fully estimated (no
         element left undecided) and the VJP's element outside its bound."""
-        j, (values, bound, confirmed, complete) = self._guessed(a, b)
+        j, (values, bound, confirmed, complete) = self._guessed(a, b, bool(self.modes.jvps))
         if j is None or not (confirmed and complete):
             return None
         return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
 
-    def _guessed(self, a: int, b: int) -> tuple[int | None, tuple[dict[str, float], float, bool, bool]]:
-        """The elementwise guess and its test along e_j (made once per pair)."""
+    def _guessed(self, a: int, b: int, use_jvp: bool) -> tuple[int | None, tuple[dict[str, float], float, bool, bool]]:
+        """The elementwise guess (ranked by the JVP when it is trusted) and its
+        test along e_j, made once per pair."""
         key = (a, b)
         if key not in self._guesses:
-            j = self._diagonal_guess(a, b)
+            j = self._diagonal_guess(a, b, use_jvp)
             self._guesses[key] = (j, self._vjp_element(a, j) if j is not None else ({}, 0.0, False, False))
         return self._guesses[key]
 
@@ -96,7 +97,7 @@ class Localiser:
         bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
         return values, bound, abs(values["VJP"] - values["FD"]) > bound, complete
 
-    def _diagonal_guess(self, a: int, b: int) -> int | None:
+    def _diagonal_guess(self, a: int, b: int, use_jvp: bool = False) -> int | None:
         """If fn were elementwise in an input shaped like the output, its element
         j would feed output j alone: (J^T v)_j u_j = v_j (J u_k)_j with u_k the
         direction restricted to that input (one oracle call). The worst
@@ -108,7 +109,8 @@ class Localiser:
             if tuple(shape) != self.primal.shape:
                 continue
             uk = _xp.window(u, off, off + size)
-            w = self.projection_oracle(uk, use_jvp=False)  # ranking needs no precision: 2 evaluations
+            # ranking needs no precision: one JVP, or a central difference (2 evaluations)
+            w = self.projection_oracle(uk, use_jvp=use_jvp)
             r = _xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w))
             k = _xp.argmax(r)
             if best is None or float(r[k]) > best[0]:

@@ -97,20 +97,22 @@ class Oracle:
             p.h if h is None else h,
             p.floor,
             p.u_oracle,
-            ad_tol * c,
+            ad_tol * c if c != 1.0 else ad_tol,
             ladder=ladder,
             f0_scale=p.f0_scale,
             inputs=self.probes.inputs_max,
             model_first=model_first,
-            ad=None if ad is None else ad * c,
+            ad=None if ad is None or c == 1.0 else ad * c,
             sparse=j is not None,
         )
         return self._in_units(ref, c)
 
     def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
-        if c != 1.0:
-            ref.value = ref.value / c
-            ref.err = ref.err / c
+        if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
+            ref.value /= c
+            ref.err /= c
+            if ref.shift is not None:
+                ref.shift /= c
         if not self.primal.all_finite:
             ref.status = _xp.put(ref.status, ~self.primal.finite, _fd.UNRELIABLE)
             ref.all_smooth = False

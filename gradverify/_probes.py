@@ -101,16 +101,18 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
     x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
     xp = _xp.ns(x)
-    raw = []
+    raw, tops, rs = [], [], []
     for s in segs:
-        a = xp.abs(s)
-        r = rms(a)
-        raw.append(xp.maximum(a, r if r > 0 else 1.0))
-    raw_scale = xp.maximum(_xp.concat(raw) if len(raw) > 1 else raw[0], tol.TINY_SCALE)
+        top = _xp.absmax(s)
+        r = _rms(s, top)
+        rs.append(r)
+        tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
+        raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
+    raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
     # The slope a derivative formula works at: |f| over |x|. A rule that
     # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
     # it, not to its small result; the AD bound allows that.
-    x_rms = rms(x)
+    x_rms = rms(x) if len(segs) > 1 else rs[0]
     f0_scale = precision.f0_scale
     slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
     n, m = flat.n, _xp.size(precision.f0)
@@ -124,7 +126,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         vs = tuple(basis(i, m, x) for i in range(m))
         strategy = f"full Jacobian ({m}x{n})"
     else:
-        c = power_of_two(_xp.absmax(raw_scale))
+        c = power_of_two(max(tops))
         scale = raw_scale / c
         us = tuple(signs(rng, n, scale, like=x) for _ in range(k))
         cs = (c,) * k
@@ -170,17 +172,27 @@ def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = No
         table = _xp.like(_SIGN_TABLE, like, xp.float64)
         s = xp.reshape(table[xp.astype(b, xp.int64)], (-1,))[:n]
     if scale is not None:
-        s = s * scale if not _xp.on_host(s) else np.multiply(s, scale, out=s)
+        s *= scale  # (our own array: in place where arrays are mutable)
     return s
 
 
 def rms(a: Any) -> float:
     """Root mean square without overflow or underflow of the squares."""
-    top = _xp.absmax(a)
+    return _rms(a, _xp.absmax(a))
+
+
+def _rms(a: Any, top: float) -> float:
+    """The rms of ``a`` given max |a| = ``top``. On a
+    device the squares are summed as they are where neither they nor their
+    sum can overflow and the largest is far above the smallest normal (one
+    pass); otherwise, and always on the host, ``a`` is scaled by ``top`` first."""
+    n = _xp.size(a)
     if top == 0.0 or not np.isfinite(top):
         return top
+    if not _xp.on_host(a) and 1e-140 < top < 1e140 and n < 2**40:
+        return float(np.sqrt(_xp.dot(a, a) / n))
     b = a / top
-    return top * float(np.sqrt(_xp.dot(b, b) / _xp.size(b)))
+    return top * float(np.sqrt(_xp.dot(b, b) / n))
 
 
 def power_of_two(x: float) -> float:

@@ -213,6 +213,69 @@ def all_finite(a: Any) -> bool:
     return math.isfinite(maxabs(a))
 
 
+class Scratch:
+    """Reusable temporaries of a block loop (numpy and torch): each name gets one
+    buffer of the largest block's length, reused by every block - a fresh
+    array per operation costs more in page faults than its arithmetic. None
+    for jax (compiled kernels need none)."""
+
+    def __init__(self, like: Any, length: int) -> None:
+        self.like, self.length = like, length
+        self.buffers: dict[str, Any] = {}
+
+    @classmethod
+    def beside(cls, like: Any, length: int) -> Scratch | None:
+        return None if immutable(like) else cls(like, length)
+
+    def __call__(self, name: str, m: int, dtype: str = "float64") -> Any:
+        buf = self.buffers.get(name)
+        if buf is None:
+            buf = self.buffers[name] = empty(self.length, self.like, dtype)
+        return buf[:m]
+
+
+def sub(a: Any, b: Any, out: Any = None) -> Any:
+    """a - b, into ``out`` when given (numpy and torch)."""
+    if out is None:
+        return a - b
+    if isinstance(out, np.ndarray):
+        return np.subtract(a, b, out=out)
+    return _torch().sub(a, b, out=out)
+
+
+def add(a: Any, b: Any, out: Any = None) -> Any:
+    """a + b, into ``out`` when given."""
+    if out is None:
+        return a + b
+    if isinstance(out, np.ndarray):
+        return np.add(a, b, out=out)
+    return _torch().add(a, b, out=out)
+
+
+def mul(a: Any, b: float, out: Any = None) -> Any:
+    """a * b (b a number), into ``out`` when given."""
+    if out is None:
+        return a * b
+    if isinstance(out, np.ndarray):
+        return np.multiply(a, b, out=out)
+    return _torch().mul(a, b, out=out)
+
+
+def absolute(a: Any, out: Any = None) -> Any:
+    """|a|, into ``out`` when given."""
+    if out is None:
+        return ns(a).abs(a)
+    if isinstance(out, np.ndarray):
+        return np.abs(a, out=out)
+    return _torch().abs(a, out=out)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
 def finite(a: Any) -> Any:
     """isfinite(a): |a| < inf, two cheap passes (torch's isfinite makes more)."""
     xp = ns(a)
