@@ -234,3 +234,34 @@ def test_device_and_host_give_the_same_verdicts(monkeypatch, backend):
             assert device == host, label
             if label in expected:
                 assert device[0] == expected[label], (label, device)
+
+
+# -- jax: fn compiled for the evaluations, eager where it cannot be traced -------------------
+def _counted_tanh(traceable: bool):
+    calls = []
+
+    def fn(x):
+        calls.append(1)  # (Python runs once per eager call, once per trace under jit)
+        if not traceable and type(x).__name__ == "DynamicJaxprTracer":
+            raise TypeError("this fn refuses jax.jit (it differentiates, eagerly)")
+        return jnp.tanh(x) * 2.0
+
+    return fn, calls
+
+
+def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
+    """On the device path fn is jit-compiled for the finite differences' evaluations
+    (its Python runs once, to trace); one that cannot be traced runs eagerly
+    throughout, with the same verdict."""
+    monkeypatch.setattr(_xp, "HOST_MAX", 0)  # (the device path on a small input)
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(300))
+    runs = {}
+    for traceable in (True, False):
+        fn, calls = _counted_tanh(traceable)
+        r = gv.check(fn, x)
+        assert r.ok, r.findings
+        runs[traceable] = (len(calls), r.evaluations)
+    (compiled, ev_compiled), (eager, ev_eager) = runs[True], runs[False]
+    assert ev_compiled == ev_eager and ev_compiled["primal"] >= 8
+    # every evaluation beyond the two eager ones at the point ran compiled, bar one trace
+    assert eager - compiled >= ev_compiled["primal"] - 3, runs
