@@ -91,7 +91,9 @@ class Comparisons:
         self.ad, self.oracle, self.modes, self.bounds = ad, oracle, modes, bounds
         self.probes, self.primal, self.precision = oracle.probes, oracle.primal, oracle.precision
         self.report, self.closeness = report, closeness
-        self.locate = Localiser(ad, oracle, modes, bounds.jvp, bounds.vjp)
+        self.locate = Localiser(
+            ad, oracle, modes, bounds.jvp, bounds.vjp, lambda w: tol.ad_bound(w, modes.ad_out, bounds.rtol, bounds.atol)
+        )
 
     @functools.cached_property
     def lhs(self) -> list[list[float]]:

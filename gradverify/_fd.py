@@ -187,13 +187,15 @@ def estimate(
     ad_tol: Array | float,
     f0_scale: float | None = None,
     chunk: int | None = None,
+    outer: float = 0.0,
 ) -> Estimate:
     """Richardson value, its error bound, the measured noise and the flags, done
     block by block: on a large vector each pass over the whole of it would leave
     the caches. Element for element the same operations in the same order, so
     the result does not depend on ``chunk`` (a test holds it bit for bit); only
     the scales of the rounding model (maxima) need the whole vector, gathered in
-    a first pass."""
+    a first pass. ``outer``: a floor under the largest |F(+-h)| (from outputs
+    left out of this vector, see _on_support)."""
     h = s.h
     shape = tuple(f0.shape)
     f0f = _xp.flat(f0)
@@ -202,7 +204,8 @@ def estimate(
     xp = _xp.ns(f0f, *F.values())
     tol_array, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
-    slope_scale = stencil_scale = f0_max = 0.0
+    slope_scale = f0_max = 0.0
+    stencil_scale = outer
     with _xp.quiet():
         # pass 1: the scales of the rounding model
         for b in blocks:
@@ -530,6 +533,8 @@ def _model_block(
 def _scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> tuple[float, float, float]:
     """The rounding model's scales on block b: the largest finite |D(h/2)|,
     |F(+-h)| and |F(0)| (0 when ``f0`` is None)."""
+    if b.stop - b.start == 0 or _xp.size(F[2]) == 0:
+        return 0.0, 0.0, 0.0
     if _xp.immutable(F[2]):
         parts = tuple(a[b] for a in (F[2], F[-2], F[-4], F[4], F[2] if f0 is None else f0))
         return tuple(float(v) for v in _kernel(_scales_block, F[2])(parts, h))
@@ -646,9 +651,12 @@ def _measured(
     inputs: float,
     have: dict[int, Array],
     sparse: bool = False,
+    outer: float = 0.0,
+    unmoved: bool = False,
 ) -> Reference:
     """The reference with fn's noise measured (reusing the points in ``have``);
-    ``sparse``: on the outputs the first step moves (see _on_support)."""
+    ``sparse``: on the outputs the first step moves (see _on_support, which
+    passes ``outer`` and ``unmoved``: the outputs it left out)."""
     stencil = evaluate_level(F, h, have)
     evaluations = len(OFFSETS) - len(have)
     if sparse:
@@ -656,7 +664,7 @@ def _measured(
         if narrowed is not None:
             narrowed.evaluations += evaluations
             return narrowed
-    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale)
+    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale, outer=outer)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
     status = _xp.zeros(shape, value, "int8")  # SMOOTH
@@ -665,14 +673,18 @@ def _measured(
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s, more = _ladder(F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs)
+        v_s, e_s, s_s, more = _ladder(
+            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, outer
+        )
         evaluations += more
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
         status = xp.reshape(_xp.put(_xp.flat(status), suspects, s_s), shape)
     typical = max(f0_scale, level0.slope)
-    if _xp.any_(_unresolved(err, value, status, typical)):
+    # (an output left out is 0 +- R1's modelled bound: unresolved against the same scales)
+    left_out = unmoved and not (tol.NOISE_SAFETY * _R1_WEIGHT / h) * level0.eps_f <= 0.5 * typical
+    if left_out or _xp.any_(_unresolved(err, value, status, typical)):
         # only then is the curvature worth its pass over the vector
         typical = max(typical, level0.curvature(status == SMOOTH))
         status = mark_unresolved(value, err, status, typical, reasons)
@@ -697,9 +709,9 @@ def _on_support(
     (or that are not finite at 0) and filled in elsewhere - None where every
     output moves. A column of the Jacobian moves few. An output whose nine
     values are equal has every difference 0: the estimate is 0, its bound the
-    modelled noise's (R1's), unflagged; whole-vector scales come out the same
-    (such an output's |F(+-h)| is its |F(0)|, within the whole f0's scale).
-    Where that bound is as large as the derivatives they are unreliable."""
+    modelled noise's (R1's), unflagged; the whole vector's scales come out the
+    same (such an output's |F(+-h)| is its |F(0)|: a floor under the stencil's
+    scale). Where that bound is as large as the derivatives they are unreliable."""
     h = stencil.h
     shape = tuple(f0.shape)
     f0f = _xp.flat(f0)
@@ -711,7 +723,9 @@ def _on_support(
     idx = _xp.nonzero(moved)
     if idx.size == n:
         return None
-    f0_scale = _xp.fmax(f0f) if f0_scale is None else max(f0_scale, _xp.fmax(f0f))
+    if f0_scale is None:
+        f0_scale = _xp.fmax(f0f)  # (as estimate() takes it from the whole f0)
+    outer = _xp.fmax(f0f, where=~moved)  # the outputs left out: their |F(+-h)| is their |F(0)|
     at = _xp.index(idx, f0f)
     per_element, t = _tolerance(ad_tol, shape)
     have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
@@ -726,6 +740,8 @@ def _on_support(
         f0_scale,
         inputs,
         have,
+        outer=outer,
+        unmoved=True,
     )
     err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / h) * sub.eps_f
     rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
@@ -769,6 +785,7 @@ def _ladder(
     suspects: np.ndarray,
     ladder: bool,
     inputs: float = 0.0,
+    outer: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``) and
@@ -809,7 +826,7 @@ def _ladder(
     open_ = everything  # positions in suspects
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale)
+        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, outer=outer)
         evaluations += len(OFFSETS)
         sub = est.take("kink", suspects[open_])
         if sub.any():

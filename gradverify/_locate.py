@@ -38,11 +38,15 @@ class Localiser:
         modes: Modes,
         jvp_bound: Callable[[int], np.ndarray],
         vjp_bounds: Callable[[int], np.ndarray],
+        column_bound: Callable[[np.ndarray], np.ndarray],
     ) -> None:
         self.ad, self.oracle, self.modes = ad, oracle, modes
         self.probes, self.primal = oracle.probes, oracle.primal
         self.jvp_bound, self.vjp_bounds = jvp_bound, vjp_bounds
         self._guesses: dict[tuple[int, int], tuple] = {}
+        self._columns: dict[int, tuple] = {}
+        # the rounding bound of a JVP's column J e_j (the caller's rtol/atol where given)
+        self.column_bound = column_bound
 
     # -- reverse mode -------------------------------------------------------------------
     def vjp(self, a: int, b: int, use_jvp: bool) -> Located:
@@ -59,11 +63,23 @@ class Localiser:
     def confirmed_vjp(self, a: int, b: int) -> Located | None:
         """The elementwise guess for a failing projection when FD along e_j
         convicts the VJP there on its own: the column fully estimated (no
-        element left undecided) and the VJP's element outside its bound."""
+        element left undecided), the VJP's element outside its bound, and
+        the trusted JVP's column J e_j inside FD's, element by element (so no
+        feature narrower than the step, no rounding FD misread, stands behind
+        the conviction). None otherwise: then the projection is measured."""
         j, (values, bound, confirmed, complete) = self._guessed(a, b, bool(self.modes.jvps))
         if j is None or not (confirmed and complete):
             return None
-        return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
+        w = self.ad.jvp_value(basis(j, self.probes.flat.n, self.probes.x))
+        value, err, _ = self._column(j)
+        if w is None:
+            return None
+        xp = _xp.ns(w)
+        with _xp.quiet():
+            outside = xp.abs(w - value) > err + self.column_bound(w)
+        if _xp.any_(outside & self.primal.finite):
+            return None
+        return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j by FD and forward mode")
 
     def _guessed(self, a: int, b: int, use_jvp: bool) -> tuple[int | None, tuple[dict[str, float], float, bool, bool]]:
         """The elementwise guess (ranked by the JVP when it is trusted) and its
@@ -77,15 +93,18 @@ class Localiser:
     def _column(self, j: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
         that element's scale, with its error; 0 where FD cannot decide. Also
-        whether FD decided every element."""
-        probes = self.probes
-        ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
-        if ref.all_smooth:
-            return ref.value, ref.err, True
-        usable = self.oracle.usable(ref)
-        xp = _xp.ns(ref.value)
-        complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
-        return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
+        whether FD decided every element. (Estimated once per element.)"""
+        if j not in self._columns:
+            probes = self.probes
+            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
+            if ref.all_smooth:
+                self._columns[j] = ref.value, ref.err, True
+            else:
+                usable = self.oracle.usable(ref)
+                xp = _xp.ns(ref.value)
+                complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+                self._columns[j] = xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
+        return self._columns[j]
 
     def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool, bool]:
         """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,

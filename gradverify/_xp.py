@@ -46,7 +46,7 @@ def host(a: Any) -> np.ndarray:
         return np.asarray(a)
     if hasattr(a, "detach"):  # torch
         return a.detach().cpu().numpy()
-    return np.asarray(a)
+    return np.array(a)  # (jax: a writable copy; numpy's view of a jax array is read-only)
 
 
 def size(a: Any) -> int:

@@ -265,3 +265,22 @@ def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
     assert ev_compiled == ev_eager and ev_compiled["primal"] >= 8
     # every evaluation beyond the two eager ones at the point ran compiled, bar one trace
     assert eager - compiled >= ev_compiled["primal"] - 3, runs
+
+
+def test_jax_localises_to_an_input_that_moves_no_output(monkeypatch):
+    """relu whose VJP passes the cotangent through everywhere: the wrong
+    elements are the negative inputs, whose columns of the Jacobian move no
+    output at all (an empty support), on the device path."""
+    monkeypatch.setattr(_xp, "HOST_MAX", 0)
+
+    @jax.custom_vjp
+    def relu(x):
+        return jnp.maximum(x, 0.0)
+
+    relu.defvjp(lambda x: (jnp.maximum(x, 0.0), None), lambda _, g: (g,))
+    with jax.enable_x64(True):
+        x = jnp.asarray(np.random.default_rng(5).standard_normal(400))
+        r = gv.check(relu, x)
+    wrong = [f for f in r.findings if f.kind == gv.Kind.MISMATCH]
+    assert not r.ok and wrong, r.findings
+    assert float(x[wrong[0].input_index]) < 0

@@ -106,32 +106,43 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
     assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
-@pytest.mark.parametrize("case", ["smooth", "kinks", "not finite"])
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("case", ["smooth", "kinks", "not finite", "nothing moves"])
 def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):
     """Along a basis vector most outputs do not move. The reference worked out
     on the ones that do (and the non-finite ones), and filled in elsewhere, is
     the reference of the whole vector: the same values, bounds and statuses,
     element for element - kinks sent down the ladder, a moved element whose
     stencil meets NaN or inf, an output that is inf at the point and stays there."""
-    rng = np.random.default_rng(["smooth", "kinks", "not finite"].index(case))
+    rng = np.random.default_rng(["smooth", "kinks", "not finite", "nothing moves"].index(case))
     n = 3000
     x = rng.standard_normal(n) * 3.0
-    moved = np.sort(rng.choice(n, 40, replace=False))
+    moved = np.sort(rng.choice(n, 0 if case == "nothing moves" else 40, replace=False))
     w = np.zeros(n)
-    w[moved] = rng.standard_normal(40)
+    w[moved] = rng.standard_normal(moved.size)
     if case == "kinks":
         x[moved[:5]] = 0.0  # |x| at its kink
     if case == "not finite":
         x[moved[:3]] = [1e308, -1e308, 1e308]  # sinh overflows along the steps
         x[11] = np.inf  # (unmoved, inf at the point and everywhere)
-    name = {"smooth": "sin", "kinks": "abs", "not finite": "sinh"}[case]
+    name = {"smooth": "sin", "kinks": "abs", "not finite": "sinh", "nothing moves": "sin"}[case]
     ad_tol = np.abs(rng.standard_normal(n)) * 1e-9
     to, fn = np.asarray, getattr(np, name)
     if backend == "torch":
         torch = pytest.importorskip("torch")
         to, fn = torch.from_numpy, getattr(torch, name)
     x, w, ad_tol = to(x), to(w), to(ad_tol)
+    if backend == "jax":
+        jax = pytest.importorskip("jax")
+        with jax.enable_x64(True):
+            jx, jw = jax.numpy.asarray(x), jax.numpy.asarray(w)
+            _compare_column_references(jx, jw, jax.numpy.asarray(ad_tol), getattr(jax.numpy, name), case, moved)
+        return
+    _compare_column_references(x, w, ad_tol, fn, case, moved)
+
+
+def _compare_column_references(x, w, ad_tol, fn, case=None, moved=None):
+    n = tuple(x.shape)[0]
 
     def F(t):
         with np.errstate(over="ignore", invalid="ignore"):
@@ -143,8 +154,10 @@ def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):
     for name in ("value", "err", "status"):
         a, b = (np.asarray(getattr(r, name)) for r in refs)
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
-    assert whole.all_smooth == support.all_smooth
+    assert whole.all_smooth == support.all_smooth and whole.typical == support.typical
     assert whole.evaluations == support.evaluations and whole.eps_f == support.eps_f
+    if case is None:
+        return
     status = np.asarray(whole.status)
     unmoved = np.setdiff1d(np.arange(n), moved)
     if case == "smooth":
@@ -155,3 +168,16 @@ def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):
         assert status[11] == _fd.UNRELIABLE and (status[moved[:3]] != _fd.SMOOTH).all()
         unmoved = unmoved[unmoved != 11]
     assert (status[unmoved] == _fd.SMOOTH).all()
+
+
+def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole():
+    """F = (t + a t^2, 0, 0): for some curvatures a the unmoved outputs' bound
+    is as large as the slope scale until the curvature raises it. The support
+    path raises it for them exactly as the whole vector does."""
+    x, w = np.zeros(3), np.array([1.0, 0.0, 0.0])
+    for a in np.geomspace(1e17, 1e21, 101):  # (at h = 2^-16 some of them swamp, some do not)
+
+        def fn(z, a=a):
+            return z + a * z * z
+
+        _compare_column_references(x, w, 0.0, fn)
