@@ -180,25 +180,20 @@ def iabs(a: Any) -> Any:
 
 def imaximum(a: Any, b: Any) -> Any:
     """maximum(a, b), into ``a`` where arrays are mutable (a temporary)."""
-    if isinstance(a, np.ndarray):
-        return np.maximum(a, b, out=a)
-    if hasattr(a, "abs_"):
-        return _torch_into(a, b, "maximum")
-    return ns(a).maximum(a, b)
+    return _into(a, b, "maximum")
 
 
 def iminimum(a: Any, b: Any) -> Any:
     """minimum(a, b), into ``a`` where arrays are mutable (a temporary)."""
+    return _into(a, b, "minimum")
+
+
+def _into(a: Any, b: Any, op: str) -> Any:
     if isinstance(a, np.ndarray):
-        return np.minimum(a, b, out=a)
-    if hasattr(a, "abs_"):
-        return _torch_into(a, b, "minimum")
-    return ns(a).minimum(a, b)
-
-
-def _torch_into(a: Any, b: Any, op: str) -> Any:
-    import torch
-
+        return getattr(np, op)(a, b, out=a)
+    if not hasattr(a, "abs_"):  # jax: a new array
+        return getattr(ns(a), op)(a, b)
+    torch = _torch()
     if not isinstance(b, torch.Tensor):  # (a number: clamp keeps NaN as maximum does)
         return torch.clamp(a, min=b, out=a) if op == "maximum" else torch.clamp(a, max=b, out=a)
     return getattr(torch, op)(a, b, out=a)
