@@ -4,6 +4,7 @@ the chosen device (``--device cpu`` or ``cuda``), ten random positions each.
 Side by side in one run:
 
 * gradverify's default check on a torch autograd.Function (correct jvp, wrong backward),
+* the same Function with its backward only (as most are written: FD localises),
 * gradverify's default check on the equivalent jax custom_vjp (no JVP: FD bisection),
 * torch.autograd.gradcheck(fast_mode=True),
 * jax.test_util.check_grads(modes=("rev",)) on the custom_vjp.
@@ -39,8 +40,8 @@ from gradverify._examples import tanh_bias_flipped
 COLS = 10
 
 
-def torch_fn(flip_at: int):
-    return tanh_bias_flipped("torch", flip_at)
+def torch_fn(flip_at: int, forward_rule: bool = True):
+    return tanh_bias_flipped("torch", flip_at, forward_rule=forward_rule)
 
 
 def jax_fn(flip_at: int):
@@ -136,11 +137,12 @@ def bench(n: int, positions: int, device: str, seed: int = 0, baselines: bool = 
     with jax.enable_x64(True):
         xj, bj = jax.device_put(xn, jdev), jax.device_put(bn, jdev)
     del xn
-    tools = ("gv_torch", "gv_jax", "gradcheck", "check_grads")
+    tools = ("gv_torch", "gv_torch_backward", "gv_jax", "gradcheck", "check_grads")
     res = {k: {"hits": 0, "times": [], "base": [], "memory": []} for k in tools}
     # warm-up at the size measured: first calls compile (jax's kernels, once
     # per shape), load forward-AD decompositions, fill caches
     gv.check(torch_fn(0), xt, bt)
+    gv.check(torch_fn(0, forward_rule=False), xt, bt)
     with jax.enable_x64(True):
         gv.check(jax_fn(0), xj, bj)
     for flip in flips:
@@ -151,6 +153,12 @@ def bench(n: int, positions: int, device: str, seed: int = 0, baselines: bool = 
         res["gv_torch"]["times"].append(t)
         res["gv_torch"]["memory"].append(used / (8 * n))
         res["gv_torch"]["hits"] += _located(r, expected)
+        backward_only = torch_fn(int(flip), forward_rule=False)
+        res["gv_torch_backward"]["base"].append(fwd_bwd_torch(backward_only, xt, bt))
+        (r, t), used = peak_memory(device, lambda: timed(lambda: gv.check(backward_only, xt, bt)))
+        res["gv_torch_backward"]["times"].append(t)
+        res["gv_torch_backward"]["memory"].append(used / (8 * n))
+        res["gv_torch_backward"]["hits"] += _located(r, expected)
         if not baselines:
             continue
 
@@ -201,6 +209,7 @@ def _located(r: gv.CheckResult, expected: tuple[int, ...]) -> int:
 
 LABELS = {
     "gv_torch": "gradverify `check` (torch Function)",
+    "gv_torch_backward": "gradverify `check` (torch Function, backward only)",
     "gv_jax": "gradverify `check` (jax custom_vjp, no JVP)",
     "gradcheck": "torch `gradcheck(fast_mode=True)`",
     "check_grads": "jax `check_grads(modes=('rev',))`",

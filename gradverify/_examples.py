@@ -103,11 +103,12 @@ def jax_swish(bug: bool) -> Callable:
 BUILDERS = {"numpy": numpy_swish, "torch": torch_swish, "jax": jax_swish}
 
 
-def tanh_bias_flipped(backend: str, flip_at: int | None, mode: str = "vjp") -> Callable:
+def tanh_bias_flipped(backend: str, flip_at: int | None, mode: str = "vjp", forward_rule: bool = True) -> Callable:
     """tanh(x + b), x of shape (N, C) and b of shape (C,), with one sign-flipped
     element (flat index ``flip_at`` of x) in the reverse-mode rule (``mode="vjp"``)
     or the forward-mode rule (``mode="jvp"``, numpy only). torch: an
-    autograd.Function with both rules; jax: a custom_vjp (no forward mode)."""
+    autograd.Function with both rules (``forward_rule=False``: backward only,
+    as most are written); jax: a custom_vjp (no forward mode)."""
 
     def flip_np(a: np.ndarray) -> np.ndarray:
         if flip_at is None:
@@ -155,12 +156,13 @@ def tanh_bias_flipped(backend: str, flip_at: int | None, mode: str = "vjp") -> C
                     gx.view(-1)[flip_at] *= -1
                 return gx, gz.sum(0)
 
+        class TanhBiasForward(TanhBias):
             @staticmethod
             def jvp(ctx: Any, tx: Any, tb: Any) -> Any:
                 (y,) = ctx.saved_tensors
                 return (1 - y * y) * (tx + tb)
 
-        return TanhBias.apply
+        return TanhBiasForward.apply if forward_rule else TanhBias.apply
     import jax
     import jax.numpy as jnp
 

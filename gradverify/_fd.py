@@ -306,6 +306,40 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
 _KERNELS: dict[Any, Any] = {}
 
 
+def blockwise(fn: Callable, like: Array, *args: Any) -> tuple[Array, ...]:
+    """``fn`` (an elementwise kernel returning a tuple of float64 vectors) over
+    vectors of ``like``'s length: one compiled call for jax, block by block
+    into whole-length outputs elsewhere (each block's temporaries stay in
+    cache). An argument is sliced per block when it is an array of that
+    length, or a tuple of them; anything else is passed as it is."""
+    if _xp.immutable(like):
+        return _kernel(fn, like)(*args)
+    n = _xp.size(like)
+
+    def sliced(a: Any, b: slice) -> Any:
+        if isinstance(a, tuple):
+            return tuple(sliced(v, b) for v in a)
+        if _xp.is_array(a) and len(tuple(a.shape)) == 1 and tuple(a.shape)[0] == n:
+            return a[b]
+        return a
+
+    blocks = _blocks(n, like, None)
+    if len(blocks) == 1:
+        return fn(*args)
+    outs: list[Array] = []
+    for b in blocks:
+        parts = fn(*(sliced(a, b) for a in args))
+        if not outs:
+            outs = [_xp.empty(n, like, "bool" if _is_bool(p) else "float64") for p in parts]
+        for o, p in zip(outs, parts):
+            o[b] = p
+    return tuple(outs)
+
+
+def _is_bool(a: Array) -> bool:
+    return str(a.dtype).endswith("bool")
+
+
 def _kernel(fn: Callable, like: Array, static: tuple[int, ...] = ()) -> Callable:
     """``fn`` compiled by jax for jax arrays (one fused pass; numbers are traced
     arguments, so a new step compiles nothing; ``static``: the positions of
@@ -934,25 +968,44 @@ def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> 
     f = {k: F(k * d) for k in OFFSETS}
     f[0] = f0
     with _xp.quiet():
-        sigma, tilt = _kernel(_wide_block, f0)(tuple(f[k] for k in range(-4, 5)), d)
+        sigma, tilt = blockwise(_wide_block, _xp.flat(f0), tuple(_xp.flat(f[k]) for k in range(-4, 5)), d)
     return WideTable(d, f, sigma, tilt)
 
 
 def _wide_block(fs: tuple[Array, ...], d: float) -> tuple[Array, Array]:
     """A wide table's noise sigma and the tilt it can cause, from F at t = k d,
-    k = -4..4 (see _estimate_block)."""
+    k = -4..4 (see _estimate_block; in place on two temporaries per block)."""
     f = dict(zip(range(-4, 5), fs))
     xp = _xp.ns(*fs)
+    m = tuple(fs[0].shape)[0]
+    mutable = not _xp.immutable(fs[0])
+    acc, tmp = (_xp.empty(m, fs[0]), _xp.empty(m, fs[0])) if mutable else (None, None)
     d4 = d6 = None
     for j in range(-4, 1):
-        w = xp.abs(f[j] - 4 * f[j + 1] + 6 * f[j + 2] - 4 * f[j + 3] + f[j + 4])
-        d4 = w if d4 is None else xp.maximum(d4, w)
+        w = _xp.iabs(_combination(f, j, (1, -4, 6, -4, 1), acc, tmp))
+        d4 = _xp.copy(w) if d4 is None else _xp.imaximum(d4, w)
     for j in range(-4, -1):
-        w = xp.abs(f[j] - 6 * f[j + 1] + 15 * f[j + 2] - 20 * f[j + 3] + 15 * f[j + 4] - 6 * f[j + 5] + f[j + 6])
-        d6 = w if d6 is None else xp.maximum(d6, w)
-    sigma = xp.minimum(d4 / _D4_NOISE, d6 / _D6_NOISE)
+        w = _xp.iabs(_combination(f, j, (1, -6, 15, -20, 15, -6, 1), acc, tmp))
+        d6 = _xp.copy(w) if d6 is None else _xp.imaximum(d6, w)
+    d4 /= _D4_NOISE
+    d6 /= _D6_NOISE
+    sigma = _xp.iminimum(d4, d6)
     sigma = xp.where(_xp.finite(sigma), sigma, 0.0)
     return sigma, sigma * (tol.NOISE_SAFETY * 1.5 / d)
+
+
+def _combination(f: dict[int, Array], j: int, c: tuple[int, ...], out: Array | None, tmp: Array | None) -> Array:
+    """f[j] + c1 f[j+1] + c2 f[j+2] + ..., added left to right as the written
+    expression is (c0 = 1), into ``out`` with ``tmp`` for the products where given."""
+    term = f[j + 1] if abs(c[1]) == 1 else _xp.mul(f[j + 1], float(abs(c[1])), tmp)
+    acc = _xp.sub(f[j], term, out) if c[1] < 0 else _xp.add(f[j], term, out)
+    for k in range(2, len(c)):
+        term = f[j + k] if abs(c[k]) == 1 else _xp.mul(f[j + k], float(abs(c[k])), tmp)
+        if c[k] < 0:
+            acc -= term
+        else:
+            acc += term
+    return acc
 
 
 def _hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le: np.ndarray, se: np.ndarray) -> None:

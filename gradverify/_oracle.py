@@ -232,8 +232,8 @@ class Oracle:
             self.widened[b] = level
             with _xp.quiet():
                 fs = tuple(table.f[k] for k in sorted(table.f))
-                peak, tilt = _fd._kernel(_wide_tilt, peak)(
-                    fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
+                peak, tilt = _fd.blockwise(
+                    _wide_tilt, peak, fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
                 )
             explained = within(tilt, excess, weights, ref.err)
             if _xp.any_(explained):
