@@ -6,6 +6,7 @@ and fn's noise at wider spacings. What FD cannot decide becomes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -56,18 +57,21 @@ class Oracle:
                 return ev.primal_flat(flat.split(_xp.shifted(x, j, t * c)), oracle)
 
             return at_basis
-        w = u * c if c != 1.0 else u
+        # t (c u) is (t c) u exactly when c is a power of two, as a directional
+        # check's normalisation is: then no scaled copy of u is kept
+        exact = math.frexp(c)[0] == 0.5
+        w, k = (u, c) if exact else (u * c, 1.0)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
             split = _fd._kernel(_split_point, x, static=(3,))
             layout = (flat.offsets, flat.sizes, flat.shapes)
 
             def at_jax(t: float) -> Any:
-                return ev.primal_flat(list(split(x, w, t, layout)), oracle)
+                return ev.primal_flat(list(split(x, w, t * k, layout)), oracle)
 
             return at_jax
 
         def at(t: float) -> Any:
-            return ev.primal_flat(flat.split(_xp.axpy(x, t, w)), oracle)
+            return ev.primal_flat(flat.split(_xp.axpy(x, t * k, w)), oracle)
 
         return at
 
@@ -235,6 +239,9 @@ class Oracle:
                 peak, tilt = _fd.blockwise(
                     _wide_tilt, peak, fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
                 )
+                # (the points have served: let them go before the next table's are made)
+                del fs
+                table.f.clear()
             explained = within(tilt, excess, weights, ref.err)
             if _xp.any_(explained):
                 break
