@@ -116,29 +116,19 @@ class Evaluator:
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
 
-    def primal(self, points: Sequence[Any] | None, precision: str | None) -> Any:
+    def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
+        """fn at ``points`` (None: the base point); ``flat``: its output
+        flattened (the finite differences' evaluations)."""
         with self.backend.precision(precision or self.native_precision):
-            out = self._call(self._primal_fn, self._args(points, precision), "evaluating fn")
+            out = self._call(lambda *a: self._primal_fn(*a, flat=flat), self._args(points, precision), "evaluating fn")
             self._check_output(out)
             return self._working(out)
 
-    def primal_flat(self, points: Sequence[Any] | None, precision: str | None) -> Any:
-        """``primal`` flattened: the finite differences' evaluations."""
-        with self.backend.precision(precision or self.native_precision):
-            out = self._call(self._primal_flat_fn, self._args(points, precision), "evaluating fn")
-            self._check_output(out)
-            return self._working(out)
-
-    def _primal_flat_fn(self, *args: Any) -> Any:
-        if self.rule is not None:
-            out = self.fn(*args)
-            return out.reshape(-1) if hasattr(out, "reshape") else out
-        return self.backend.call_flat(self.fn, args)
-
-    def _primal_fn(self, *args: Any) -> Any:
-        if self.rule is not None:
-            return self.fn(*args)
-        return self.backend.call(self.fn, args)
+    def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
+        if self.rule is None:
+            return (self.backend.call_flat if flat else self.backend.call)(self.fn, args)
+        out = self.fn(*args)
+        return out.reshape(-1) if flat and hasattr(out, "reshape") else out
 
     # -- the modes ----------------------------------------------------------------------
     def jvp(

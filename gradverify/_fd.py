@@ -202,7 +202,7 @@ def estimate(
     F = {k: _xp.flat(a) for k, a in zip(OFFSETS, s.f)}
     n = _xp.size(f0f)
     xp = _xp.ns(f0f, *F.values())
-    tol_array, tol_f = _tolerance(ad_tol, shape)
+    _, tol_f = _tolerance(ad_tol, shape)
     blocks = _blocks(n, f0f, chunk)
     slope_scale = f0_max = 0.0
     stencil_scale = outer
@@ -210,8 +210,8 @@ def estimate(
         # pass 1: the scales of the rounding model
         for b in blocks:
             # (the outer points bound the stencil: at a minimum they are its largest)
-            slope, outer, top = _scales(F, b, h, f0f if f0_scale is None else None)
-            slope_scale, stencil_scale, f0_max = max(slope_scale, slope), max(stencil_scale, outer), max(f0_max, top)
+            slope, edge, top = _scales(F, b, h, f0f if f0_scale is None else None)
+            slope_scale, stencil_scale, f0_max = max(slope_scale, slope), max(stencil_scale, edge), max(f0_max, top)
         if f0_scale is None:
             f0_scale = f0_max
         # The rounding model, a floor under the measured noise: fn's rounding
@@ -220,28 +220,10 @@ def estimate(
         # are scaled so that |u_j| >= |x_j|). The stencil's own values count
         # too: at a minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
         eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
-        out = _Outputs(n, f0f, len(blocks), ("value", "err", "noise"))
-        flags = _Outputs(n, f0f, len(blocks), ("kink", "finite"), "bool")
-        kernel = _kernel(_estimate_block, f0f)
-        for b in blocks:
-            t = tol_f[b] if tol_array else tol_f
-            value, err, kink, fin, sig = kernel(tuple(F[k][b] for k in OFFSETS), f0f[b], t, h, eps_f)
-            out.put("value", b, value)
-            out.put("err", b, err)
-            flags.put("kink", b, kink)
-            flags.put("finite", b, fin)
-            out.put("noise", b, sig)
-    return Estimate(
-        s,
-        f0,
-        xp.reshape(out.get("value"), shape),
-        xp.reshape(out.get("err"), shape),
-        xp.reshape(flags.get("kink"), shape),
-        xp.reshape(flags.get("finite"), shape),
-        xp.reshape(out.get("noise"), shape),
-        eps_f,
-        slope_scale,
-    )
+        stencil = tuple(F[k] for k in OFFSETS)
+        parts = blockwise(_estimate_block, f0f, stencil, f0f, tol_f, h, eps_f, chunk=chunk)
+    value, err, kink, fin, sig = (xp.reshape(a, shape) for a in parts)
+    return Estimate(s, f0, value, err, kink, fin, sig, eps_f, slope_scale)
 
 
 def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float, eps_f: float) -> tuple:
@@ -306,12 +288,13 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
 _KERNELS: dict[Any, Any] = {}
 
 
-def blockwise(fn: Callable, like: Array, *args: Any) -> tuple[Array, ...]:
-    """``fn`` (an elementwise kernel returning a tuple of float64 vectors) over
-    vectors of ``like``'s length: one compiled call for jax, block by block
-    into whole-length outputs elsewhere (each block's temporaries stay in
-    cache). An argument is sliced per block when it is an array of that
-    length, or a tuple of them; anything else is passed as it is."""
+def blockwise(fn: Callable, like: Array, *args: Any, chunk: int | None = None) -> tuple[Array, ...]:
+    """``fn`` (an elementwise kernel returning a tuple of float64 or bool
+    vectors) over vectors of ``like``'s length: one compiled call for jax,
+    block by block (of ``chunk`` elements, see _blocks) into whole-length
+    outputs elsewhere (each block's temporaries stay in cache). An argument
+    is sliced per block when it is an array of that length, or a tuple of
+    them; anything else is passed as it is."""
     if _xp.immutable(like):
         return _kernel(fn, like)(*args)
     n = _xp.size(like)
@@ -323,7 +306,7 @@ def blockwise(fn: Callable, like: Array, *args: Any) -> tuple[Array, ...]:
             return a[b]
         return a
 
-    blocks = _blocks(n, like, None)
+    blocks = _blocks(n, like, chunk)
     if len(blocks) == 1:
         return fn(*args)
     outs: list[Array] = []
@@ -606,26 +589,6 @@ def _richardson(
     r2 -= d2
     r2 *= 1.0 / 3.0
     return d1, d2, d4, r1, r2
-
-
-class _Outputs:
-    """Whole-vector results written block by block (one block: the block's
-    own arrays, no copy)."""
-
-    def __init__(self, n: int, like: Array, blocks: int, names: tuple[str, ...], dtype: str = "float64") -> None:
-        self.one = blocks == 1
-        self.arrays: dict[str, Array] = {}
-        if not self.one:
-            self.arrays = {k: _xp.empty(n, like, dtype) for k in names}
-
-    def put(self, name: str, b: slice, part: Array) -> None:
-        if self.one:
-            self.arrays[name] = part
-        else:
-            self.arrays[name][b] = part
-
-    def get(self, name: str) -> Array:
-        return self.arrays[name]
 
 
 def reference(

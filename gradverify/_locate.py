@@ -71,9 +71,9 @@ class Localiser:
         if j is None or not (confirmed and complete):
             return None
         w = self.ad.jvp_value(basis(j, self.probes.flat.n, self.probes.x))
-        value, err, _ = self._column(j)
         if w is None:
             return None
+        value, err, _ = self._column(j)  # (estimated for the guess's test already)
         xp = _xp.ns(w)
         with _xp.quiet():
             outside = xp.abs(w - value) > err + self.column_bound(w)

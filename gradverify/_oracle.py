@@ -36,7 +36,7 @@ class Oracle:
         # stencil (a compiled fn may round unlike its eager run)
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
-            self.f0 = ev.primal_flat(probes.flat.split(_xp.copy(probes.x)), precision.oracle)
+            self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
         self.refs: list[_fd.Reference] = []
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step
@@ -54,7 +54,7 @@ class Oracle:
         if j is not None:
 
             def at_basis(t: float) -> Any:
-                return ev.primal_flat(flat.split(_xp.shifted(x, j, t * c)), oracle)
+                return ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle, flat=True)
 
             return at_basis
         # t (c u) is (t c) u exactly when c is a power of two, as a directional
@@ -66,12 +66,12 @@ class Oracle:
             layout = (flat.offsets, flat.sizes, flat.shapes)
 
             def at_jax(t: float) -> Any:
-                return ev.primal_flat(list(split(x, w, t * k, layout)), oracle)
+                return ev.primal(list(split(x, w, t * k, layout)), oracle, flat=True)
 
             return at_jax
 
         def at(t: float) -> Any:
-            return ev.primal_flat(flat.split(_xp.axpy(x, t * k, w)), oracle)
+            return ev.primal(flat.split(_xp.axpy(x, t * k, w)), oracle, flat=True)
 
         return at
 

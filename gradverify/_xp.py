@@ -155,7 +155,7 @@ def fmax(a: Any, where: Any = None) -> float:
     if size(a) == 0:
         return 0.0
     if where is None:
-        top = maxabs(a)  # (one pass where every element is finite, as most are)
+        top = _maxabs(a)  # (one pass where every element is finite, as most are)
         if math.isfinite(top):
             return top
     keep = finite(a) if where is None else where
@@ -205,7 +205,7 @@ def all_finite(a: Any) -> bool:
         return True
     if on_host(a):
         return bool(np.isfinite(a).all())
-    return math.isfinite(maxabs(a))
+    return math.isfinite(_maxabs(a))
 
 
 class Scratch:
@@ -300,7 +300,7 @@ def absmax(a: Any) -> float:
     xp = ns(a)
     if xp is np:
         return float(np.max(np.abs(a), initial=0.0))
-    return 0.0 if size(a) == 0 else maxabs(a)
+    return 0.0 if size(a) == 0 else _maxabs(a)
 
 
 def extremes(a: Any) -> tuple[float, float]:
@@ -312,7 +312,7 @@ def extremes(a: Any) -> tuple[float, float]:
     return float(xp.min(a)), float(xp.max(a))
 
 
-def maxabs(a: Any) -> float:
+def _maxabs(a: Any) -> float:
     """max |a| of a non-empty device array, NaN if any element is NaN (torch:
     one pass for both extremes, no |a| array)."""
     if hasattr(a, "aminmax"):
