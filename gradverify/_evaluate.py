@@ -9,6 +9,7 @@ code into ``CallFailed`` with the stage it happened in."""
 from __future__ import annotations
 
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -150,6 +151,61 @@ class Evaluator:
         with self.backend.precision(precision or self.native_precision):
             return self._vjp(cotangent, precision or out_dtype, precision, points)
 
+    def jvps(self, tangents: Sequence[Sequence[Any]], precision: str | None = None) -> list[Derivative] | None:
+        """``jvp`` along every tangent set of ``tangents`` in one vectorised
+        call. None where that call cannot be made - a gv.Rule, or fn (or a
+        rule inside it) that the backend cannot vectorise, or any exception:
+        then ask one direction at a time, which says what went wrong."""
+        if self.rule is None and len(tangents) > 1:
+            with self.backend.precision(precision or self.native_precision):
+                args = self._args(None, precision)
+                stacked = [
+                    self._array(_stack([t[p] for t in tangents]), self.originals[i], precision or self.dtypes[i], True)
+                    for p, i in enumerate(self.wrt)
+                ]
+                return self._vectorised(
+                    "jvp", lambda: self.backend.jvps(self.fn, args, self.wrt, stacked), len(tangents)
+                )
+        return None
+
+    def vjps(
+        self, cotangents: Sequence[Any], out_dtype: str, precision: str | None = None
+    ) -> list[list[Derivative]] | None:
+        """``vjp`` for every cotangent in one vectorised call (None: ask one at a time)."""
+        if self.rule is None and len(cotangents) > 1:
+            with self.backend.precision(precision or self.native_precision):
+                args = self._args(None, precision)
+                cot = self._array(_stack(cotangents), self.originals[0], precision or out_dtype, True)
+                parts = self._vectorised(
+                    "vjp", lambda: self.backend.vjps(self.fn, args, self.wrt, cot), len(cotangents)
+                )
+                if parts is not None:
+                    return [list(row) for row in zip(*parts)]
+        return None
+
+    def _vectorised(self, mode: str, call: Callable[[], Any], k: int) -> Any:
+        """Run a vectorised mode; its k results as Derivatives (a list, or a
+        list per wrt argument), or None on any trouble."""
+        self.counts[mode] += 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (fn's own warnings showed on its primal run)
+                out = call()
+        except Exception:
+            return None
+        stacks = out if isinstance(out, list) else [out]
+        rows = []
+        for d in stacks:
+            if d is None:  # (fn ignores this argument)
+                rows.append([Derivative(None, None, None, "None")] * k)
+                continue
+            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (k,):
+                return None
+            w = self._working(d)
+            dtype = self.backend.dtype_name(d)
+            rows.append([Derivative(_xp.copy(w[j]), dtype, tuple(d.shape[1:]), "array") for j in range(k)])
+        return rows if isinstance(out, list) else rows[0]
+
     def _jvp(self, tangents: Sequence[Any], precision: str | None, points: Any = None) -> Derivative:
         self.counts["jvp"] += 1
         args = self._args(points, precision)
@@ -220,6 +276,10 @@ class Evaluator:
         if backend_name_of(d) != self.backend.name:
             return Derivative(None, None, None, f"{type(d).__module__}.{type(d).__qualname__}")
         return Derivative(self._working(d), self.backend.dtype_name(d), tuple(d.shape), "array")
+
+
+def _stack(arrays: Sequence[Any]) -> Any:
+    return _xp.ns(arrays[0]).stack(arrays)
 
 
 class BadStructure(Exception):

@@ -46,25 +46,43 @@ class Modes:
 class AD:
     """Every AD call of one check, validated, with the float64 tier."""
 
-    def __init__(self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes, report: Findings) -> None:
+    def __init__(
+        self,
+        ev: Evaluator,
+        primal: Primal,
+        precision: Precision,
+        probes: Probes,
+        report: Findings,
+        vectorise: bool = False,
+    ) -> None:
         self.ev, self.primal, self.probes, self.report = ev, primal, probes, report
         self.ad64 = precision.ad64
         self.native_ad = precision.native_ad
         self.status: dict[str, str] = {}
         self.notes: list[str] = []
         self.dropped: str | None = None
+        self.vectorise = vectorise
+        self.vectorised = False  # whether any value came from a vectorised call
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
 
     # -- one call ---------------------------------------------------------------------
-    def jvp(self, u: np.ndarray, low: dict[int, np.ndarray] | None = None, b: int | None = None) -> np.ndarray | None:
+    def jvp(
+        self, u: np.ndarray, low: dict[int, np.ndarray] | None = None, b: int | None = None, given: Any = None
+    ) -> np.ndarray | None:
         """J u, validated (None: the mode failed or is unavailable, said); with
-        the float64 tier on, the float64 run (the native one kept in low[b])."""
-        value = self._jvp_native(u)
+        the float64 tier on, the float64 run (the native one kept in low[b]).
+        ``given``: this direction's (native, float64) derivatives from a
+        vectorised call (``vectorised``), validated here the same way."""
+        value = self._jvp_native(u, given[0] if given else None)
         if value is None or not self.ad64:
             return value
-        v64 = self._ad64(lambda: self.ev.jvp(self.probes.flat.split(u), "float64"), "forward mode")
+        wide = given[1] if given else None
+        v64 = self._ad64(
+            (lambda: wide) if wide is not None else (lambda: self.ev.jvp(self.probes.flat.split(u), "float64")),
+            "forward mode",
+        )
         if v64 is None:
             return value
         if low is not None and b is not None:
@@ -72,12 +90,18 @@ class AD:
         d = v64[0]
         return d if self.primal.all_finite else _xp.ns(d).where(self.primal.finite, d, 0.0)
 
-    def vjp(self, v: np.ndarray, low: dict[int, np.ndarray] | None = None, a: int | None = None) -> np.ndarray | None:
-        g = self._vjp_native(v)
+    def vjp(
+        self, v: np.ndarray, low: dict[int, np.ndarray] | None = None, a: int | None = None, given: Any = None
+    ) -> np.ndarray | None:
+        g = self._vjp_native(v, given[0] if given else None)
         if g is None or not self.ad64:
             return g
+        wide = given[1] if given else None
         parts = self._ad64(
-            lambda: self.ev.vjp(v.reshape(self.primal.shape), self.primal.dtype, "float64"), "reverse mode"
+            (lambda: wide)
+            if wide is not None
+            else (lambda: self.ev.vjp(v.reshape(self.primal.shape), self.primal.dtype, "float64")),
+            "reverse mode",
         )
         if parts is None:
             return g
@@ -88,6 +112,27 @@ class AD:
             return g64
         xp = _xp.ns(g64)
         return xp.where(xp.isfinite(g64), g64, 0.0)
+
+    def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
+        """Every probe's native and float64-tier derivatives of ``mode`` from
+        one vectorised call per precision, for ``jvp``/``vjp`` to validate (a
+        float64 entry None: that run is asked one probe at a time). None when
+        not vectorising (or fn cannot be): one call per probe."""
+        if not self.vectorise or len(probes) < 2:
+            return None
+        ev, primal = self.ev, self.primal
+        if mode == "JVP":
+            sets = [self.probes.flat.split(u) for u in probes]
+            native = ev.jvps(sets)
+            wide = ev.jvps(sets, "float64") if native is not None and self.ad64 else None
+        else:
+            cots = [_xp.ns(v).reshape(v, primal.shape) for v in probes]
+            native = ev.vjps(cots, primal.dtype)
+            wide = ev.vjps(cots, primal.dtype, "float64") if native is not None and self.ad64 else None
+        if native is None:
+            return None
+        self.vectorised = True
+        return [(d, None if wide is None else wide[k]) for k, d in enumerate(native)]
 
     def jvp_value(self, u: np.ndarray) -> np.ndarray | None:
         """J u for localisation: no validation, no findings (None on any trouble)."""
@@ -169,10 +214,10 @@ class AD:
         return None
 
     # -- native calls, validated ------------------------------------------------------
-    def _jvp_native(self, u: np.ndarray) -> np.ndarray | None:
+    def _jvp_native(self, u: np.ndarray, d: Derivative | None = None) -> np.ndarray | None:
         primal = self.primal
         try:
-            d = self.ev.jvp(self.probes.flat.split(u))
+            d = d or self.ev.jvp(self.probes.flat.split(u))
         except ModeUnavailable as e:
             self.unavailable("JVP", str(e))
             return None
@@ -203,10 +248,10 @@ class AD:
             return None
         return value if primal.all_finite else xp.where(primal.finite, value, 0.0)
 
-    def _vjp_native(self, v: np.ndarray) -> np.ndarray | None:
+    def _vjp_native(self, v: np.ndarray, ds: list[Derivative] | None = None) -> np.ndarray | None:
         ev, primal, flat = self.ev, self.primal, self.probes.flat
         try:
-            ds = ev.vjp(v.reshape(primal.shape), primal.dtype)
+            ds = ds or ev.vjp(v.reshape(primal.shape), primal.dtype)
         except ModeUnavailable as e:
             self.unavailable("VJP", str(e))
             return None
@@ -320,8 +365,8 @@ def run(ad: AD, probes: Probes) -> Modes:
     """J u_b for every direction and J^T v_a for every cotangent."""
     low_jvps: dict[int, np.ndarray] = {}
     low_vjps: dict[int, np.ndarray] = {}
-    jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps)
-    vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps)
+    jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps, probes.full)
+    vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps, probes.full)
     if ad.dropped:
         # some calls ran in float64 before one could not: use the native runs throughout
         jvps = [low_jvps.get(b, j) for b, j in enumerate(jvps)]
@@ -356,14 +401,19 @@ def run(ad: AD, probes: Probes) -> Modes:
 def _every(
     ad: AD,
     mode: str,
-    call: Callable[[np.ndarray, dict[int, np.ndarray], int], np.ndarray | None],
+    call: Callable[[np.ndarray, dict[int, np.ndarray], int, Any], np.ndarray | None],
     probes: tuple[np.ndarray, ...],
     low: dict[int, np.ndarray],
+    vectorise: bool,
 ) -> list[np.ndarray | None]:
-    """``mode`` along every probe, until it fails or proves unavailable (then none)."""
+    """``mode`` along every probe, until it fails or proves unavailable (then
+    none). The full Jacobian's rows and columns come from one vectorised call
+    where fn allows: on small inputs a call costs its fixed overhead, not its
+    arithmetic."""
+    given = ad.vectorised_calls(mode, probes) if vectorise else None
     out: list[np.ndarray | None] = []
     for k, p in enumerate(probes):
         if not ad.usable(mode):
             break
-        out.append(call(p, low, k))
+        out.append(call(p, low, k, None if given is None else given[k]))
     return out if ad.usable(mode) else []

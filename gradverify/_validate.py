@@ -107,7 +107,7 @@ def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tu
     return tuple(out)
 
 
-def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: Any) -> None:
+def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: Any, vectorise: Any = True) -> None:
     if order not in (1, 2) or isinstance(order, bool):
         raise ArgumentValueError(explain("order", "1 or 2", repr(order), "order=1 checks first derivatives"))
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
@@ -121,6 +121,8 @@ def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: An
             )
     if not isinstance(directions, numbers.Integral) or isinstance(directions, bool) or directions < 1:
         raise ArgumentValueError(explain("directions", "an int >= 1", repr(directions), "e.g. directions=2"))
+    if not isinstance(vectorise, bool):
+        raise ArgumentValueError(explain("vectorise", "True or False", repr(vectorise), "e.g. vectorise=False"))
 
 
 def function_name(fn: Callable) -> str:

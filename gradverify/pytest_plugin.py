@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-_CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt")
+_CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
 _RECORDS_ATTR = "gradverify_records"
 

@@ -101,6 +101,18 @@ class Backend:
         """Input cotangents for the wrt indices (None where fn ignores one)."""
         raise NotImplementedError
 
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        """``jvp`` along k directions in one vectorised call (the backend's vmap):
+        each wrt index's tangents stacked on a new leading axis of length k, the
+        output tangents returned stacked the same way. Raises where fn cannot be
+        vectorised; the checker then asks one direction at a time."""
+        raise NotImplementedError("this backend does not vectorise its modes")
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        """``vjp`` for k cotangents stacked on a leading axis, in one call: the
+        input cotangents stacked the same way (None where fn ignores one)."""
+        raise NotImplementedError("this backend does not vectorise its modes")
+
     # -- derivative functions, for order=2 --------------------------------------
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         """x -> concat(flatten(J(x)^T v)) as a function this backend can differentiate."""
@@ -112,3 +124,15 @@ class Backend:
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
         raise NotImplementedError
+
+
+def on_wrt(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> Callable:
+    """fn as a function of its wrt arguments alone, the others fixed at ``args``."""
+
+    def f(*w: Any) -> Any:
+        inputs = list(args)
+        for i, x in zip(wrt, w):
+            inputs[i] = x
+        return fn(*inputs)
+
+    return f

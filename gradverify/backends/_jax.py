@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import ModeUnavailable
-from ._base import Backend
+from ._base import Backend, on_wrt
 from ._session import compiling_primal, session_cache, session_kinds
 
 _WIDE = ("float64", "int64", "uint64")
@@ -155,9 +155,32 @@ class JaxBackend(Backend):
         )
         return list(out)
 
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        return _run(
+            compiled(fn),
+            "jvp",
+            lambda: _jvps(fn, tuple(args), tuple(tangents), tuple(wrt)),
+            tuple(args),
+            tuple(tangents),
+            tuple(wrt),
+            attribute="jvps",
+        )
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        out = _run(
+            compiled(fn),
+            "vjp",
+            lambda: _vjps(fn, tuple(args), cotangents, tuple(wrt)),
+            tuple(args),
+            cotangents,
+            tuple(wrt),
+            attribute="vjps",
+        )
+        return list(out)
+
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
-            out, pullback = jax.vjp(_on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+            out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
             return self.concat_flat(pullback(jnp.asarray(cotangent, dtype=out.dtype)))
 
         return vjp_of_fn
@@ -166,7 +189,7 @@ class JaxBackend(Backend):
         def jvp_of_fn(*args: Any) -> Any:
             primals = tuple(args[i] for i in wrt)
             tans = tuple(jnp.asarray(t, dtype=p.dtype) for t, p in zip(tangents, primals))
-            return jax.jvp(_on_wrt(fn, args, wrt), primals, tans)[1]
+            return jax.jvp(on_wrt(fn, args, wrt), primals, tans)[1]
 
         return jvp_of_fn
 
@@ -174,23 +197,22 @@ class JaxBackend(Backend):
         return jnp.concatenate([jnp.ravel(p) for p in parts])
 
 
-def _on_wrt(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> Callable:
-    def f(*w: Any) -> Any:
-        inputs = list(args)
-        for i, x in zip(wrt, w):
-            inputs[i] = x
-        return fn(*inputs)
-
-    return f
-
-
 def _jvp(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
-    return jax.jvp(_on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), tangents)[1]
+    return jax.jvp(on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), tangents)[1]
 
 
 def _vjp(fn: Callable, args: tuple, cotangent: Any, wrt: tuple[int, ...]) -> tuple:
-    out, pullback = jax.vjp(_on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+    out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
     return pullback(cotangent.astype(out.dtype))
+
+
+def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
+    return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
+
+
+def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
+    out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+    return jax.vmap(pullback)(cotangents.astype(out.dtype))
 
 
 class Compiled:
@@ -206,6 +228,8 @@ class Compiled:
         self.primal_flat = jax.jit(lambda *args: ref()(*args).reshape(-1))
         self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
         self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
+        self.jvps = jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2)
+        self.vjps = jax.jit(lambda args, cotangents, wrt: _vjps(ref(), args, cotangents, wrt), static_argnums=2)
 
 
 def compiled(fn: Callable) -> Compiled | None:

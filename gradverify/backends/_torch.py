@@ -12,7 +12,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from .._errors import ModeUnavailable
-from ._base import Backend
+from ._base import Backend, on_wrt
 
 
 class TorchBackend(Backend):
@@ -114,6 +114,35 @@ class TorchBackend(Backend):
         )
         return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
 
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        # torch.func's jvp under vmap: an autograd.Function takes part only
+        # where it supports torch.func (setup_context, and a vmap rule).
+        def along(*ts: Any) -> Any:
+            out = torch.func.jvp(on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), ts)[1]
+            _require_tensor(out)
+            return out
+
+        return torch.func.vmap(along)(*tangents)
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        inputs = list(args)
+        for i in wrt:
+            inputs[i] = args[i].detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = fn(*inputs)
+        _require_tensor(out)
+        k = cotangents.shape[0]
+        if not out.requires_grad:
+            return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
+        grads = torch.autograd.grad(
+            out,
+            [inputs[i] for i in wrt],
+            grad_outputs=cotangents.to(out.dtype),
+            allow_unused=True,
+            is_grads_batched=True,
+        )
+        return list(grads)
+
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
             # Differentiate through a zero offset rather than the arguments
@@ -132,15 +161,9 @@ class TorchBackend(Backend):
 
     def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
         def jvp_of_fn(*args: Any) -> Any:
-            def on_wrt(*w: Any) -> Any:
-                inputs = list(args)
-                for i, x in zip(wrt, w):
-                    inputs[i] = x
-                return fn(*inputs)
-
             primals = tuple(args[i] for i in wrt)
             tans = tuple(t.to(p.dtype) for t, p in zip(tangents, primals))
-            return torch.func.jvp(on_wrt, primals, tans)[1]
+            return torch.func.jvp(on_wrt(fn, args, wrt), primals, tans)[1]
 
         return jvp_of_fn
 

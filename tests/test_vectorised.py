@@ -1,0 +1,164 @@
+"""A full Jacobian's columns and rows come from one vectorised (vmap) call per
+mode and precision where fn allows it. What the verdict rests on does not
+change: fn that cannot be vectorised is asked one column at a time, and a
+failure is always reported from the plain calls."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import gradverify as gv
+
+
+def _batched(t: torch.Tensor) -> bool:
+    """Whether t is a slice of a vmap batch (torch.func's, or the legacy one
+    ``autograd.grad(is_grads_batched=True)`` uses)."""
+    f = torch._C._functorch
+    return f.is_batchedtensor(t) or f.is_legacy_batchedtensor(t) or f.is_functorch_wrapped_tensor(t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_torch_full_jacobian_in_one_call_per_mode_and_precision(dtype):
+    x = torch.linspace(-2, 2, 7, dtype=dtype)
+    b = torch.linspace(0.3, 1.1, 7, dtype=dtype)
+    r = gv.check(lambda x, b: torch.tanh(x * b), x, b)
+    assert r.ok, str(r)
+    assert r.strategy == "full Jacobian (7x14)"
+    calls = 2 if dtype == torch.float32 else 1  # (the float64 tier: one more of each)
+    assert r.evaluations["jvp"] == calls and r.evaluations["vjp"] == calls
+
+
+def test_jax_full_jacobian_in_one_call_per_mode():
+    with jax.enable_x64(True):
+        x = jnp.linspace(-2.0, 2.0, 6)
+        r = gv.check(lambda x: jnp.sin(x) * jnp.sum(x), x)
+    assert r.ok, str(r)
+    assert r.evaluations["jvp"] == 1 and r.evaluations["vjp"] == 1
+
+
+class _OldStyleSquare(torch.autograd.Function):
+    """forward(ctx, ...): torch.func cannot vectorise it."""
+
+    wrong_at = None
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        d = 2 * x
+        if _OldStyleSquare.wrong_at is not None:
+            d = d.clone()
+            d[_OldStyleSquare.wrong_at] *= 1.01
+        return g * d
+
+
+@pytest.mark.parametrize("wrong_at", [None, 3])
+def test_a_function_torch_cannot_vectorise_is_asked_one_column_at_a_time(wrong_at):
+    _OldStyleSquare.wrong_at = wrong_at
+    try:
+        x = torch.linspace(-1, 1.5, 6, dtype=torch.float64)
+        r = gv.check(_OldStyleSquare.apply, x)
+    finally:
+        _OldStyleSquare.wrong_at = None
+    if wrong_at is None:
+        assert r.ok, str(r)
+    else:
+        assert not r.ok
+        assert r.errors[0].input_index == (wrong_at,)
+
+
+def test_fn_that_refuses_vmap_is_checked_plainly():
+    def fn(x):
+        if _batched(x):
+            raise ValueError("no vmap here")
+        return torch.sin(x) * x
+
+    x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    r = gv.check(fn, x)
+    assert r.ok, str(r)
+    assert r.evaluations["jvp"] == 1 + 5  # the attempt, then one per column
+    assert r.evaluations["vjp"] == 1  # (reverse mode runs fn itself plainly: only its backward pass is vectorised)
+
+
+class _WrongOnlyWhenBatched(torch.autograd.Function):
+    """A right rule that goes wrong only under vmap: the plain calls decide."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y * (2.0 if _batched(g) else 1.0)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (y,) = ctx.saved_tensors
+        return t * y
+
+
+def test_a_failure_under_vmap_is_rechecked_with_plain_calls():
+    x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    r = gv.check(_WrongOnlyWhenBatched.apply, x)
+    assert r.ok, str(r)
+    assert r.evaluations["vjp"] == 1 + 5  # the vectorised call, then every row plainly
+
+
+def test_a_wrong_rule_is_reported_from_the_plain_calls():
+    """The seed bug (swish's gradient wrong only with a bias), vectorised: the
+    report names the element the plain calls found."""
+
+    @jax.custom_vjp
+    def swish(x, b):
+        z = x + b
+        return z * jax.nn.sigmoid(z)
+
+    def fwd(x, b):
+        return swish(x, b), (x, b)
+
+    def bwd(res, g):
+        x, b = res
+        s = jax.nn.sigmoid(x + b)
+        d = s + x * s * (1 - s)  # uses x where it needs x + b
+        return g * d, g * d
+
+    swish.defvjp(fwd, bwd)
+    with jax.enable_x64(True):
+        x = jnp.asarray(np.linspace(-2, 2, 4))
+        b = jnp.asarray([0.0, 0.5, 0.0, 0.0])
+        r = gv.check(swish, x, b)
+    assert not r.ok
+    located = {(f.argument, f.input_index) for f in r.errors if f.input_index is not None}
+    assert located and all(idx == (1,) for _, idx in located), str(r)
+    assert r.evaluations["vjp"] > 1  # rechecked plainly
+
+
+def test_vectorise_false_asks_one_column_and_row_at_a_time():
+    x = torch.linspace(-2, 2, 6, dtype=torch.float64)
+    on = gv.check(torch.sin, x)
+    off = gv.check(torch.sin, x, vectorise=False)
+    assert on.ok and off.ok
+    assert (on.evaluations["jvp"], on.evaluations["vjp"]) == (1, 1)
+    assert (off.evaluations["jvp"], off.evaluations["vjp"]) == (6, 6)
+    assert "vectorise=False" in off.reproduce and "vectorise" not in on.reproduce
+
+
+def test_vectorise_must_be_a_bool():
+    with pytest.raises(gv.ArgumentValueError, match="vectorise"):
+        gv.check(torch.sin, torch.ones(3, dtype=torch.float64), vectorise="yes")
