@@ -121,9 +121,23 @@ class Evaluator:
         """fn at ``points`` (None: the base point); ``flat``: its output
         flattened (the finite differences' evaluations)."""
         with self.backend.precision(precision or self.native_precision):
-            out = self._call(lambda *a: self._primal_fn(*a, flat=flat), self._args(points, precision), "evaluating fn")
+            out = None
+            if flat and points is not None and self.rule is None and not self.placed:
+                out = self.backend.call_flat_host(self.fn, *self._host_args(points, precision))
+                self.counts["primal"] += out is not None
+            if out is None:
+                out = self._call(
+                    lambda *a: self._primal_fn(*a, flat=flat), self._args(points, precision), "evaluating fn"
+                )
             self._check_output(out)
             return self._working(out)
+
+    def _host_args(self, points: Sequence[Any], precision: str | None) -> tuple[list[np.ndarray], list[str]]:
+        """The numpy arrays ``_args`` would make backend arrays of, with their dtypes."""
+        wrt_pos = {i: k for k, i in enumerate(self.wrt)}
+        arrays = [points[wrt_pos[i]] if i in wrt_pos else v for i, v in enumerate(self.values)]
+        dtypes = [precision if (precision and f) else d for f, d in zip(self.floating, self.dtypes)]
+        return arrays, dtypes
 
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         if self.rule is None:

@@ -121,3 +121,35 @@ def test_a_compiling_block_shares_the_compiled_forms_across_verify_runs():
         assert gv.verify(fn, float_rows(), max_examples=5, seed=1).ok
     # the second run traces nothing: only its three eager evaluations a check
     assert len(calls) - first == 3 * 5
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_compiled_evaluations_from_host_arrays_judge_as_the_eager_ones(x64):
+    """In a session the finite differences' points go to the compiled fn as
+    numpy arrays (no jax arrays made first): the same verdicts as the eager
+    check, for a right rule and a wrong one, at either x64 setting."""
+
+    @jax.custom_vjp
+    def tanh_mul(x, b):
+        return jnp.tanh(x * b)
+
+    def fwd(x, b):
+        y = tanh_mul(x, b)
+        return y, (x, b, y)
+
+    def bwd(res, g):
+        x, b, y = res
+        d = g * (1 - y * y)
+        return d * b, (d * x).at[2].multiply(wrong)
+
+    tanh_mul.defvjp(fwd, bwd)
+    with jax.enable_x64(x64):
+        x = jnp.linspace(-2.0, 2.0, 6)
+        b = jnp.linspace(0.5, 1.5, 6)
+    for wrong in (1.0, -1.0):
+        eager = gv.check(tanh_mul, x, b)
+        with compiling():
+            compiled = gv.check(tanh_mul, x, b)
+        assert eager.ok == compiled.ok == (wrong == 1.0), str(compiled)
+        if wrong != 1.0:
+            assert {(f.argument, f.input_index) for f in compiled.errors} == {(1, (2,))}, str(compiled)

@@ -88,6 +88,13 @@ class Backend:
         out = self.call(fn, args)
         return out.reshape(-1) if hasattr(out, "reshape") else out
 
+    def call_flat_host(self, fn: Callable, arrays: Sequence[np.ndarray], dtypes: Sequence[str]) -> Any:
+        """``call_flat`` on numpy arrays (each with its dtype name) where the
+        backend can hand them to a compiled fn without building its own arrays
+        first; None where it cannot, or on any trouble (the caller then takes
+        the plain path, which reports it)."""
+        return None
+
     def compiles(self, fn: Callable) -> bool:
         """Whether ``call`` runs a compiled fn (whose rounding may differ from fn's eager run)."""
         return False

@@ -129,6 +129,17 @@ class JaxBackend(Backend):
 
         return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
 
+    def call_flat_host(self, fn: Callable, arrays: Sequence[np.ndarray], dtypes: Sequence[str]) -> Any:
+        # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
+        # arrays than making jax arrays of them first (jax never writes to them)
+        entry = compiled(fn)
+        if entry is None or not entry.ok["primal"]:
+            return None
+        try:
+            return entry.primal_flat(*(np.asarray(a, dtype=jnp.dtype(d)) for a, d in zip(arrays, dtypes)))
+        except Exception:
+            return None
+
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         try:
             return _run(
