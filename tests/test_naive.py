@@ -22,10 +22,23 @@ SEEDS = range(10)
 EXAMPLES = {"torch": 100, "jax": 60}
 CASES = naive_cases()
 
+# A row whose norm is far below the step, which the step-dependence test does
+# not see: both steps are larger than the row, and FD along them is flat
+# (see the regression test below). Known, not yet fixed.
+NORMALIZE_TINY_ROW = "F.normalize: a row of norm 6e-8 beside a row of 2 is judged at a step larger than the row"
+
+
+def _params():
+    for case in CASES:
+        for dtype in ("float64", "float32"):
+            marks = ()
+            if case.label == "F.normalize" and dtype == "float64":
+                marks = (pytest.mark.xfail(reason=NORMALIZE_TINY_ROW, strict=False),)
+            yield pytest.param(case, dtype, marks=marks, id=f"{case.label}-{dtype}")
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
+@pytest.mark.parametrize(("case", "dtype"), list(_params()))
 def test_correct_functions_never_fail_on_a_naive_strategy(case, dtype):
     strategy = naive_strategy(case, dtype)
     examples = inconclusive = 0
@@ -54,3 +67,17 @@ def test_normalize_of_a_row_far_below_the_step_is_inconclusive_not_convicted():
     unreliable = r.by_kind(gv.Kind.FD_UNRELIABLE)
     assert unreliable and unreliable[0].input_index[0] == 1  # the tiny row, not the other
     assert not r.by_kind(gv.Kind.NONDIFFERENTIABLE)
+
+
+@pytest.mark.xfail(reason=NORMALIZE_TINY_ROW, strict=True)
+def test_normalize_of_a_row_below_both_steps_is_not_convicted():
+    """Found by this suite at 100 examples a seed: AD's -0.0625 for d out[1, 1]
+    / d x[1, 0] is right (-a b / r^3 with a = 2^-24, b = 2^-52, r ~ a), but
+    the step (the argument's rms, ~1, times ~2^-18) and the refined one are
+    both far larger than the row's norm, and FD along them is flat (~-7e-6)
+    with a small bound: a confident wrong reference, not yet told apart."""
+    import torch
+
+    x = torch.tensor([[2.0, 2.0**-52], [2.0**-24, 2.0**-52]], dtype=torch.float64)
+    r = gv.check(lambda x: torch.nn.functional.normalize(x, dim=-1), x)
+    assert r.ok, str(r)
