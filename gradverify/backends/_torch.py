@@ -100,18 +100,10 @@ class TorchBackend(Backend):
         return result
 
     def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
-        inputs = list(args)
-        for i in wrt:
-            inputs[i] = args[i].detach().requires_grad_(True)
-        with torch.enable_grad():
-            out = fn(*inputs)
-        _require_tensor(out)
-        if not out.requires_grad:
+        inputs, grads = _pullback(fn, args, wrt, cotangent, batched=False)
+        if grads is None:
             # fn cut every input out of the graph: its reverse-mode gradient is zero.
             return [torch.zeros_like(inputs[i]) for i in wrt]
-        grads = torch.autograd.grad(
-            out, [inputs[i] for i in wrt], grad_outputs=cotangent.to(out.dtype), allow_unused=True
-        )
         return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
 
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
@@ -125,22 +117,10 @@ class TorchBackend(Backend):
         return torch.func.vmap(along)(*tangents)
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
-        inputs = list(args)
-        for i in wrt:
-            inputs[i] = args[i].detach().requires_grad_(True)
-        with torch.enable_grad():
-            out = fn(*inputs)
-        _require_tensor(out)
-        k = cotangents.shape[0]
-        if not out.requires_grad:
+        inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True)
+        if grads is None:
+            k = cotangents.shape[0]
             return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
-        grads = torch.autograd.grad(
-            out,
-            [inputs[i] for i in wrt],
-            grad_outputs=cotangents.to(out.dtype),
-            allow_unused=True,
-            is_grads_batched=True,
-        )
         return list(grads)
 
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
@@ -174,3 +154,26 @@ class TorchBackend(Backend):
 def _require_tensor(out: Any) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"fn returned {type(out).__name__}, expected one torch.Tensor")
+
+
+def _pullback(
+    fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any, batched: bool
+) -> tuple[list[Any], tuple[Any, ...] | None]:
+    """fn's leaf inputs and its input cotangents for ``cotangent`` (a stack of
+    them when ``batched``); None when fn cut every input out of the graph."""
+    inputs = list(args)
+    for i in wrt:
+        inputs[i] = args[i].detach().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(*inputs)
+    _require_tensor(out)
+    if not out.requires_grad:
+        return inputs, None
+    grads = torch.autograd.grad(
+        out,
+        [inputs[i] for i in wrt],
+        grad_outputs=cotangent.to(out.dtype),
+        allow_unused=True,
+        is_grads_batched=batched,
+    )
+    return inputs, grads
