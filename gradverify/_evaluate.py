@@ -82,16 +82,24 @@ class Evaluator:
         buffers they were made from (for ``readback``)."""
         out = []
         buffers = []
-        wrt_pos = {i: k for k, i in enumerate(self.wrt)}
-        for i, (v, like) in enumerate(zip(self.values, self.originals)):
-            dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
-            fresh = points is not None and i in wrt_pos
-            a = points[wrt_pos[i]] if fresh else (v if self.placed else np.array(v, copy=True))
+        for (a, dtype, fresh), like in zip(self._sources(points, precision), self.originals):
+            if not (fresh or self.placed):
+                a = np.array(a, copy=True)
             if keep:
                 buffers.append(a)
             out.append(self._array(a, like, dtype, fresh=fresh or not self.placed))
         self.last_buffers = buffers
         return out
+
+    def _sources(self, points: Sequence[Any] | None, precision: str | None) -> list[tuple[Any, str, bool]]:
+        """Per argument: the working array fn's argument is made from (the
+        point's part for a wrt argument, else the base value), its dtype, and
+        whether it is a point's (fresh, ours to hand over)."""
+        wrt_pos = {i: k for k, i in enumerate(self.wrt)} if points is not None else {}
+        return [
+            (points[wrt_pos[i]] if i in wrt_pos else v, precision if (precision and f) else d, i in wrt_pos)
+            for i, (v, f, d) in enumerate(zip(self.values, self.floating, self.dtypes))
+        ]
 
     def _tangent_args(self, tangents: Sequence[Any], precision: str | None = None) -> list[Any]:
         return [self._array(t, self.originals[i], precision or self.dtypes[i]) for i, t in zip(self.wrt, tangents)]
@@ -123,7 +131,8 @@ class Evaluator:
         with self.backend.precision(precision or self.native_precision):
             out = None
             if flat and points is not None and self.rule is None and not self.placed:
-                out = self.backend.call_flat_host(self.fn, *self._host_args(points, precision))
+                sources = self._sources(points, precision)
+                out = self.backend.call_flat_host(self.fn, [a for a, _, _ in sources], [d for _, d, _ in sources])
                 self.counts["primal"] += out is not None
             if out is None:
                 out = self._call(
@@ -131,13 +140,6 @@ class Evaluator:
                 )
             self._check_output(out)
             return self._working(out)
-
-    def _host_args(self, points: Sequence[Any], precision: str | None) -> tuple[list[np.ndarray], list[str]]:
-        """The numpy arrays ``_args`` would make backend arrays of, with their dtypes."""
-        wrt_pos = {i: k for k, i in enumerate(self.wrt)}
-        arrays = [points[wrt_pos[i]] if i in wrt_pos else v for i, v in enumerate(self.values)]
-        dtypes = [precision if (precision and f) else d for f, d in zip(self.floating, self.dtypes)]
-        return arrays, dtypes
 
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         if self.rule is None:

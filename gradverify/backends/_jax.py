@@ -222,8 +222,8 @@ def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> A
 
 
 def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
-    out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
-    return jax.vmap(pullback)(cotangents.astype(out.dtype))
+    # (fn's forward pass does not depend on the cotangent: vmap runs it once)
+    return jax.vmap(lambda c: _vjp(fn, args, c, wrt))(cotangents)
 
 
 class Compiled:
