@@ -143,10 +143,16 @@ class Estimate:
         return F
 
 
-def _model_noise(u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float) -> float:
+def _model_noise(
+    u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float, point: float = 1.0
+) -> float:
     """The rounding model's error of one F value (estimate and model_reference
-    share it: the model's bound must be the measured one's floor, bit for bit)."""
-    return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (1.0 + h) * slope_scale)
+    share it: the model's bound must be the measured one's floor, bit for bit).
+    ``point``: the largest |x_j| / |u_j| over the moved elements, in the units
+    of t (at most 1 for a direction scaled so that |u_j| >= |x_j|; along a
+    column e_j it is |x_j| / c, far below 1 for an element much smaller than
+    its argument's rms): x + t u rounds by u (point + |t|) in those units."""
+    return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (point + h) * slope_scale)
 
 
 def evaluate_level(F: Callable[[float], Array], h: float, have: dict[int, Array] | None = None) -> Stencil:
@@ -188,6 +194,7 @@ def estimate(
     f0_scale: float | None = None,
     chunk: int | None = None,
     outer: float = 0.0,
+    point: float = 1.0,
 ) -> Estimate:
     """Richardson value, its error bound, the measured noise and the flags, done
     block by block: on a large vector each pass over the whole of it would leave
@@ -195,7 +202,7 @@ def estimate(
     the result does not depend on ``chunk`` (a test holds it bit for bit); only
     the scales of the rounding model (maxima) need the whole vector, gathered in
     a first pass. ``outer``: a floor under the largest |F(+-h)| (from outputs
-    left out of this vector, see _on_support)."""
+    left out of this vector, see _on_support); ``point``: see _model_noise."""
     h = s.h
     shape = tuple(f0.shape)
     f0f = _xp.flat(f0)
@@ -216,10 +223,10 @@ def estimate(
             f0_scale = f0_max
         # The rounding model, a floor under the measured noise: fn's rounding
         # relative to the vector's scale plus the rounding of the point x + t u
-        # itself, which moves F by |dF/dt| u |x|/|u| <= |dF/dt| u (directions
-        # are scaled so that |u_j| >= |x_j|). The stencil's own values count
-        # too: at a minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
-        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
+        # itself, which moves F by |dF/dt| u (|x|/|u| + |t|) (see _model_noise:
+        # ``point`` is that |x|/|u|). The stencil's own values count too: at a
+        # minimum F(+-h) ~ h^2 F''/2 can dwarf both |F0| and h |F'|.
+        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale, point)
         stencil = tuple(F[k] for k in OFFSETS)
         parts = blockwise(_estimate_block, f0f, stencil, f0f, tol_f, h, eps_f, chunk=chunk)
     value, err, kink, fin, sig = (xp.reshape(a, shape) for a in parts)
@@ -427,6 +434,7 @@ def model_reference(
     f0_scale: float,
     ad: Array | None = None,
     chunk: int | None = None,
+    point: float = 1.0,
 ) -> tuple[Array, Array, Array, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
     points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
@@ -455,7 +463,7 @@ def model_reference(
         for b in blocks:
             slope, outer, _ = _scales(F, b, h)  # (as estimate() computes them, bit for bit)
             slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, outer)
-        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale)
+        eps_f = _model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale, point)
         typical = max(f0_scale, slope_scale)
         noise2, noise1 = (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f
         kappa_max = (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f
@@ -605,6 +613,7 @@ def reference(
     model_first: bool = False,
     ad: Array | None = None,
     sparse: bool = False,
+    point: float = 1.0,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
@@ -612,20 +621,21 @@ def reference(
     (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
     agree with it too); where nothing is flagged the reference is the model's,
     and ``Reference.measure`` measures fn's noise when a comparison needs it.
-    ``sparse``: estimate only the outputs the steps move (see _on_support)."""
+    ``sparse``: estimate only the outputs the steps move (see _on_support).
+    ``point``: the point's magnitude along the direction (see _model_noise)."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
     have: dict[int, Array] = {}
     if model_first:
         have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
-        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad)
+        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
         if quick is not None:
             value, err, shift, typical = quick
             if _xp.size(value) > KEEP_POINTS:
                 have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
-                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse)
+                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
                 full.evaluations += len(MODEL_OFFSETS)
                 return full
 
@@ -633,7 +643,7 @@ def reference(
             return Reference(
                 value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
             )
-    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse)
+    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
 
 
 def _measured(
@@ -650,6 +660,7 @@ def _measured(
     sparse: bool = False,
     outer: float = 0.0,
     unmoved: bool = False,
+    point: float = 1.0,
 ) -> Reference:
     """The reference with fn's noise measured (reusing the points in ``have``);
     ``sparse``: on the outputs the first step moves (see _on_support, which
@@ -657,11 +668,11 @@ def _measured(
     stencil = evaluate_level(F, h, have)
     evaluations = len(OFFSETS) - len(have)
     if sparse:
-        narrowed = _on_support(F, f0, stencil, floor, u_oracle, ad_tol, ladder, f0_scale, inputs)
+        narrowed = _on_support(F, f0, stencil, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
         if narrowed is not None:
             narrowed.evaluations += evaluations
             return narrowed
-    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale, outer=outer)
+    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
     status = _xp.zeros(shape, value, "int8")  # SMOOTH
@@ -671,7 +682,7 @@ def _measured(
     reasons: dict[int, str] = {}
     if suspects.size:
         v_s, e_s, s_s, more = _ladder(
-            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, outer
+            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, outer, point
         )
         evaluations += more
         xp = _xp.ns(value)
@@ -701,6 +712,7 @@ def _on_support(
     ladder: bool,
     f0_scale: float | None,
     inputs: float,
+    point: float = 1.0,
 ) -> Reference | None:
     """The measured reference worked out on the outputs the first step moves
     (or that are not finite at 0) and filled in elsewhere - None where every
@@ -739,6 +751,7 @@ def _on_support(
         have,
         outer=outer,
         unmoved=True,
+        point=point,
     )
     err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / h) * sub.eps_f
     rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
@@ -783,6 +796,7 @@ def _ladder(
     ladder: bool,
     inputs: float = 0.0,
     outer: float = 0.0,
+    point: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``) and
@@ -823,7 +837,7 @@ def _ladder(
     open_ = everything  # positions in suspects
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, outer=outer)
+        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
         evaluations += len(OFFSETS)
         sub = est.take("kink", suspects[open_])
         if sub.any():
@@ -880,18 +894,23 @@ def _ladder(
         undecided = open_[(status[open_] == KINK) & (~settled_sides[open_] | disjoint)]
         status[undecided] = UNRELIABLE
     elif open_.size:
-        # no slope jump: the flag was fn's rounding if the kink indicator is
-        # within what u x its terms can make, else a feature narrower than
-        # the step (a normalisation of a row far smaller than the step)
-        both = open_[(status[open_] == KINK) & flat[open_]]
-        Fv = level0._values(suspects[both])
+        # Within what u x fn's terms can make, the kink indicator is fn's
+        # rounding: with no slope jump beyond the sides' error the flag was
+        # noise (the central estimate stands); with one, it is a kink or a
+        # quantum step of a quantised fn beside the point (jax's tanh-form
+        # gelu in its tail), which no finer step can tell apart here: both
+        # undecidable. Beyond that, no slope jump is a feature narrower than
+        # the step (a normalisation of a row far smaller than the step).
+        kinked = open_[status[open_] == KINK]
+        Fv = level0._values(suspects[kinked])
         with np.errstate(invalid="ignore", over="ignore"):
             kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
             terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), inputs)
         rounding = kappa <= tol.ROUNDING_TERMS * u_oracle * terms
-        noise, feature = both[rounding], both[~rounding]
+        no_jump = flat[kinked]
+        noise = kinked[rounding & no_jump]
         value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
-        status[feature] = UNRELIABLE
+        status[kinked[rounding != no_jump]] = UNRELIABLE
     return value, err, status, evaluations
 
 

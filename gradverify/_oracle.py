@@ -86,6 +86,7 @@ class Oracle:
         model_first: bool = False,
         ad: np.ndarray | None = None,
         j: int | None = None,
+        point: float | None = None,
     ) -> _fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -93,8 +94,13 @@ class Oracle:
         (and agrees with ``ad``, the J u it will judge); see _fd.model_reference.
         ``j``: along the basis vector e_j (``u`` unused): a column of the
         Jacobian, whose outputs mostly do not move; only those that do are
-        estimated (see _fd.estimate's ``sparse``)."""
+        estimated (see _fd.estimate's ``sparse``). ``point``: the magnitude
+        at which the point and fn's terms round, in units of c (see
+        _fd._model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
+        default; along e_j see ``terms``."""
         p = self.precision
+        if point is None:
+            point = self.terms(c) if j is not None else 1.0
         ref = _fd.reference(
             self.F(u, c, j=j),
             self.f0,
@@ -108,8 +114,15 @@ class Oracle:
             model_first=model_first,
             ad=None if ad is None or c == 1.0 else ad * c,
             sparse=j is not None,
+            point=point,
         )
         return self._in_units(ref, c)
+
+    def terms(self, c: float) -> float:
+        """The magnitude at which a column's point and fn's terms round, in
+        units of its step scale c: the largest input's, whatever the moved
+        element's own (x + b rounds at |x| however small b is)."""
+        return max(self.probes.inputs_max, tol.TINY_SCALE) / c
 
     def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
         if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
@@ -133,7 +146,9 @@ class Oracle:
         us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
-            self.refs.append(self.fd(u, bound(b) if jvps else 0.0, probes.cs[b], model_first=True, ad=jv))
+            c = probes.cs[b]
+            point = self.terms(c) if probes.full else 1.0
+            self.refs.append(self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point))
 
     def measured(self, b: int) -> _fd.Reference:
         """Direction b's reference with fn's noise measured (done on demand:
@@ -155,34 +170,84 @@ class Oracle:
 
     # -- before FD convicts AD ------------------------------------------------------
     def step_dependent(self, b: int, excess: np.ndarray) -> bool:
-        """Estimate direction b again with a step REFINE times smaller. A smooth
-        function gives the same value within both bounds; where the estimate
-        moves by more, the step was larger than a feature of fn (a row
-        normalised while far smaller than the step, an eps) and FD cannot
-        decide there: those elements become unreliable, with both values. Done
-        once per direction; returns whether any moved."""
+        """Estimate direction b again with steps REFINE, REFINE^2, ... times
+        smaller. A smooth function gives the same value within both bounds;
+        where the estimate moves by more, the step was larger than a feature of
+        fn (a row normalised while far smaller than the step, an eps) and FD
+        cannot decide there: those elements become unreliable, with both
+        values. An element the finer step cannot settle (a kink flag, or a
+        bound as large as the derivatives: a feature it still straddles) is
+        taken one level further down: a feature narrower than the
+        first step can also hide from the first level's flags. Where such an
+        element is smooth at a later level, the first step straddled a feature
+        that this step no longer reaches (as down the kink ladder): the finer
+        estimate replaces the reference. So that the feature cannot hide from
+        these levels too, they estimate the disagreeing elements alone: the
+        rounding model's slope scale is then theirs, not that of a neighbour
+        whose own feature made its slope huge. The levels stop where an element
+        is smooth or noise-bound (a finer step only adds noise), or
+        where the point x + t u itself would round: along a column that is at
+        the moved element's own magnitude, not its argument's (a row of norm
+        1e-9 beside rows of 6 needs a step of 1e-11, which that element
+        represents exactly). Done once per direction; returns whether any
+        element changed."""
         if b in self.refined:
             return False
         self.refined.add(b)
         ref = self.measured(b)
-        p = self.precision
-        fine = self.fd(self.probes.us[b], 0.0, self.probes.cs[b], ladder=False, h=p.h / tol.REFINE)
-        value, err = fine.value, fine.err
+        p, probes = self.precision, self.probes
         with _xp.quiet():
-            moved = (excess > 0) & (ref.status <= _fd.KINK) & (fine.status == _fd.SMOOTH)
-            moved = moved & (_xp.ns(value).abs(value - ref.value) > err + ref.err)
-        if not _xp.any_(moved):
-            return False
-        before_value, before_err = ref.value, ref.err
-        ref.give_up(
-            moved,
-            lambda i: (
-                f"the estimate moved from {float(before_value[i]):.6g} +- {float(before_err[i]):.2g} to "
-                f"{float(value[i]):.6g} +- {float(err[i]):.2g} "
-                f"with a {tol.REFINE:g}x smaller step: a feature of fn narrower than the step"
-            ),
-        )
-        return True
+            idx = _xp.nonzero((excess > 0) & (ref.status <= _fd.KINK))
+        c = probes.cs[b]
+        terms, own = (self.terms(c), max(abs(float(probes.x[b])), tol.TINY_SCALE) / c) if probes.full else (1.0, 1.0)
+        F = self.F(probes.us[b], c)
+        moved: dict[int, tuple[float, float, float]] = {}  # element -> fine value, err, shrink
+        replaced: dict[int, tuple[float, float]] = {}
+        shrink = tol.REFINE
+        while idx.size and p.h / shrink >= tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own:
+            at = idx
+            fine = _fd.reference(
+                lambda t, at=at: _xp.take(_xp.flat(F(t)), at),
+                _xp.take(self.f0, at),
+                p.h / shrink,
+                p.floor,
+                p.u_oracle,
+                0.0,
+                ladder=False,
+                f0_scale=p.f0_scale,
+                inputs=probes.inputs_max,
+                point=terms,
+            )
+            value, err = fine.value / c, fine.err / c
+            smooth = fine.status == _fd.SMOOTH
+            if shrink == tol.REFINE:
+                with np.errstate(invalid="ignore"):
+                    far = np.abs(value - _xp.take(ref.value, at)) > err + _xp.take(ref.err, at)
+                for k in np.flatnonzero(smooth & far).tolist():
+                    moved[int(at[k])] = (float(value[k]), float(err[k]), shrink)
+            else:  # (every element here was flagged one level up)
+                for k in np.flatnonzero(smooth).tolist():
+                    replaced[int(at[k])] = (float(value[k]), float(err[k]))
+            idx = at[~smooth & ~_noise_bound(fine, p.h / shrink)]
+            shrink *= tol.REFINE
+        if replaced:
+            at = np.array(sorted(replaced))
+            shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
+            for name, k in (("value", 0), ("err", 1)):
+                part = np.array([replaced[i][k] for i in at.tolist()])
+                setattr(ref, name, xp.reshape(_xp.put(_xp.copy(_xp.flat(getattr(ref, name))), at, part), shape))
+        if moved:
+            before_value, before_err = ref.value, ref.err
+            mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), np.array(sorted(moved)), True)
+            ref.give_up(
+                _xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)),
+                lambda i: (
+                    f"the estimate moved from {float(before_value[i]):.6g} +- {float(before_err[i]):.2g} to "
+                    f"{moved[i][0]:.6g} +- {moved[i][1]:.2g} "
+                    f"with a {moved[i][2]:g}x smaller step: a feature of fn narrower than the step"
+                ),
+            )
+        return bool(moved or replaced)
 
     def explained_by_wide_noise(self, b: int, excess: np.ndarray | float, weights: np.ndarray | None = None) -> bool:
         """Look at fn over wider spacings along direction b. A function computed
@@ -313,6 +378,17 @@ class Oracle:
                 where=probes.direction_name(b),
                 detail=reason,
             )
+
+
+def _noise_bound(ref: _fd.Reference, h: float) -> np.ndarray:
+    """Elements of a host reference at step h whose rounding alone (the model's,
+    which a finer step only raises) makes the bound as large as the
+    derivatives (see _fd.mark_unresolved). The measured noise does not count
+    here: a feature narrower than the step shows in a difference table as
+    noise too."""
+    part = (tol.NOISE_SAFETY * _fd._R2_WEIGHT / h) * ref.eps_f
+    with np.errstate(invalid="ignore"):
+        return ~(part <= 0.5 * (np.abs(ref.value) + ref.typical))
 
 
 def _split_point(x: Any, w: Any, t: float, layout: tuple) -> tuple[Any, ...]:

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
 BACKENDS = ("numpy", "torch", "jax")
+
+
+def pytest_configure(config):
+    """Under pytest-xdist every worker is a process with an intra-op thread
+    pool as large as the machine: with as many workers as cores the pools
+    oversubscribe it, and torch's small parallel kernels (F.layer_norm's)
+    spin several times slower. One thread a worker (read by torch at import;
+    set as well where it is already imported)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
 
 
 def make(backend: str, a: np.ndarray):
