@@ -236,6 +236,8 @@ class Oracle:
             for name, k in (("value", 0), ("err", 1)):
                 part = np.array([replaced[i][k] for i in at.tolist()])
                 setattr(ref, name, xp.reshape(_xp.put(_xp.copy(_xp.flat(getattr(ref, name))), at, part), shape))
+            # (a smooth estimate now, whatever the first level's flag said)
+            ref.status = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.status)), at, _fd.SMOOTH), shape)
         if moved:
             before_value, before_err = ref.value, ref.err
             mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), np.array(sorted(moved)), True)
