@@ -100,7 +100,7 @@ class Oracle:
         default; along e_j see ``terms``."""
         p = self.precision
         if point is None:
-            point = self.terms(c) if j is not None else 1.0
+            point = self.terms(c, column=j is not None)
         ref = _fd.reference(
             self.F(u, c, j=j),
             self.f0,
@@ -118,11 +118,12 @@ class Oracle:
         )
         return self._in_units(ref, c)
 
-    def terms(self, c: float) -> float:
-        """The magnitude at which a column's point and fn's terms round, in
-        units of its step scale c: the largest input's, whatever the moved
-        element's own (x + b rounds at |x| however small b is)."""
-        return max(self.probes.inputs_max, tol.TINY_SCALE) / c
+    def terms(self, c: float, column: bool) -> float:
+        """The magnitude at which the point and fn's terms round, in units of
+        the step scale c: along a column the largest input's, whatever the
+        moved element's own (x + b rounds at |x| however small b is); along a
+        direction at most 1 (|u_j| >= |x_j| / c)."""
+        return max(self.probes.inputs_max, tol.TINY_SCALE) / c if column else 1.0
 
     def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
         if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
@@ -147,7 +148,7 @@ class Oracle:
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
             c = probes.cs[b]
-            point = self.terms(c) if probes.full else 1.0
+            point = self.terms(c, column=probes.full)
             self.refs.append(self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point))
 
     def measured(self, b: int) -> _fd.Reference:
@@ -199,7 +200,8 @@ class Oracle:
         with _xp.quiet():
             idx = _xp.nonzero((excess > 0) & (ref.status <= _fd.KINK))
         c = probes.cs[b]
-        terms, own = (self.terms(c), max(abs(float(probes.x[b])), tol.TINY_SCALE) / c) if probes.full else (1.0, 1.0)
+        terms = self.terms(c, column=probes.full)
+        own = max(abs(float(probes.x[b])), tol.TINY_SCALE) / c if probes.full else 1.0
         F = self.F(probes.us[b], c)
         moved: dict[int, tuple[float, float, float]] = {}  # element -> fine value, err, shrink
         replaced: dict[int, tuple[float, float]] = {}
