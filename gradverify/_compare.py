@@ -195,7 +195,8 @@ class Comparisons:
             self.closeness.restore(mark)
             return self.jvp_fd()
         excess = self._violation(jvps[b], refs[b], self.bounds.jvp(b))
-        if self.oracle.step_dependent(b, excess) or self.oracle.explained_by_wide_noise(b, excess):
+        oracle = self.oracle
+        if oracle.on_grid(b, excess) or oracle.step_dependent(b, excess) or oracle.explained_by_wide_noise(b, excess):
             self.closeness.restore(mark)
             return self.jvp_fd()
         ref, jv, probes = refs[b], jvps[b], self.probes
@@ -345,7 +346,12 @@ class Comparisons:
         excess = np.full(m, -np.inf)
         excess[i] = abs(ad - fdv) - bound
         excess = _xp.like(excess, self.oracle.refs[j].value)
-        if self.oracle.step_dependent(j, excess) or (not kink and self.oracle.explained_by_wide_noise(j, excess)):
+        oracle = self.oracle
+        if (
+            oracle.on_grid(j, excess)
+            or oracle.step_dependent(j, excess)
+            or (not kink and oracle.explained_by_wide_noise(j, excess))
+        ):
             self.closeness.restore(mark)
             return self._vjp_full()
         arg, idx = self.probes.flat.locate(j)

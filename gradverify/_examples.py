@@ -278,6 +278,9 @@ def naive_strategy(case: NaiveCase, dtype: str) -> Any:
 
     elements = st.floats(-10, 10, width=64 if dtype == "float64" else 32)
 
+    # One strategy per shape, made once: the flatmap below asks for it at every
+    # draw, and a new strategy is validated anew each time (the same draws).
+    @functools.cache
     def arrays(shape: tuple[int, ...]) -> Any:
         return hnp.arrays(dtype, shape, elements=elements).map(lambda a: to_backend(a, case.backend, dtype))
 

@@ -142,6 +142,36 @@ class Estimate:
         F[0] = _xp.take(_xp.flat(self.f0), idx)
         return F
 
+    def grid(self, idx: np.ndarray) -> np.ndarray:
+        """The grid fn's values lie on at ``idx`` (see grid())."""
+        F = self._values(idx)
+        return grid([F[k] for k in OFFSETS], F[0])
+
+
+#: The standard deviation of rounding to a grid of spacing q, in units of q
+#: (the error is uniform over one spacing).
+GRID_NOISE = 1.0 / float(np.sqrt(12.0))
+
+
+def grid(values: list[np.ndarray], f0: np.ndarray) -> np.ndarray:
+    """Per element (host arrays): the largest power of two dividing every
+    difference F_k - F(0) - the grid fn's values lie on (0 where none moved).
+    Where fn is computed accurately that grid is u |F|; where it cancels
+    inside (z - tanh z at z = 1e-3: both terms round at u |z|, their
+    difference is exact) it is u x its terms, far coarser. Rounding to it is
+    noise of GRID_NOISE x the spacing in every value, which a few differences
+    can still show as exactly 0: a finer step's estimate of such an fn can
+    be flat, or smooth, with a bound from no noise at all."""
+    q = np.full(np.shape(f0), np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for v in values:
+            d = np.asarray(v, dtype=np.float64) - f0  # (exact between neighbouring values)
+            m, e = np.frexp(np.where(np.isfinite(d), d, 0.0))
+            mant = np.abs(m * 2.0**53).astype(np.int64)
+            low = (mant & -mant).astype(np.float64) * np.ldexp(1.0, e - 53)
+            q = np.where(d != 0, np.minimum(q, low), q)
+    return np.where(np.isfinite(q), q, 0.0)
+
 
 def _model_noise(
     u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float, point: float = 1.0
@@ -628,22 +658,67 @@ def reference(
     have: dict[int, Array] = {}
     if model_first:
         have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
-        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
-        if quick is not None:
-            value, err, shift, typical = quick
-            if _xp.size(value) > KEEP_POINTS:
-                have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
-
-            def measure() -> Reference:
-                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
-                full.evaluations += len(MODEL_OFFSETS)
-                return full
-
-            status = _xp.zeros(tuple(value.shape), value, "int8")
-            return Reference(
-                value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
-            )
+        args = (F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, ad, sparse, point)
+        modelled = _modelled(*args, have, own=True)
+        if modelled is not None:
+            return modelled
     return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
+
+
+def model_only(
+    F: Callable[[float], Array],
+    f0: Array,
+    h: float,
+    floor: float,
+    u_oracle: float,
+    ad_tol: Array | float,
+    points: dict[int, Array],
+    *,
+    f0_scale: float,
+    inputs: float,
+    ad: Array | None,
+    point: float,
+) -> Reference | None:
+    """reference(model_first=True) from F's values at MODEL_OFFSETS
+    evaluated elsewhere (``points``: columns estimated together, see
+    Oracle.first_order): the model's reference, or None where the model does
+    not accept them. Measuring evaluates F itself."""
+    return _modelled(F, f0, h, floor, u_oracle, ad_tol, True, f0_scale, inputs, ad, False, point, points, own=False)
+
+
+def _modelled(
+    F: Callable[[float], Array],
+    f0: Array,
+    h: float,
+    floor: float,
+    u_oracle: float,
+    ad_tol: Array | float,
+    ladder: bool,
+    f0_scale: float,
+    inputs: float,
+    ad: Array | None,
+    sparse: bool,
+    point: float,
+    points: dict[int, Array],
+    own: bool,
+) -> Reference | None:
+    """The model's reference from ``points`` (F's own where ``own``: then its
+    measurement reuses them), with ``measure``; None where it flags anything."""
+    quick = model_reference(points, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+    if quick is None:
+        return None
+    value, err, shift, typical = quick
+    spent = len(MODEL_OFFSETS) if own else 0
+    # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
+    have = points if own and _xp.size(value) <= KEEP_POINTS else {}
+
+    def measure() -> Reference:
+        full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
+        full.evaluations += spent
+        return full
+
+    status = _xp.zeros(tuple(value.shape), value, "int8")
+    return Reference(value, err, status, spent, True, typical=typical, measure=measure, shift=shift)
 
 
 def _measured(
@@ -817,6 +892,8 @@ def _ladder(
     # (all of the level's noise where no slope jump showed; else the cleaner
     # side's: a kink beside the point inflates the other)
     carried = np.where(flat, level0.take("noise", suspects), np.minimum(left_n, right_n))
+    # ... and never below the rounding to the grid fn's values lie on
+    carried = np.maximum(carried, GRID_NOISE * level0.grid(suspects))
     sides = {"r": r, "le": le, "se": se}
     status = np.where(level0.take("finite", suspects), KINK, UNRELIABLE).astype(np.int8)
     value, err = central.copy(), central_err.copy()
@@ -843,6 +920,7 @@ def _ladder(
         if sub.any():
             sub[sub] = ~_noise_explains(est, suspects[open_[sub]], ad_tol)
         smooth = open_[~sub]
+        carried[open_] = np.maximum(carried[open_], GRID_NOISE * est.grid(suspects[open_]))
         # The kink was beside the point: at this step both sides agree.
         fine_value, fine_err = est.take("value", suspects[smooth]), est.take("err", suspects[smooth])
         value[smooth] = fine_value

@@ -218,3 +218,16 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
     wrong[613] += 1e-3  # (AD off at one element: no model reference, in any blocking)
     for chunk in (None, 7, 64):
         assert _fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk) is None
+
+
+def test_the_grid_of_a_cancelling_fn_is_u_times_its_terms_not_its_value():
+    from gradverify import _fd
+
+    z = 2e-4 + np.arange(-4, 5) * 1.2345e-10
+    for f, spacing in ((z - np.tanh(z), np.spacing(z[4])), (np.exp(z), np.spacing(np.exp(z[4])))):
+        q = _fd.grid([f[k : k + 1] for k in range(9) if k != 4], f[4:5])
+        assert spacing <= q[0] <= 4 * spacing
+    # z - tanh z ~ 3e-12 lies on z's grid, ~1e7 times its own spacing
+    assert _fd.grid([(z - np.tanh(z))[:1]], (z - np.tanh(z))[4:5])[0] > 1e6 * np.spacing(3e-12)
+    # nothing moved: no grid seen
+    assert _fd.grid([np.ones(2)], np.ones(2)).tolist() == [0.0, 0.0]

@@ -178,3 +178,74 @@ def test_jax_tanh_gelu_quantised_tail_at_the_float32_floor_is_not_a_kink_to_conv
 
     bad = gv.check(off, x, jnp.array([-3.0], jnp.float32))
     assert not bad.ok and bad.by_kind(gv.Kind.MISMATCH), str(bad)
+
+
+def _scaled_tanhshrink(factor: float):
+    """tanhshrink(x + b), z - tanh z, whose rules multiply its derivative
+    tanh^2 z by ``factor`` (1: the right rule)."""
+    import torch
+
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(x, b):
+            return torch.nn.functional.tanhshrink(x + b)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, b = inputs
+            ctx.save_for_backward(x, b)
+            ctx.save_for_forward(x, b)
+
+        @staticmethod
+        def backward(ctx, g):
+            x, b = ctx.saved_tensors
+            d = g * factor * torch.tanh(x + b) ** 2
+            return d, d
+
+        @staticmethod
+        def jvp(ctx, tx, tb):
+            x, b = ctx.saved_tensors
+            return factor * torch.tanh(x + b) ** 2 * (tx + tb)
+
+    return Fn.apply
+
+
+#: Found at small inputs (the naive suite, and a scan of x = s, b = s x
+#: [0.3, 0, 1, 2, -0.5]): z - tanh z rounds both terms at u |z| and subtracts
+#: exactly, so its values lie on a grid far coarser than u |F|, and rounding
+#: to it can be linear across the stencil - no difference table sees it. The
+#: grid is measured from the values themselves (the lowest bit of their
+#: differences) and bounds the estimate.
+TANHSHRINK_SMALL = [
+    ("float64", [6.103515625e-05] * 5, [1e-05] * 5),
+    ("float32", [0.00390625] * 5, [0.00390625, 0.0, 0.0, 0.0, 0.0]),
+    ("float64", 0.0035064982365579657, None),
+    ("float64", 0.00016577957054138935, None),
+    ("float32", 2.7316220803097666e-05, None),
+    ("float32", 1.3464823523303179e-05, None),
+]
+
+
+@pytest.mark.parametrize(("dtype", "x", "b"), TANHSHRINK_SMALL, ids=[f"case{k}" for k in range(len(TANHSHRINK_SMALL))])
+def test_tanhshrink_on_its_own_grid_passes_and_a_wrong_rule_is_still_caught(dtype, x, b):
+    import torch
+
+    if b is None:  # x = s, b = s x [0.3, 0, 1, 2, -0.5]
+        s = x
+        x, b = [s] * 5, [0.3 * s, 0.0, s, 2 * s, -0.5 * s]
+    t = getattr(torch, dtype)
+    x, b = torch.tensor(x, dtype=t), torch.tensor(b, dtype=t)
+    for fn in (_bias_act_tanhshrink, _scaled_tanhshrink(1.0)):
+        r = gv.check(fn, x, b)
+        assert r.ok, str(r)
+    # (the grid is the resolution here: ~10% of the derivative at z ~ 3e-5,
+    # where the step moves F by a few dozen grid spacings)
+    wrong = gv.check(_scaled_tanhshrink(1.5), x, b)
+    assert not wrong.ok
+    assert wrong.by_kind(gv.Kind.MISMATCH)
+
+
+def _bias_act_tanhshrink(x, b):
+    from gradverify import ops
+
+    return ops.bias_act("tanhshrink", x, b)
