@@ -182,7 +182,7 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
             modes = _modes.run(ad, probes)
             oracle = Oracle(ev, primal, precision, probes)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
-            oracle.first_order(modes.jvps, bounds.jvp, modes.vjps, together=not bounds.user)
+            oracle.first_order(modes.jvps, bounds.jvp)
             ad.status["FD"] = oracle.label
             Comparisons(ad, oracle, modes, bounds, report, closeness).run()
             if not modes.jvps and not modes.vjps:

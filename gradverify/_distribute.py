@@ -92,7 +92,8 @@ def _on_dask(items: Sequence[tuple[int, _sweep.Case]], address: str) -> Iterator
         ) from e
     sweep = uuid.uuid4().hex[:12]
     try:
-        client = Client(address, set_as_default=False, timeout="20s")
+        # (how long to try: dask's distributed.comm.timeouts.connect, 30 s by default)
+        client = Client(address, set_as_default=False)
     except OSError as e:
         raise UsageError(
             explain(

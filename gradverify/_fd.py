@@ -658,67 +658,22 @@ def reference(
     have: dict[int, Array] = {}
     if model_first:
         have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
-        args = (F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, ad, sparse, point)
-        modelled = _modelled(*args, have, own=True)
-        if modelled is not None:
-            return modelled
+        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+        if quick is not None:
+            value, err, shift, typical = quick
+            if _xp.size(value) > KEEP_POINTS:
+                have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
+
+            def measure() -> Reference:
+                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
+                full.evaluations += len(MODEL_OFFSETS)
+                return full
+
+            status = _xp.zeros(tuple(value.shape), value, "int8")
+            return Reference(
+                value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
+            )
     return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
-
-
-def model_only(
-    F: Callable[[float], Array],
-    f0: Array,
-    h: float,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
-    points: dict[int, Array],
-    *,
-    f0_scale: float,
-    inputs: float,
-    ad: Array | None,
-    point: float,
-) -> Reference | None:
-    """reference(model_first=True) from F's values at MODEL_OFFSETS
-    evaluated elsewhere (``points``: columns estimated together, see
-    Oracle.first_order): the model's reference, or None where the model does
-    not accept them. Measuring evaluates F itself."""
-    return _modelled(F, f0, h, floor, u_oracle, ad_tol, True, f0_scale, inputs, ad, False, point, points, own=False)
-
-
-def _modelled(
-    F: Callable[[float], Array],
-    f0: Array,
-    h: float,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
-    ladder: bool,
-    f0_scale: float,
-    inputs: float,
-    ad: Array | None,
-    sparse: bool,
-    point: float,
-    points: dict[int, Array],
-    own: bool,
-) -> Reference | None:
-    """The model's reference from ``points`` (F's own where ``own``: then its
-    measurement reuses them), with ``measure``; None where it flags anything."""
-    quick = model_reference(points, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
-    if quick is None:
-        return None
-    value, err, shift, typical = quick
-    spent = len(MODEL_OFFSETS) if own else 0
-    # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
-    have = points if own and _xp.size(value) <= KEEP_POINTS else {}
-
-    def measure() -> Reference:
-        full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
-        full.evaluations += spent
-        return full
-
-    status = _xp.zeros(tuple(value.shape), value, "int8")
-    return Reference(value, err, status, spent, True, typical=typical, measure=measure, shift=shift)
 
 
 def _measured(

@@ -26,11 +26,6 @@ from ._result import INFO, WARNING, Kind
 #: is sharper. A full Jacobian needs every column.
 FD_DIRECTIONS = 1
 
-#: Columns of a full Jacobian estimated together have steps at least this
-#: ratio apart: another input's derivative read as a column's own moves its
-#: estimate by at least 2^(1/32) - 1 = 2.2%.
-GROUP_SEPARATION = 2.0 ** (1.0 / 32.0)
-
 
 class Oracle:
     """FD references along the probe directions (``refs``: one per FD direction)."""
@@ -46,9 +41,6 @@ class Oracle:
         self.widened: dict[int, int] = {}  # direction -> wider noise tables measured
         self.refined: set[int] = set()  # directions estimated again with a finer step
         self.gridded: set[int] = set()  # directions whose grid was measured
-        self.together: dict[int, list[int]] = {}  # column -> the columns estimated with it
-        self._alone: Callable[[int], _fd.Reference] | None = None
-        self._S: np.ndarray | None = None
 
     @property
     def label(self) -> str:
@@ -148,165 +140,21 @@ class Oracle:
             ref.measure = lambda: self._in_units(measure(), c)
         return ref
 
-    def first_order(
-        self,
-        jvps: tuple[np.ndarray, ...],
-        bound: Callable[[int], np.ndarray],
-        vjps: tuple[np.ndarray, ...] = (),
-        *,
-        together: bool = True,
-    ) -> None:
+    def first_order(self, jvps: tuple[np.ndarray, ...], bound: Callable[[int], np.ndarray]) -> None:
         """The references the first-order comparisons judge: every column of a
         full Jacobian, FD_DIRECTIONS directions otherwise. ``bound(b)``: the
-        JVP's rounding bound along b (the kink test allows for it).
-
-        Columns whose outputs AD (``jvps``, ``vjps``) says are disjoint are
-        estimated together: one stencil moves all their inputs, each with its
-        own step, and each column reads its own outputs - those of an
-        elementwise fn of n inputs take two stencils instead of n. Where the
-        function really is as local as AD says, each column's values are bit
-        for bit those its own stencil gives. Where it is not, or the rule is
-        wrong about which output an input moves, the outputs move otherwise
-        than AD says: an output no column claims moves (the columns are then
-        estimated alone), or a claimed one moves by another input's derivative
-        times the ratio of their steps (columns estimated together have steps
-        at least GROUP_SEPARATION apart; see _probes.spread) - a disagreement
-        the model's reference does not accept. Where a column's bound could
-        tell an AD value from 0 but not from half the nearest such ratio, the
-        columns are estimated alone: a rule that gave that value to the wrong
-        input would hide in the group and not on the column's own stencil.
-        ``together=False``: every column alone (the caller's own tolerances,
-        which may be coarser than that ratio)."""
+        JVP's rounding bound along b (the kink test allows for it)."""
         probes = self.probes
         us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
-
-        def alone(b: int) -> _fd.Reference:
-            c = probes.cs[b]
-            t = bound(b) if jvps else 0.0
+        for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
-            return self.fd(us[b], t, c, model_first=True, ad=jv, point=self.terms(c, column=probes.full))
-
-        self._alone = alone
-        refs: list[_fd.Reference | None] = [None] * len(us)
-        for group in self._groups(jvps, vjps) if together and probes.full else [[b] for b in range(len(us))]:
-            grouped = self._together(group, jvps, vjps, bound) if len(group) > 1 else None
-            for k, b in enumerate(group):
-                refs[b] = alone(b) if grouped is None else grouped[k]
-                if grouped is not None:
-                    self.together[b] = group
-        self.refs = [r for r in refs if r is not None]
-
-    def _supports(self, jvps: tuple[np.ndarray, ...], vjps: tuple[np.ndarray, ...]) -> np.ndarray | None:
-        """(columns, outputs): where AD says column j moves output i (or is not
-        finite); None where AD gives no Jacobian."""
-        n, m = self.probes.flat.n, _xp.size(self.f0)
-        if not (jvps or vjps):
-            return None
-        S = np.zeros((n, m), dtype=bool)
-        with np.errstate(invalid="ignore"):
-            for b, jv in enumerate(jvps):
-                S[b] = _xp.host(_xp.flat(jv)) != 0  # (nan != 0)
-            if vjps:
-                S |= np.stack([_xp.host(_xp.flat(g)) for g in vjps]).T != 0
-        return S
-
-    def _groups(self, jvps: tuple[np.ndarray, ...], vjps: tuple[np.ndarray, ...]) -> list[list[int]]:
-        """Columns in groups whose AD supports are disjoint and whose steps lie
-        GROUP_SEPARATION apart (first fit, in column order)."""
-        n = self.probes.flat.n
-        S = self._supports(jvps, vjps) if self.primal.all_finite else None
-        if S is None:
-            return [[b] for b in range(n)]
-        self._S = S
-        logc = np.log2(np.array(self.probes.cs))
-        apart = math.log2(GROUP_SEPARATION)
-        groups: list[list[int]] = []
-        claimed: list[np.ndarray] = []
-        for b in range(n):
-            for g, cl in zip(groups, claimed):
-                if not (cl & S[b]).any() and all(abs(logc[b] - logc[k]) >= apart for k in g):
-                    g.append(b)
-                    cl |= S[b]
-                    break
-            else:
-                groups.append([b])
-                claimed.append(S[b].copy())
-        return groups
-
-    def _together(
-        self,
-        group: list[int],
-        jvps: tuple[np.ndarray, ...],
-        vjps: tuple[np.ndarray, ...],
-        bound: Callable[[int], np.ndarray],
-    ) -> list[_fd.Reference] | None:
-        """The model references of a group's columns from one stencil along
-        sum_j c_j e_j, each masked to its own outputs (the rest at F(0), as its
-        own stencil leaves them); None where any is not accepted, an output no
-        column claims moves, or a bound resolves an AD value from 0 but not from
-        the steps' separation."""
-        probes, p = self.probes, self.precision
-        S = self._S
-        f0 = _xp.flat(self.f0)
-        xp, shape = _xp.ns(f0), tuple(self.f0.shape)
-        at = np.array(group)
-        w = _xp.put(_xp.zeros(probes.flat.n, probes.x), at, np.array([probes.cs[b] for b in group]))
-        F = self.F(w, 1.0)
-        points = {k: _xp.flat(F(k * p.h / 4)) for k in _fd.MODEL_OFFSETS}
-        claimed = _xp.like(S[at].any(axis=0), f0)
-        for a in points.values():
-            if _xp.any_((a != f0) & ~claimed):
-                return None
-        steps = np.array([probes.cs[b] for b in group])
-        refs = []
-        for pos, b in enumerate(group):
-            # half the smallest |ratio - 1| of another member's step to this one's
-            slack = 0.5 * float(np.min(np.abs(np.delete(steps, pos) / steps[pos] - 1.0)))
-            own = _xp.like(S[b], f0)
-            have = {k: xp.reshape(xp.where(own, a, f0), shape) for k, a in points.items()}
             c = probes.cs[b]
-            jv = jvps[b] if jvps else None
-            t = bound(b) if jvps else 0.0
-            ref = _fd.model_only(
-                self.F(probes.us[b], c),
-                self.f0,
-                p.h,
-                p.floor,
-                p.u_oracle,
-                t * c,
-                have,
-                f0_scale=p.f0_scale,
-                inputs=probes.inputs_max,
-                ad=None if jv is None else jv * c,
-                point=self.terms(c, column=True),
-            )
-            if ref is None:
-                return None
-            ref = self._in_units(ref, c)
-            ad = _xp.flat(jv) if jv is not None else _xp.like(np.stack([_xp.host(_xp.flat(g))[b] for g in vjps]), f0)
-            # Another input's derivative read as this column's own moves it by
-            # the steps' ratio at least: an AD value that the column's own stencil
-            # would resolve from 0 must be resolved from that ratio too.
-            with _xp.quiet():
-                resolution = _xp.flat(ref.err) + (_xp.flat(t) if _xp.is_array(t) else t)
-                size = xp.abs(ad)
-                coarse = (size > resolution) & (slack * size <= resolution)
-            if _xp.any_(coarse & own):
-                return None
-            refs.append(ref)
-        return refs
+            point = self.terms(c, column=probes.full)
+            self.refs.append(self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point))
 
     def measured(self, b: int) -> _fd.Reference:
         """Direction b's reference with fn's noise measured (done on demand:
-        only a comparison about to fail, or an excuse for one, needs it). A
-        column estimated with others is measured alone, and so are the others
-        (from their own stencils): whichever of them is wrong is named."""
-        group = self.together.get(b)
-        if group is not None:
-            for k in group:
-                del self.together[k]
-                if k != b:
-                    self.refs[k] = self._alone(k)
+        only a comparison about to fail, or an excuse for one, needs it)."""
         if self.refs[b].modelled:
             self.refs[b] = self.refs[b].measure()
         return self.refs[b]
@@ -315,7 +163,6 @@ class Oracle:
         """Drop what a reference's measure() holds on to (fn, the point)."""
         for ref in self.refs:
             ref.measure = None
-        self._alone = None
 
     def usable(self, ref: _fd.Reference) -> np.ndarray | bool:
         """The elements a comparison may judge: smooth or a kink, finite output."""

@@ -30,18 +30,6 @@ from ._primal import Precision, Primal
 FULL_MAX_IN = 32
 FULL_MAX_OUT = 128
 
-#: A full Jacobian's column j runs FD along rho_j c_j e_j, rho_j = 2^(frac(j
-#: GOLDEN) - 1/2) in [2^-1/2, 2^1/2): columns of one magnitude get steps that
-#: differ, so that columns estimated together (see Oracle.first_order) can be
-#: told apart - a rule that gives one input's derivative to another moves the
-#: estimate by the ratio of their steps.
-GOLDEN = (5.0**0.5 - 1.0) / 2.0
-
-
-def spread(j: int) -> float:
-    """rho_j (see GOLDEN)."""
-    return float(2.0 ** ((j * GOLDEN) % 1.0 - 0.5))
-
 
 @dataclass(frozen=True)
 class Flat:
@@ -134,7 +122,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         # column j along e_j itself: J e_j is the real column
         scale = _xp.full(n, 1.0, x)
         us = tuple(basis(j, n, x) for j in range(n))
-        cs = tuple(float(c) * spread(j) for j, c in enumerate(_xp.host(raw_scale).tolist()))
+        cs = tuple(float(c) for c in _xp.host(raw_scale))
         vs = tuple(basis(i, m, x) for i in range(m))
         strategy = f"full Jacobian ({m}x{n})"
     else:

@@ -178,8 +178,7 @@ def test_torch_builtin_hardsigmoid_float64_derivative_is_only_float32_accurate()
     f = result.by_kind(gv.Kind.MISMATCH)[0]
     ad = f.values.get("JVP", f.values.get("VJP"))
     assert ad == pytest.approx(float(np.float32(1 / 6)), abs=1e-15)
-    # FD (its step non-dyadic: x + t rounds, ~1e-11 here) lies far closer to 1/6
-    assert abs(f.values["FD"] - 1 / 6) < abs(ad - 1 / 6) / 20
+    assert f.values["FD"] == pytest.approx(1 / 6, abs=1e-11)
 
 
 def test_rounding_noise_far_above_the_model_is_measured_not_a_mismatch():

@@ -236,13 +236,16 @@ def test_tanhshrink_on_its_own_grid_passes_and_a_wrong_rule_is_still_caught(dtyp
     t = getattr(torch, dtype)
     x, b = torch.tensor(x, dtype=t), torch.tensor(b, dtype=t)
     for fn in (_bias_act_tanhshrink, _scaled_tanhshrink(1.0)):
-        r = gv.check(fn, x, b)
-        assert r.ok, str(r)
-    # (the grid is the resolution here: ~10% of the derivative at z ~ 3e-5,
-    # where the step moves F by a few dozen grid spacings)
+        right = gv.check(fn, x, b)
+        assert right.ok, str(right)
+    # The grid is the resolution here: at z ~ 1e-5 a step moves F by a few
+    # grid spacings, and FD cannot decide (inconclusive, never verified); where
+    # it can, a rule 1.5x off is caught.
     wrong = gv.check(_scaled_tanhshrink(1.5), x, b)
-    assert not wrong.ok
-    assert wrong.by_kind(gv.Kind.MISMATCH)
+    if right.inconclusive:
+        assert not wrong.ok or wrong.by_kind(gv.Kind.FD_UNRELIABLE), str(wrong)
+    else:
+        assert wrong.by_kind(gv.Kind.MISMATCH), str(wrong)
 
 
 def _bias_act_tanhshrink(x, b):

@@ -170,5 +170,10 @@ def test_killing_a_worker_mid_sweep_loses_nothing(serial, cluster):
 
 
 def test_an_unreachable_scheduler_gets_a_clear_error(capsys):
-    code = cli.main(["check", "bias_act:relu", "--backend", "numpy", "--no-report", "--scheduler", "tcp://127.0.0.1:9"])
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):  # (dask's own setting is honoured)
+        code = cli.main(
+            ["check", "bias_act:relu", "--backend", "numpy", "--no-report", "--scheduler", "tcp://127.0.0.1:9"]
+        )
     assert code == 2 and "--scheduler: expected the address of a running Dask scheduler" in capsys.readouterr().err
