@@ -132,6 +132,12 @@ def library_cases() -> list[tuple[str, str, Callable, tuple]]:
             ("torch.sin at 1e15", "torch", torch.sin, (t64(1e15),)),
             ("F.gelu at -5 (float32)", "torch", F.gelu, (t32(-5.0),)),
             ("F.tanhshrink at 2^-6 (float32)", "torch", F.tanhshrink, (t32(2.0**-6),)),
+            (
+                "F.tanhshrink(x + b) at 3.5e-3, on z's grid",
+                "torch",
+                lambda x, b: F.tanhshrink(x + b),
+                (t64(*[3.5064982365579657e-3] * 5), t64(*[s * 3.5064982365579657e-3 for s in (0.3, 0, 1, 2, -0.5)])),
+            ),
             ("F.layer_norm, rows [5.75, 6] (float32)", "torch", lambda x: F.layer_norm(x, (2,)), (t32(5.75, 6.0),)),
             # ten more
             ("F.softplus at 30", "torch", F.softplus, (t64(30.0, -30.0, 0.5),)),
