@@ -173,6 +173,12 @@ def grid(values: list[np.ndarray], f0: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(q), q, 0.0)
 
 
+def grid_bound(q: np.ndarray, h: float) -> np.ndarray:
+    """What rounding to a grid of spacing ``q`` can do to the estimate at
+    step h (R2's noise weight, with NOISE_SAFETY, on GRID_NOISE x q per value)."""
+    return (tol.NOISE_SAFETY * _R2_WEIGHT * GRID_NOISE / h) * q
+
+
 def _model_noise(
     u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float, point: float = 1.0
 ) -> float:

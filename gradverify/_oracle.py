@@ -193,7 +193,7 @@ class Oracle:
         F = self.F(self.probes.us[b], c)
         values = [_xp.take(_xp.flat(F(k * p.h / 4)), idx) for k in _fd.OFFSETS]
         q = _fd.grid(values, _xp.take(_xp.flat(self.f0), idx))
-        reach = (tol.NOISE_SAFETY * _fd._R2_WEIGHT * _fd.GRID_NOISE / (p.h * c)) * q
+        reach = _fd.grid_bound(q, p.h) / c
         err = _xp.take(ref.err, idx)
         raised = reach > err
         if not raised.any():
@@ -272,7 +272,7 @@ class Oracle:
             q = _fd.grid(seen, f0_at)
             q = np.maximum(q, np.array([grid.get(int(i), 0.0) for i in at.tolist()]))
             grid.update(zip(at.tolist(), q.tolist()))
-            reach = (tol.NOISE_SAFETY * _fd._R2_WEIGHT * _fd.GRID_NOISE / (p.h / shrink)) * q
+            reach = _fd.grid_bound(q, p.h / shrink)
             value, err = fine.value / c, np.maximum(fine.err, reach) / c
             with np.errstate(invalid="ignore"):
                 gridded = ~(reach <= 0.5 * (np.abs(fine.value) + fine.typical))
