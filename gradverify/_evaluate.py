@@ -129,17 +129,33 @@ class Evaluator:
         """fn at ``points`` (None: the base point); ``flat``: its output
         flattened (the finite differences' evaluations)."""
         with self.backend.precision(precision or self.native_precision):
-            out = None
-            if flat and points is not None and self.rule is None and not self.placed:
-                sources = self._sources(points, precision)
-                out = self.backend.call_flat_host(self.fn, [a for a, _, _ in sources], [d for _, d, _ in sources])
-                self.counts["primal"] += out is not None
+            out = self._host("primal_flat", points, precision) if flat and points is not None else None
+            self.counts["primal"] += out is not None
             if out is None:
                 out = self._call(
                     lambda *a: self._primal_fn(*a, flat=flat), self._args(points, precision), "evaluating fn"
                 )
             self._check_output(out)
             return self._working(out)
+
+    def primal_compiled(self, precision: str | None = None) -> tuple[Any, str] | None:
+        """fn at the base point through its compiled form, as a working array,
+        and its dtype; None where fn is not compiled (then ``primal_raw``)."""
+        with self.backend.precision(precision or self.native_precision):
+            out = self._host("primal", None, precision)
+            if out is None:
+                return None
+            self.counts["primal"] += 1
+            self._check_output(out)
+            return self._working(out), self.backend.dtype_name(out)
+
+    def _host(self, form: str, points: Sequence[Any] | None, precision: str | None, operands: Any = ()) -> Any:
+        """``backend.call_host``: fn's compiled ``form`` on the working arrays
+        themselves (None: no such path; then the plain one)."""
+        if self.rule is not None or self.placed:
+            return None
+        sources = self._sources(points, precision)
+        return self.backend.call_host(self.fn, form, [(a, d) for a, d, _ in sources], operands, self.wrt)
 
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         if self.rule is None:
@@ -174,11 +190,14 @@ class Evaluator:
         then ask one direction at a time, which says what went wrong."""
         if self.rule is None and len(tangents) > 1:
             with self.backend.precision(precision or self.native_precision):
-                args = self._args(None, precision)
-                stacked = [
-                    self._array(_stack([t[p] for t in tangents]), self.originals[i], precision or self.dtypes[i], True)
-                    for p, i in enumerate(self.wrt)
+                stacks = [
+                    (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)
                 ]
+                host = self._host("jvps", None, precision, stacks)
+                if host is not None:
+                    return self._vectorised("jvp", lambda: host, len(tangents))
+                args = self._args(None, precision)
+                stacked = [self._array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
                 return self._vectorised(
                     "jvp", lambda: self.backend.jvps(self.fn, args, self.wrt, stacked), len(tangents)
                 )
@@ -190,11 +209,16 @@ class Evaluator:
         """``vjp`` for every cotangent in one vectorised call (None: ask one at a time)."""
         if self.rule is None and len(cotangents) > 1:
             with self.backend.precision(precision or self.native_precision):
-                args = self._args(None, precision)
-                cot = self._array(_stack(cotangents), self.originals[0], precision or out_dtype, True)
-                parts = self._vectorised(
-                    "vjp", lambda: self.backend.vjps(self.fn, args, self.wrt, cot), len(cotangents)
-                )
+                stacked = _stack(cotangents)
+                host = self._host("vjps", None, precision, [(stacked, precision or out_dtype)])
+                if host is not None:
+                    parts = self._vectorised("vjp", lambda: list(host), len(cotangents))
+                else:
+                    args = self._args(None, precision)
+                    cot = self._array(stacked, self.originals[0], precision or out_dtype, True)
+                    parts = self._vectorised(
+                        "vjp", lambda: self.backend.vjps(self.fn, args, self.wrt, cot), len(cotangents)
+                    )
                 if parts is not None:
                     return [list(row) for row in zip(*parts)]
         return None
@@ -224,6 +248,10 @@ class Evaluator:
 
     def _jvp(self, tangents: Sequence[Any], precision: str | None, points: Any = None) -> Derivative:
         self.counts["jvp"] += 1
+        operands = [(t, precision or self.dtypes[i]) for t, i in zip(tangents, self.wrt)]
+        host = self._host("jvp", points, precision, operands)
+        if host is not None:
+            return self._derivative(host)
         args = self._args(points, precision)
         tans = self._tangent_args(tangents, precision)
         if self.rule is not None:
@@ -246,6 +274,9 @@ class Evaluator:
 
     def _vjp(self, cotangent: Any, out_dtype: str, precision: str | None, points: Any = None) -> list[Derivative]:
         self.counts["vjp"] += 1
+        host = self._host("vjp", points, precision, [(cotangent, out_dtype)])
+        if host is not None:
+            return [self._derivative(r) for r in host]
         args = self._args(points, precision)
         cot = self._array(cotangent, self.originals[0], out_dtype)
         if self.rule is not None:

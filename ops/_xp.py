@@ -17,7 +17,9 @@ class _Namespace:
         self.erfc = erfc  # 1 - erf without cancelling where erf is near 1
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
+        value = getattr(self._base, name)
+        setattr(self, name, value)  # (found directly from then on)
+        return value
 
 
 def backend_name(x: Any) -> str:

@@ -88,11 +88,21 @@ class Backend:
         out = self.call(fn, args)
         return out.reshape(-1) if hasattr(out, "reshape") else out
 
-    def call_flat_host(self, fn: Callable, arrays: Sequence[np.ndarray], dtypes: Sequence[str]) -> Any:
-        """``call_flat`` on numpy arrays (each with its dtype name) where the
-        backend can hand them to a compiled fn without building its own arrays
-        first; None where it cannot, or on any trouble (the caller then takes
-        the plain path, which reports it)."""
+    def call_host(
+        self,
+        fn: Callable,
+        form: str,
+        args: Sequence[tuple[np.ndarray, str]],
+        operands: Sequence[tuple[np.ndarray, str]] = (),
+        wrt: Sequence[int] = (),
+    ) -> Any:
+        """fn's compiled ``form`` on numpy arrays, each with its dtype name,
+        where the backend can hand them to a compiled fn without building its
+        own arrays first: "primal" (fn(*args)), "primal_flat" (flattened),
+        "jvp"/"jvps" (along the tangent, or stacked tangents, of each wrt
+        argument: ``operands``), "vjp"/"vjps" (for the cotangent, or stacked
+        cotangents: one operand). None where it cannot, or on any trouble (the
+        caller then takes the plain path, which reports it)."""
         return None
 
     def compiles(self, fn: Callable) -> bool:

@@ -31,6 +31,8 @@ from ._base import Backend, on_wrt
 from ._session import compiling_primal, session_cache, session_kinds
 
 _WIDE = ("float64", "int64", "uint64")
+#: The kind of compiled call (whose ``Compiled.ok`` says whether it works) of each form.
+_KIND = {"primal": "primal", "primal_flat": "primal", "jvp": "jvp", "jvps": "jvp", "vjp": "vjp", "vjps": "vjp"}
 #: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
 _FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
@@ -129,14 +131,25 @@ class JaxBackend(Backend):
 
         return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
 
-    def call_flat_host(self, fn: Callable, arrays: Sequence[np.ndarray], dtypes: Sequence[str]) -> Any:
+    def call_host(
+        self,
+        fn: Callable,
+        form: str,
+        args: Sequence[tuple[np.ndarray, str]],
+        operands: Sequence[tuple[np.ndarray, str]] = (),
+        wrt: Sequence[int] = (),
+    ) -> Any:
         # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
         # arrays than making jax arrays of them first (jax never writes to them)
         entry = compiled(fn)
-        if entry is None or not entry.ok["primal"]:
+        if entry is None or not entry.ok[_KIND[form]]:
             return None
+        host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
+        ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
         try:
-            return entry.primal_flat(*(np.asarray(a, dtype=jnp.dtype(d)) for a, d in zip(arrays, dtypes)))
+            if form in ("primal", "primal_flat"):
+                return getattr(entry, form)(*host)
+            return getattr(entry, form)(host, ops if form in ("jvp", "jvps") else ops[0], tuple(wrt))
         except Exception:
             return None
 
