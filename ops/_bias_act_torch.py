@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from gradverify._errors import ArgumentValueError, explain
 
 from . import _xp
-from ._table import Activation, activation, output_rule
+from ._table import SELU_ALPHA, SELU_LAMBDA, Activation, activation, output_rule
 
 # torch.nn.functional names whose function takes ``inplace=True``
 _F_INPLACE = {"relu", "relu6", "hardtanh", "elu", "selu", "celu", "hardswish", "silu", "mish", "hardsigmoid"}
@@ -70,6 +70,22 @@ def _plain_cpu(t: torch.Tensor) -> bool:
 # formula (tanh: 1 - y^2, sigmoid: y (1 - y)): one pass instead of three.
 _NATIVE_TIMES_SLOPE = {"tanh": torch.ops.aten.tanh_backward, "sigmoid": torch.ops.aten.sigmoid_backward}
 
+_aten = torch.ops.aten
+# ... and for g * f'(z) where the rule keeps z: one pass instead of the table's
+# forward and derivative formulas (a dozen over the array). Each is the same
+# function with the same convention at its kinks (elu'(0) = alpha), and as
+# exact in float64 as the table's formula (within 2 u for the elu family;
+# within a few hundred u, like the formula, where gelu', silu' or mish' pass
+# through zero).
+_NATIVE_TIMES_SLOPE_Z = {
+    "gelu_erf": lambda g, z, p: _aten.gelu_backward(g, z, approximate="none"),
+    "swish": lambda g, z, p: _aten.silu_backward(g, z),
+    "mish": lambda g, z, p: _aten.mish_backward(g, z),
+    "elu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0, False, z),
+    "selu": lambda g, z, p: _aten.elu_backward(g, SELU_ALPHA, SELU_LAMBDA, 1.0, False, z),
+    "celu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0 / p["alpha"], False, z),
+}
+
 
 def _pack(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """(saved tensor, packed?): 8 mask elements a byte where numpy can pack them."""
@@ -112,9 +128,23 @@ class BiasAct(torch.autograd.Function):
         elif ctx.from_y is not None:
             saved = output
         else:
-            saved = x if b is None else x + b  # z, recomputed; never x alone with a bias
+            # x and b, z recomputed from them (never x alone with a bias): as
+            # inputs, autograd and torch.func carry their derivatives into the
+            # rule's own (order 2); a z made here would be a constant to them
+            ctx.save_for_backward(x, b)
+            ctx.save_for_forward(x, b)
+            return
         ctx.save_for_backward(saved)
         ctx.save_for_forward(saved)
+
+    @staticmethod
+    def _kept(ctx: Any) -> torch.Tensor:
+        """What the rule reads: the bits, the output, or z = x + b."""
+        kept = ctx.saved_tensors
+        if len(kept) == 1:
+            return kept[0]
+        x, b = kept
+        return x if b is None else x + b
 
     @staticmethod
     def _slope(ctx: Any, saved: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -135,9 +165,13 @@ class BiasAct(torch.autograd.Function):
         """t * slope: torch's fused kernel for the same formula where there is
         one, else in the slope's own fresh buffer when autograd does not
         record (one full-size allocation fewer)."""
-        native = _NATIVE_TIMES_SLOPE.get(ctx.act.name) if ctx.packed is None and ctx.from_y is not None else None
-        if native is not None and t.dtype == saved.dtype:
-            return native(t, saved)
+        if ctx.packed is None and t.dtype == saved.dtype:
+            if ctx.from_y is not None and ctx.act.name in _NATIVE_TIMES_SLOPE:
+                return _NATIVE_TIMES_SLOPE[ctx.act.name](t, saved)
+            # (silu_backward and mish_backward have no derivative of their own:
+            # where the rule is differentiated, the table's formulas are)
+            if ctx.from_y is None and ctx.act.name in _NATIVE_TIMES_SLOPE_Z and not _differentiated(t, saved):
+                return _NATIVE_TIMES_SLOPE_Z[ctx.act.name](t, saved, ctx.act.params)
         slope = BiasAct._slope(ctx, saved, t.dtype)
         if (
             not torch.is_grad_enabled()
@@ -153,7 +187,7 @@ class BiasAct(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple:
-        (saved,) = ctx.saved_tensors
+        saved = BiasAct._kept(ctx)
         gz = BiasAct._times_slope(ctx, saved, g)
         gx = gz.to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
         gb = None
@@ -164,9 +198,15 @@ class BiasAct(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, tx: torch.Tensor | None, tb: torch.Tensor | None, _act: Any) -> torch.Tensor:
-        (saved,) = ctx.saved_tensors
+        saved = BiasAct._kept(ctx)
         t = tx if tb is None else (tb if tx is None else tx + tb)
         return BiasAct._times_slope(ctx, saved, t)
+
+
+def _differentiated(*ts: torch.Tensor) -> bool:
+    """Whether what is computed from ``ts`` may itself be differentiated:
+    autograd records, or one of them is tracked (see _untracked)."""
+    return torch.is_grad_enabled() or not all(_untracked(t) for t in ts)
 
 
 def _untracked(t: torch.Tensor | None) -> bool:
@@ -203,7 +243,8 @@ def fused_(act: Activation, x: torch.Tensor, b: torch.Tensor | None) -> torch.Te
             )
         )
     if torch.is_grad_enabled() and (x.requires_grad or (b is not None and b.requires_grad)):
-        return x.copy_(fused(act, x, b))
+        # the rule keeps its input, and x is overwritten: hand it z out of place
+        return x.copy_(fused(act, x.clone() if b is None else x + b, None))
     with torch.no_grad():
         if b is not None:
             x.add_(b)

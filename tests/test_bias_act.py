@@ -190,12 +190,15 @@ def test_bias_act_inplace_refuses_jax():
         ("relu", "bits"),
         ("hardsigmoid", "bits"),
         ("softshrink", "bits"),
-        ("swish", "z"),
-        ("tanhshrink", "z"),
-        ("gelu", "z"),
+        ("swish", "x and b"),
+        ("tanhshrink", "x and b"),
+        ("gelu", "x and b"),
     ],
 )
-def test_fused_saves_one_tensor_bits_the_output_or_x_plus_b(name, saves):
+def test_fused_saves_bits_the_output_or_its_own_inputs(name, saves):
+    """One tensor made for the gradient (bits or the output), or none: the
+    rules that read z = x + b keep x and b themselves (what the caller holds
+    anyway; as inputs, their derivatives reach the rule's own, order 2)."""
     import torch
 
     xn, bn = inputs(8)
@@ -208,6 +211,11 @@ def test_fused_saves_one_tensor_bits_the_output_or_x_plus_b(name, saves):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = ops.bias_act(name, x, b, impl="fused")
+    if saves == "x and b":
+        assert len(packed) == 2
+        torch.testing.assert_close(packed[0], x.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(packed[1], b.detach(), rtol=0, atol=0)
+        return
     assert len(packed) == 1
     if saves == "bits":  # one bit per element: where the slope is the high value
         act = ops.activation(name)
@@ -216,8 +224,7 @@ def test_fused_saves_one_tensor_bits_the_output_or_x_plus_b(name, saves):
         np.testing.assert_array_equal(packed[0].numpy(), np.packbits(mask.reshape(-1)))
         assert 0 < mask.sum() < mask.size  # both slopes occur, so the bits say something
         return
-    want = y.detach() if saves == "output" else (x + b).detach()
-    torch.testing.assert_close(packed[0], want, rtol=0, atol=0)
+    torch.testing.assert_close(packed[0], y.detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", ["relu", "hardtanh", "hardsigmoid"])
@@ -255,3 +262,49 @@ def test_torch_func_transforms_and_jax_jit():
         np.testing.assert_allclose(jf(xj, bj), ops.bias_act("mish", xn, bn), rtol=1e-13)
         gj = jax.jit(jax.grad(lambda x, b: ops.bias_act("mish", x, b, impl="fused").sum()))(xj, bj)
         np.testing.assert_allclose(gj, x2.grad.numpy(), rtol=1e-12)
+
+
+#: The fused torch rules that hand g and what they saved to one torch kernel.
+ONE_KERNEL = {
+    "tanh": "aten::tanh_backward",
+    "sigmoid": "aten::sigmoid_backward",
+    "gelu_erf": "aten::gelu_backward",
+    "swish": "aten::silu_backward",
+    "mish": "aten::mish_backward",
+    "elu": "aten::elu_backward",
+    "selu": "aten::elu_backward",
+    "celu": "aten::elu_backward",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [(name, {}) for name in sorted(ONE_KERNEL)] + [("elu", {"alpha": 1.7}), ("celu", {"alpha": 1.7})],
+    ids=[*sorted(ONE_KERNEL), "elu-alpha", "celu-alpha"],
+)
+def test_fused_torch_rules_run_one_kernel_and_verify_to_order_2(name, params):
+    """Backward and JVP are one torch kernel over the array, not the table's
+    formulas; that kernel is the same function (value, convention at 0) and as
+    exact in float64: gv.check passes to order 2, the kink at 0 included."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    act = ops.activation(name, **params)
+    xn, bn = inputs(11, (4, 5))
+    xn[0, :2] = -bn[:2]  # z = 0 exactly: the elu family's kink for alpha != 1
+    x, b = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        y = ops.bias_act(act, x, b, impl="fused")
+        y.backward(torch.ones_like(y))
+    assert ONE_KERNEL[name] in {e.name for e in prof.events()}
+    ref = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+    ops.bias_act(act, *ref).backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, ref[0].grad, rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(b.grad, ref[1].grad, rtol=1e-13, atol=1e-15)
+
+    fn = lambda x, b: ops.bias_act(act, x, b, impl="fused")  # noqa: E731
+    away = torch.tensor(inputs(12, (4, 5))[0]), torch.tensor(inputs(12, (4, 5))[1])
+    for order in (1, 2):
+        r = gv.check(fn, *away, order=order)
+        assert r.ok and not r.inconclusive, str(r)
+    assert gv.check(fn, torch.tensor(xn), torch.tensor(bn)).ok
