@@ -5,7 +5,11 @@ one run (interleaved rounds: min and median time):
    forward+gradient for reference, fused and in-place (forward only); bytes
    allocated by the forward (torch.profiler) and bytes saved for backward
    (torch.autograd.graph.saved_tensors_hooks, each storage once).
-2. A three-layer MLP 784 -> 512 -> 256 -> 10, batch 256, built from
+2. Every activation of the table on (1000, 1000) float32: forward+gradient
+   for reference, fused and, where torch has the same function, plain torch
+   (``F.<name>(x + b)``); the fused/reference ratio of the medians, and the
+   bytes each saves for backward.
+3. A three-layer MLP 784 -> 512 -> 256 -> 10, batch 256, built from
    ``bias_act(act, x @ W, b)`` (relu, relu, identity): forward and
    forward+gradient, reference vs fused, with the same layers in plain
    torch (F.linear + F.relu) for scale.
@@ -56,6 +60,25 @@ def elementwise(reps: int) -> list[tuple]:
     return rows
 
 
+def every_activation(reps: int) -> list[tuple]:
+    rng = np.random.default_rng(1)
+    shape = (1000, 1000)
+    x0 = torch.from_numpy(3 * rng.standard_normal(shape, dtype=np.float32))
+    b0 = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32))
+    g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+    rows = []
+    for act in ops.ACTIVATIONS:
+        x, b = x0.clone().requires_grad_(), b0.clone().requires_grad_()
+        calls = {impl: (lambda impl=impl: ops.bias_act(act.name, x, b, impl=impl)) for impl in ("reference", "fused")}
+        native = getattr(F, act.torch) if act.torch and act.params == ops.activation(act.name).params else None
+        if native is not None:
+            calls["torch"] = lambda native=native: native(x + b)
+        t = side_by_side({k: (lambda f=f: f().backward(g)) for k, f in calls.items()}, reps)
+        saved = {k: saved_bytes(f) for k, f in calls.items()}
+        rows.append((act.name, t, saved))
+    return rows
+
+
 def mlp(reps: int) -> list[tuple]:
     rng = np.random.default_rng(0)
     sizes = [784, 512, 256, 10]
@@ -95,6 +118,19 @@ def main() -> None:
         print(
             f"| {shape[0]}x{shape[1]} | {name} | {impl} | {ms(tf[0])} / {ms(tf[1])} | {mib(alloc)} | {grad} | "
             f"{mib(saved)} |"
+        )
+    print("\nEvery activation, (1000, 1000) float32, forward+gradient\n")
+    print(
+        "| act | reference min / median (ms) | fused min / median (ms) | fused / reference | torch (ms) "
+        "| saved ref / fused (MiB) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, t, saved in every_activation(args.reps):
+        plain = f"{ms(t['torch'][1])}" if "torch" in t else "-"
+        print(
+            f"| {name} | {ms(t['reference'][0])} / {ms(t['reference'][1])} "
+            f"| {ms(t['fused'][0])} / {ms(t['fused'][1])} | "
+            f"{t['fused'][1] / t['reference'][1]:.2f} | {plain} | {mib(saved['reference'])} / {mib(saved['fused'])} |"
         )
     print("\nMLP 784-512-256-10, batch 256 (relu, relu, identity)\n")
     print("| impl | fwd min / median (ms) | fwd+grad min / median (ms) | saved (MiB) |")

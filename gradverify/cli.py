@@ -225,7 +225,15 @@ def _list() -> int:
         )
         params = ", ".join(f"{k}={v:g}" for k, v in a.params.items())
         aliases = f" (aliases: {', '.join(a.aliases)})" if a.aliases else ""
-        saves = "bits" if a.mask is not None else "output" if a.saves_output else "x + b"
+        saves = (
+            "nothing"
+            if ops.constant_slope(a) is not None
+            else "bits"
+            if ops.two_valued(a) is not None
+            else "output"
+            if a.saves_output
+            else "x and b"
+        )
         print(f"  {a.name}{aliases}{' [' + params + ']' if params else ''}: {a.doc}")
         print(f"      kinks: {ks or 'none'}; fused rule keeps: {saves}" + ("; random per call" if a.random else ""))
     print("normalizations (torch.nn.functional conventions; fused rules keep xhat and rstd):")

@@ -18,8 +18,10 @@ from ._table import ACTIVATIONS as ACTIVATIONS
 from ._table import Activation as Activation
 from ._table import Kink as Kink
 from ._table import activation as activation
+from ._table import constant_slope as constant_slope
 from ._table import names as names
 from ._table import output_rule as output_rule
+from ._table import two_valued as two_valued
 
 __all__ = [
     "ACTIVATIONS",
@@ -27,6 +29,7 @@ __all__ = [
     "Activation",
     "Kink",
     "activation",
+    "constant_slope",
     "bias_act",
     "bias_act_",
     "bias_act_rule",
@@ -38,4 +41,5 @@ __all__ = [
     "rms_norm",
     "names",
     "output_rule",
+    "two_valued",
 ]

@@ -3,9 +3,11 @@
 
 What it keeps for the gradient, smallest first:
 
+* a constant slope (identity): nothing;
 * a slope with two values read from the output (relu, relu6, hardtanh,
-  hardsigmoid, softshrink): one bit per element, packed (a bool per element
-  where the tensor cannot go through numpy: other devices, functorch wrappers);
+  hardsigmoid, softshrink; leakyrelu, rrelu and trelu for most parameters):
+  one bit per element, packed (a bool per element where the tensor cannot go
+  through numpy: other devices, functorch wrappers);
 * a derivative that is a function of the output: the output;
 * otherwise z = x + b, never x alone (NNlib's seed bug evaluated swish' at x).
 
@@ -25,7 +27,16 @@ import torch.nn.functional as F
 from gradverify._errors import ArgumentValueError, explain
 
 from . import _xp
-from ._table import SELU_ALPHA, SELU_LAMBDA, Activation, activation, output_rule
+from ._table import (
+    SELU_ALPHA,
+    SELU_LAMBDA,
+    Activation,
+    activation,
+    constant_slope,
+    derivative_reads_output,
+    output_rule,
+    two_valued,
+)
 
 # torch.nn.functional names whose function takes ``inplace=True``
 _F_INPLACE = {"relu", "relu6", "hardtanh", "elu", "selu", "celu", "hardswish", "silu", "mish", "hardsigmoid"}
@@ -122,9 +133,13 @@ class BiasAct(torch.autograd.Function):
         ctx.b_dtype = None if b is None else b.dtype
         ctx.shape = output.shape
         ctx.packed = None
-        if act.mask is not None:
-            mask = act.mask(_xp.namespace(output), output.detach(), **act.params)
-            saved, ctx.packed = _pack(mask)
+        ctx.constant = constant_slope(act)
+        bits = two_valued(act)
+        if ctx.constant is not None:
+            return  # nothing to keep
+        if bits is not None:
+            mask_of, *ctx.slopes = bits
+            saved, ctx.packed = _pack(mask_of(_xp.namespace(output), output.detach(), **act.params))
         elif ctx.from_y is not None:
             saved = output
         else:
@@ -138,9 +153,11 @@ class BiasAct(torch.autograd.Function):
         ctx.save_for_forward(saved)
 
     @staticmethod
-    def _kept(ctx: Any) -> torch.Tensor:
+    def _kept(ctx: Any) -> torch.Tensor | None:
         """What the rule reads: the bits, the output, or z = x + b."""
         kept = ctx.saved_tensors
+        if not kept:
+            return None
         if len(kept) == 1:
             return kept[0]
         x, b = kept
@@ -150,7 +167,7 @@ class BiasAct(torch.autograd.Function):
     def _slope(ctx: Any, saved: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         act, p = ctx.act, ctx.act.params
         if ctx.packed is not None:
-            hi, lo = act.mask_slopes
+            hi, lo = ctx.slopes
             m = _unpack(saved, ctx.packed, ctx.shape).to(device=saved.device, dtype=dtype)
             if lo == 0:
                 return m if hi == 1 else m * hi
@@ -158,13 +175,16 @@ class BiasAct(torch.autograd.Function):
         xp = _xp.namespace(saved)
         if ctx.from_y is not None:
             return ctx.from_y(xp, saved, **p)
-        return act.derivative(xp, saved, act.forward(xp, saved, **p), **p)
+        y = act.forward(xp, saved, **p) if derivative_reads_output(act.name) else None
+        return act.derivative(xp, saved, y, **p)
 
     @staticmethod
     def _times_slope(ctx: Any, saved: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """t * slope: torch's fused kernel for the same formula where there is
         one, else in the slope's own fresh buffer when autograd does not
         record (one full-size allocation fewer)."""
+        if ctx.constant is not None:
+            return t if ctx.constant == 1 else t * ctx.constant
         if ctx.packed is None and t.dtype == saved.dtype:
             if ctx.from_y is not None and ctx.act.name in _NATIVE_TIMES_SLOPE:
                 return _NATIVE_TIMES_SLOPE[ctx.act.name](t, saved)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -476,6 +477,54 @@ _CONDITIONAL_FROM_OUTPUT: dict[str, tuple[Callable[[dict], bool], Fn]] = {
     "leakyrelu": (lambda p: p["a"] > 0, lambda xp, y, a: xp.where(y >= 0, 1 + 0 * y, a + 0 * y)),
     "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: xp.where(y > 0, 1 + 0 * y, 0 * y)),
 }
+
+
+# Slopes with two values read from the output for some parameters: (where
+# that holds, the mask, the two values). Each mask picks the derivative's own
+# value at the kink (leakyrelu' = 1 at 0 from y >= 0; rrelu' = its negative
+# slope at 0 and trelu' = 0 at theta from y > 0).
+_TWO_VALUED_FOR: dict[str, tuple[Callable[[dict], bool], Fn, Callable[[dict], tuple[float, float]]]] = {
+    "leakyrelu": (lambda p: p["a"] > 0, lambda xp, y, a: y >= 0, lambda p: (1.0, p["a"])),
+    "rrelu": (lambda p: p["lo"] + p["hi"] > 0, lambda xp, y, lo, hi: y > 0, lambda p: (1.0, 0.5 * (p["lo"] + p["hi"]))),
+    "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: y > 0, lambda p: (1.0, 0.0)),
+}
+
+#: Slopes that are one constant everywhere: the fused rules keep nothing.
+_CONSTANT_SLOPE = {"identity": 1.0}
+
+
+def two_valued(act: Activation) -> tuple[Fn, float, float] | None:
+    """(mask, hi, lo) where the slope is ``hi`` on ``mask(xp, y, **params)``
+    and ``lo`` elsewhere for these parameters (one bit per element is then
+    all the fused rules keep); None where it is not."""
+    if act.mask is not None:
+        return act.mask, *act.mask_slopes
+    rule = _TWO_VALUED_FOR.get(act.name)
+    if rule is None or not rule[0](act.params):
+        return None
+    return rule[1], *rule[2](act.params)
+
+
+def constant_slope(act: Activation) -> float | None:
+    """The slope where it is the same everywhere (nothing to keep), else None."""
+    return _CONSTANT_SLOPE.get(act.name)
+
+
+@cache
+def derivative_reads_output(name: str) -> bool:
+    """Whether the row's ``derivative(xp, z, y)`` reads y (else a rule that
+    keeps z need not compute the forward again): asked of the formula itself,
+    on one numpy element with y missing."""
+    import numpy as np
+
+    from ._xp import namespace
+
+    act = activation(name)
+    try:
+        out = act.derivative(namespace(np.zeros(1)), np.full(1, 0.5), None, **act.params)
+    except TypeError:
+        return True
+    return not (isinstance(out, np.ndarray) and out.dtype.kind == "f")  # (y in a where: an object array)
 
 
 def output_rule(act: Activation) -> Fn | None:

@@ -225,3 +225,23 @@ def test_forms_that_cancelled_now_check_conclusively(name, at):
         r_ref = gv.check(lambda x, b: ops.bias_act(name, x, b), x, b)
     assert r.ok and not r.inconclusive, str(r)
     assert r_ref.ok and not r_ref.inconclusive, str(r_ref)
+
+
+@pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS])
+def test_a_derivative_said_not_to_read_the_output_does_not(name):
+    """The fused rules that keep z skip the forward where the row's derivative
+    does not read y: it must then give the same slope, on torch as on numpy,
+    and a derivative that does read y must be said to."""
+    import torch
+
+    from gradverify.ops._table import derivative_reads_output
+
+    act = ops.activation(name)
+    z = torch.linspace(-7.0, 7.0, 141, dtype=torch.float64)
+    xp = _xp.namespace(z)
+    with_y = act.derivative(xp, z, act.forward(xp, z, **act.params), **act.params)
+    if derivative_reads_output(name):
+        with pytest.raises(TypeError):
+            act.derivative(xp, z, None, **act.params)
+        return
+    torch.testing.assert_close(act.derivative(xp, z, None, **act.params), with_y, rtol=0, atol=0)
