@@ -232,7 +232,7 @@ def _list() -> int:
             if ops.two_valued(a) is not None
             else "output"
             if a.saves_output
-            else "x and b"
+            else "z = x + b"
         )
         print(f"  {a.name}{aliases}{' [' + params + ']' if params else ''}: {a.doc}")
         print(f"      kinks: {ks or 'none'}; fused rule keeps: {saves}" + ("; random per call" if a.random else ""))

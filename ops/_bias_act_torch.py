@@ -13,7 +13,8 @@ What it keeps for the gradient, smallest first:
 
 The forward value comes from torch's own kernel where the table names one
 with the same function and parameters (one pass, in place for ``bias_act_``),
-else from the table's formula.
+else from the table's formula. Where that function's own autograd is the rule
+(see _TORCH_RULE), and for identity, the fused op is torch's autograd itself.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from gradverify._errors import ArgumentValueError, explain
 
 from . import _xp
 from ._table import (
-    SELU_ALPHA,
-    SELU_LAMBDA,
     Activation,
     activation,
     constant_slope,
@@ -77,25 +76,39 @@ def _plain_cpu(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and _plain(t)
 
 
-# torch's kernels for g * slope(y) where the table's output rule is the same
-# formula (tanh: 1 - y^2, sigmoid: y (1 - y)): one pass instead of three.
-_NATIVE_TIMES_SLOPE = {"tanh": torch.ops.aten.tanh_backward, "sigmoid": torch.ops.aten.sigmoid_backward}
+# Activations whose torch function (at the table's parameters) is the rule
+# itself: its autograd keeps what the rule would (tanh, sigmoid: the output;
+# the others z) and runs one kernel a direction (tanh_backward,
+# sigmoid_backward, silu_backward, gelu_backward, mish_backward,
+# elu_backward), with the table's conventions at kinks (elu'(0) = alpha) and
+# as exact in float64 as its formulas (within 2 u for the elu family; within
+# a few hundred u, like the formulas, where silu', gelu' or mish' pass through
+# zero). The fused op is then that function, without a Python rule's overhead.
+_TORCH_RULE = {"tanh", "sigmoid", "swish", "gelu_erf", "mish", "elu", "selu", "celu"}
 
 _aten = torch.ops.aten
-# ... and for g * f'(z) where the rule keeps z: one pass instead of the table's
-# forward and derivative formulas (a dozen over the array). Each is the same
-# function with the same convention at its kinks (elu'(0) = alpha), and as
-# exact in float64 as the table's formula (within 2 u for the elu family;
-# within a few hundred u, like the formula, where gelu', silu' or mish' pass
-# through zero).
+# g * f'(z) in torch's kernels, for the parameters torch's function lacks
+# (elu and celu with another alpha: one pass) and for activations torch has
+# no function for: a few passes instead of the table's forward and derivative
+# formulas (the same expressions, in torch's fused kernels).
 _NATIVE_TIMES_SLOPE_Z = {
-    "gelu_erf": lambda g, z, p: _aten.gelu_backward(g, z, approximate="none"),
-    "swish": lambda g, z, p: _aten.silu_backward(g, z),
-    "mish": lambda g, z, p: _aten.mish_backward(g, z),
     "elu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0, False, z),
-    "selu": lambda g, z, p: _aten.elu_backward(g, SELU_ALPHA, SELU_LAMBDA, 1.0, False, z),
     "celu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0 / p["alpha"], False, z),
+    "lisht": lambda g, z, p: _lisht_times_slope(g, z),
+    "tanhshrink": lambda g, z, p: _tanhshrink_times_slope(g, z),
 }
+
+
+def _lisht_times_slope(g: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """g (tanh z + z (1 - tanh^2 z)) in four passes (the formula's eight)."""
+    t = torch.tanh(z)
+    return torch.addcmul(_aten.tanh_backward(g * z, t), g, t)
+
+
+def _tanhshrink_times_slope(g: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """g tanh^2 z in three passes."""
+    t = torch.tanh(z)
+    return t.mul_(t).mul_(g)
 
 
 def _pack(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -186,10 +199,7 @@ class BiasAct(torch.autograd.Function):
         if ctx.constant is not None:
             return t if ctx.constant == 1 else t * ctx.constant
         if ctx.packed is None and t.dtype == saved.dtype:
-            if ctx.from_y is not None and ctx.act.name in _NATIVE_TIMES_SLOPE:
-                return _NATIVE_TIMES_SLOPE[ctx.act.name](t, saved)
-            # (silu_backward and mish_backward have no derivative of their own:
-            # where the rule is differentiated, the table's formulas are)
+            # (where the rule is itself differentiated, the table's formulas are)
             if ctx.from_y is None and ctx.act.name in _NATIVE_TIMES_SLOPE_Z and not _differentiated(t, saved):
                 return _NATIVE_TIMES_SLOPE_Z[ctx.act.name](t, saved, ctx.act.params)
         slope = BiasAct._slope(ctx, saved, t.dtype)
@@ -246,6 +256,10 @@ def fused(act: Activation, x: torch.Tensor, b: torch.Tensor | None) -> torch.Ten
     if _untracked(x) and _untracked(b):  # inference: nothing to save
         y = _forward(act, x if b is None else x + b)
         return y.clone() if y is x else y
+    if constant_slope(act) == 1:  # identity: x + b under autograd keeps nothing
+        return x.clone() if b is None else x + b
+    if act.name in _TORCH_RULE and _native(act) is not None:
+        return _native(act)(x if b is None else x + b)
     return BiasAct.apply(x, b, act)
 
 

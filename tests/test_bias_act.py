@@ -195,15 +195,16 @@ def test_bias_act_inplace_refuses_jax():
         ("trelu", "bits"),
         (ops.activation("leakyrelu", a=-0.5), "x and b"),  # y no longer tells the sides apart
         ("identity", "nothing"),
-        ("swish", "x and b"),
+        ("swish", "z"),  # torch's own silu keeps z = x + b, as the rule would
         ("tanhshrink", "x and b"),
         ("gelu", "x and b"),
     ],
 )
 def test_fused_saves_bits_the_output_or_its_own_inputs(name, saves):
-    """One tensor made for the gradient (bits or the output), or none: the
-    rules that read z = x + b keep x and b themselves (what the caller holds
-    anyway; as inputs, their derivatives reach the rule's own, order 2)."""
+    """One tensor made for the gradient (bits, the output, or z where torch's
+    own function is the rule), or none: the other rules that read z = x + b
+    keep x and b themselves (what the caller holds anyway; as inputs, their
+    derivatives reach the rule's own, order 2)."""
     import torch
 
     xn, bn = inputs(8)
@@ -233,7 +234,8 @@ def test_fused_saves_bits_the_output_or_its_own_inputs(name, saves):
         np.testing.assert_array_equal(packed[0].numpy(), np.packbits(mask.reshape(-1)))
         assert 0 < mask.sum() < mask.size  # both slopes occur, so the bits say something
         return
-    torch.testing.assert_close(packed[0], y.detach(), rtol=0, atol=0)
+    want = y.detach() if saves == "output" else (x + b).detach()
+    torch.testing.assert_close(packed[0], want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", ["relu", "hardtanh", "hardsigmoid"])
@@ -317,3 +319,15 @@ def test_fused_torch_rules_run_one_kernel_and_verify_to_order_2(name, params):
         r = gv.check(fn, *away, order=order)
         assert r.ok and not r.inconclusive, str(r)
     assert gv.check(fn, torch.tensor(xn), torch.tensor(bn)).ok
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_fused_torch_rule_verifies_to_order_2(name):
+    """The rule's own derivative reaches x and b whatever it keeps (bits, the
+    output, x and b, or torch's own function): order 2 passes at points off
+    the kinks, and the bias's gradient sums over the broadcast axis."""
+    import torch
+
+    xn, bn = inputs(13, (2, 3))
+    r = gv.check(lambda x, b: ops.bias_act(name, x, b, impl="fused"), torch.tensor(xn), torch.tensor(bn), order=2)
+    assert r.ok, str(r)
