@@ -152,7 +152,7 @@ class Evaluator:
     def _host(self, form: str, points: Sequence[Any] | None, precision: str | None, operands: Any = ()) -> Any:
         """``backend.call_host``: fn's compiled ``form`` on the working arrays
         themselves (None: no such path; then the plain one)."""
-        if self.rule is not None or self.placed:
+        if self.rule is not None or self.placed or not self.backend.takes_host_arrays:
             return None
         sources = self._sources(points, precision)
         return self.backend.call_host(self.fn, form, [(a, d) for a, d, _ in sources], operands, self.wrt)

@@ -88,6 +88,9 @@ class Backend:
         out = self.call(fn, args)
         return out.reshape(-1) if hasattr(out, "reshape") else out
 
+    #: Whether ``call_host`` can ever answer (else callers skip building its arguments).
+    takes_host_arrays = False
+
     def call_host(
         self,
         fn: Callable,

@@ -131,6 +131,8 @@ class JaxBackend(Backend):
 
         return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
 
+    takes_host_arrays = True
+
     def call_host(
         self,
         fn: Callable,
