@@ -6,8 +6,8 @@ What it keeps for the gradient, smallest first:
 * a constant slope (identity): nothing;
 * a slope with two values read from the output (relu, relu6, hardtanh,
   hardsigmoid, softshrink; leakyrelu, rrelu and trelu for most parameters):
-  one bit per element, packed (a bool per element where the tensor cannot go
-  through numpy: other devices, functorch wrappers);
+  one bit per element, packed on every device (a bool per element inside
+  torch.func transforms);
 * a derivative that is a function of the output: the output;
 * otherwise z = x + b, never x alone (NNlib's seed bug evaluated swish' at x).
 
@@ -112,9 +112,14 @@ def _tanhshrink_times_slope(g: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _pack(mask: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """(saved tensor, packed?): 8 mask elements a byte where numpy can pack them."""
+    """(saved tensor, packed?): 8 mask elements a byte, first element in the
+    high bit as numpy's packbits - by numpy on the CPU, by torch's bit
+    operations on other devices; bools inside torch.func transforms, whose
+    wrapped tensors change shape under vmap."""
     if _plain_cpu(mask):
         return torch.from_numpy(np.packbits(mask.numpy().reshape(-1))), True
+    if _plain(mask):
+        return pack_bits(mask), True
     return mask, False
 
 
@@ -122,7 +127,27 @@ def _unpack(saved: torch.Tensor, packed: bool, shape: torch.Size) -> torch.Tenso
     if not packed:
         return saved
     n = int(np.prod(shape))
-    return torch.from_numpy(np.unpackbits(saved.numpy(), count=n).view(np.bool_).reshape(tuple(shape)))
+    if saved.device.type == "cpu":
+        return torch.from_numpy(np.unpackbits(saved.numpy(), count=n).view(np.bool_).reshape(tuple(shape)))
+    return unpack_bits(saved, n).reshape(tuple(shape))
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """numpy.packbits of a bool tensor in torch operations (any device): uint8,
+    ceil(n / 8) bytes, the first element in the high bit, zeros padding the
+    last byte."""
+    flat = mask.reshape(-1).to(torch.uint8)
+    pad = (-flat.numel()) % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=mask.device)
+    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` bits of ``packed`` (see pack_bits) as a flat bool tensor."""
+    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
+    return ((packed.unsqueeze(1) >> shifts) & 1).reshape(-1)[:n].to(torch.bool)
 
 
 class BiasAct(torch.autograd.Function):

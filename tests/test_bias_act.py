@@ -331,3 +331,19 @@ def test_every_fused_torch_rule_verifies_to_order_2(name):
     xn, bn = inputs(13, (2, 3))
     r = gv.check(lambda x, b: ops.bias_act(name, x, b, impl="fused"), torch.tensor(xn), torch.tensor(bn), order=2)
     assert r.ok, str(r)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (8,), (3, 5), (4, 250), (2, 3, 11)])
+def test_torch_bit_packing_is_numpys_on_any_device(shape):
+    """Off the CPU the two-valued slopes are packed by torch's own bit
+    operations: byte for byte numpy's packbits (first element in the high
+    bit, the last byte zero-padded), and back to the same mask."""
+    import torch
+
+    from gradverify.ops._bias_act_torch import pack_bits, unpack_bits
+
+    mask = np.random.default_rng(sum(shape)).random(shape) < 0.4
+    packed = pack_bits(torch.from_numpy(mask))
+    assert packed.dtype == torch.uint8 and packed.numel() == -(-mask.size // 8)
+    np.testing.assert_array_equal(packed.numpy(), np.packbits(mask.reshape(-1)))
+    np.testing.assert_array_equal(unpack_bits(packed, mask.size).reshape(shape).numpy(), mask)
