@@ -32,21 +32,40 @@ def saved_bytes(f: Callable[[], object]) -> int:
     return sum(seen.values())
 
 
-def allocated_bytes(f: Callable[[], object]) -> int:
-    """Bytes the CPU allocator handed out during one call of ``f``."""
+def allocated_bytes(f: Callable[[], object], device: str = "cpu") -> int:
+    """Bytes the CPU allocator handed out during one call of ``f``; on CUDA,
+    the rise of the allocator's peak above what was allocated before."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        f()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         f()
     return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
 
 
-def side_by_side(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2) -> dict[str, tuple[float, float]]:
-    """{name: (min, median) seconds}, the variants interleaved round by round."""
+def side_by_side(
+    fns: dict[str, Callable[[], object]], reps: int, warmup: int = 2, device: str = "cpu"
+) -> dict[str, tuple[float, float]]:
+    """{name: (min, median) seconds}, the variants interleaved round by round;
+    on CUDA timed by CUDA events around each call (the kernels, not the launch)."""
     for f in fns.values():
         for _ in range(warmup):
             f()
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
         for name, f in fns.items():
+            if device == "cuda":
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                f()
+                end.record()
+                torch.cuda.synchronize()
+                samples[name].append(begin.elapsed_time(end) / 1e3)
+                continue
             t0 = time.perf_counter()
             f()
             samples[name].append(time.perf_counter() - t0)
@@ -66,7 +85,13 @@ def start(default_reps: int) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=default_reps)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(
+            "--device cuda: expected a CUDA device, found none (torch.cuda.is_available() is False); use --device cpu"
+        )
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, {args.reps} interleaved rounds\n")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
+    print(f"torch {torch.__version__}, {where}, float32, {args.reps} interleaved rounds\n")
     return args

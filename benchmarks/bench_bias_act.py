@@ -14,7 +14,10 @@ one run (interleaved rounds: min and median time):
    forward+gradient, reference vs fused, with the same layers in plain
    torch (F.linear + F.relu) for scale.
 
-    python benchmarks/bench_bias_act.py [--reps 30] [--threads 1]
+    python benchmarks/bench_bias_act.py [--reps 30] [--threads 1] [--device cpu|cuda]
+
+On CUDA each call is timed by CUDA events and "fwd alloc" is the rise of the
+allocator's peak.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ from gradverify import ops
 from _measure import allocated_bytes, mib, ms, saved_bytes, side_by_side, start
 
 
-def elementwise(reps: int) -> list[tuple]:
+def elementwise(reps: int, device: str) -> list[tuple]:
     rows = []
     for shape in [(100, 10000), (1000, 1000)]:
         rng = np.random.default_rng(0)
-        x0 = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
-        b = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32))
-        g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+        x0 = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(device)
+        b = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32)).to(device)
+        g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(device)
         for name in ("relu", "tanh"):
             scratch = x0.clone()
             xg, bg = x0.clone().requires_grad_(), b.clone().requires_grad_()
@@ -49,10 +52,10 @@ def elementwise(reps: int) -> list[tuple]:
                 impl: (lambda impl=impl: ops.bias_act(name, xg, bg, impl=impl).backward(g))
                 for impl in ("reference", "fused")
             }
-            tf = side_by_side(fwd, reps)
-            tg = side_by_side(grad, reps)
+            tf = side_by_side(fwd, reps, device=device)
+            tg = side_by_side(grad, reps, device=device)
             for impl in ("reference", "fused", "in-place"):
-                alloc = allocated_bytes(fwd[impl])
+                alloc = allocated_bytes(fwd[impl], device)
                 saved = None
                 if impl != "in-place":
                     saved = saved_bytes(lambda impl=impl: ops.bias_act(name, xg, bg, impl=impl))
@@ -60,12 +63,12 @@ def elementwise(reps: int) -> list[tuple]:
     return rows
 
 
-def every_activation(reps: int) -> list[tuple]:
+def every_activation(reps: int, device: str) -> list[tuple]:
     rng = np.random.default_rng(1)
     shape = (1000, 1000)
-    x0 = torch.from_numpy(3 * rng.standard_normal(shape, dtype=np.float32))
-    b0 = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32))
-    g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+    x0 = torch.from_numpy(3 * rng.standard_normal(shape, dtype=np.float32)).to(device)
+    b0 = torch.from_numpy(rng.standard_normal(shape[1], dtype=np.float32)).to(device)
+    g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(device)
     rows = []
     for act in ops.ACTIVATIONS:
         x, b = x0.clone().requires_grad_(), b0.clone().requires_grad_()
@@ -73,24 +76,24 @@ def every_activation(reps: int) -> list[tuple]:
         native = getattr(F, act.torch) if act.torch and act.params == ops.activation(act.name).params else None
         if native is not None:
             calls["torch"] = lambda native=native: native(x + b)
-        t = side_by_side({k: (lambda f=f: f().backward(g)) for k, f in calls.items()}, reps)
+        t = side_by_side({k: (lambda f=f: f().backward(g)) for k, f in calls.items()}, reps, device=device)
         saved = {k: saved_bytes(f) for k, f in calls.items()}
         rows.append((act.name, t, saved))
     return rows
 
 
-def mlp(reps: int) -> list[tuple]:
+def mlp(reps: int, device: str) -> list[tuple]:
     rng = np.random.default_rng(0)
     sizes = [784, 512, 256, 10]
 
     def param(*shape, scale=1.0):
-        return torch.from_numpy(scale * rng.standard_normal(shape, dtype=np.float32)).requires_grad_()
+        return torch.from_numpy(scale * rng.standard_normal(shape, dtype=np.float32)).to(device).requires_grad_()
 
     ws = [param(m, n, scale=m**-0.5) for m, n in zip(sizes, sizes[1:])]
     bs = [param(n, scale=0.1) for n in sizes[1:]]
     acts = ["relu", "relu", "identity"]
-    x = torch.from_numpy(rng.standard_normal((256, 784), dtype=np.float32))
-    g = torch.from_numpy(rng.standard_normal((256, 10), dtype=np.float32))
+    x = torch.from_numpy(rng.standard_normal((256, 784), dtype=np.float32)).to(device)
+    g = torch.from_numpy(rng.standard_normal((256, 10), dtype=np.float32)).to(device)
 
     def net(impl):
         h = x
@@ -104,8 +107,8 @@ def mlp(reps: int) -> list[tuple]:
 
     impls = ("torch", "reference", "fused")
     with torch.no_grad():
-        tf = side_by_side({k: lambda k=k: net(k) for k in impls}, reps)
-    tg = side_by_side({k: lambda k=k: net(k).backward(g) for k in impls}, reps)
+        tf = side_by_side({k: lambda k=k: net(k) for k in impls}, reps, device=device)
+    tg = side_by_side({k: lambda k=k: net(k).backward(g) for k in impls}, reps, device=device)
     return [(k, tf[k], tg[k], saved_bytes(lambda k=k: net(k))) for k in impls]
 
 
@@ -113,7 +116,7 @@ def main() -> None:
     args = start(30)
     print("| shape | act | impl | fwd min / median (ms) | fwd alloc (MiB) | fwd+grad min / median (ms) | saved (MiB) |")
     print("|---|---|---|---|---|---|---|")
-    for shape, name, impl, tf, alloc, tg, saved in elementwise(args.reps):
+    for shape, name, impl, tf, alloc, tg, saved in elementwise(args.reps, args.device):
         grad = "-" if tg is None else f"{ms(tg[0])} / {ms(tg[1])}"
         print(
             f"| {shape[0]}x{shape[1]} | {name} | {impl} | {ms(tf[0])} / {ms(tf[1])} | {mib(alloc)} | {grad} | "
@@ -125,7 +128,7 @@ def main() -> None:
         "| saved ref / fused (MiB) |"
     )
     print("|---|---|---|---|---|---|")
-    for name, t, saved in every_activation(args.reps):
+    for name, t, saved in every_activation(args.reps, args.device):
         plain = f"{ms(t['torch'][1])}" if "torch" in t else "-"
         print(
             f"| {name} | {ms(t['reference'][0])} / {ms(t['reference'][1])} "
@@ -135,7 +138,7 @@ def main() -> None:
     print("\nMLP 784-512-256-10, batch 256 (relu, relu, identity)\n")
     print("| impl | fwd min / median (ms) | fwd+grad min / median (ms) | saved (MiB) |")
     print("|---|---|---|---|")
-    for impl, tf, tg, saved in mlp(args.reps):
+    for impl, tf, tg, saved in mlp(args.reps, args.device):
         print(f"| {impl} | {ms(tf[0])} / {ms(tf[1])} | {ms(tg[0])} / {ms(tg[1])} | {mib(saved)} |")
 
 

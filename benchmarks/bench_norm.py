@@ -1,10 +1,12 @@
 """Normalization layers: fused vs reference vs the native
-torch.nn.functional kernels (the practical limit), float32 on torch's CPU,
+torch.nn.functional kernels (the practical limit), float32 on torch's CPU or GPU,
 forward and forward+backward (random cotangent), side by side in one run:
 min and median time and bytes saved for backward. Then jax: jitted fused vs
 jitted reference, forward and value-and-gradient.
 
-    python benchmarks/bench_norm.py [--reps 50] [--threads 1]
+    python benchmarks/bench_norm.py [--reps 50] [--threads 1] [--device cpu|cuda]
+
+On CUDA the torch rows are timed by CUDA events; jax runs on its default backend.
 """
 
 from __future__ import annotations
@@ -46,35 +48,37 @@ def image_layers(x, w, b):
     }
 
 
-def tensors(shape, grad: bool, seed: int = 0):
+def tensors(shape, grad: bool, device: str, seed: int = 0):
     rng = np.random.default_rng(seed)
     c = shape[-1] if len(shape) == 2 else shape[1]
     x = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
     w = torch.from_numpy(1 + 0.1 * rng.standard_normal(c, dtype=np.float32))
     b = torch.from_numpy(0.1 * rng.standard_normal(c, dtype=np.float32))
     g = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
-    return [t.requires_grad_(grad) for t in (x, w, b)] + [g]
+    return [t.to(device).requires_grad_(grad) for t in (x, w, b)] + [g.to(device)]
 
 
-def torch_rows(reps: int) -> list[tuple]:
+def torch_rows(reps: int, device: str) -> list[tuple]:
     rows = []
     for shape, table in ((TOKENS, layers), (IMAGES, image_layers)):
-        x, w, b, _ = tensors(shape, grad=False)
+        x, w, b, _ = tensors(shape, grad=False, device=device)
         fwd_cases = table(x, w, b)
-        xg, wg, bg, g = tensors(shape, grad=True)
+        xg, wg, bg, g = tensors(shape, grad=True, device=device)
         grad_cases = table(xg, wg, bg)
         for name in fwd_cases:
             ours, native = fwd_cases[name]
             gours, gnative = grad_cases[name]
             fwd = side_by_side(
-                {"native": native, "reference": lambda: ours("reference"), "fused": lambda: ours("fused")}, reps
+                {"native": native, "reference": lambda: ours("reference"), "fused": lambda: ours("fused")},
+                reps,
+                device=device,
             )
             bwd = {
                 "native": lambda: gnative().backward(g),
                 "reference": lambda: gours("reference").backward(g),
                 "fused": lambda: gours("fused").backward(g),
             }
-            full = side_by_side(bwd, reps)
+            full = side_by_side(bwd, reps, device=device)
             saved = {
                 "native": saved_bytes(gnative),
                 "reference": saved_bytes(lambda: gours("reference")),
@@ -121,7 +125,7 @@ def main() -> None:
         "| layer | shape | impl | fwd min / median (ms) | fwd+bwd min / median (ms) | fwd+bwd vs native | saved (MiB) |"
     )
     print("|---|---|---|---|---|---|---|")
-    for name, shape, impl, fwd, full, saved, _, full_native in torch_rows(args.reps):
+    for name, shape, impl, fwd, full, saved, _, full_native in torch_rows(args.reps, args.device):
         shape_s = "x".join(map(str, shape))
         print(
             f"| {name} | {shape_s} | {impl} | {ms(fwd[0])} / {ms(fwd[1])} | {ms(full[0])} / {ms(full[1])} | "
