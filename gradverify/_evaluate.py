@@ -157,6 +157,13 @@ class Evaluator:
         sources = self._sources(points, precision)
         return self.backend.call_host(self.fn, form, [(a, d) for a, d, _ in sources], operands, self.wrt)
 
+    def _quiet_host(self, form: str, precision: str | None, operands: Any) -> Any:
+        """``_host`` for a vectorised mode at the point, fn's warnings silenced as
+        on the plain path (they showed on its primal run)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._host(form, None, precision, operands)
+
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         if self.rule is None:
             return (self.backend.call_flat if flat else self.backend.call)(self.fn, args)
@@ -193,7 +200,7 @@ class Evaluator:
                 stacks = [
                     (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)
                 ]
-                host = self._host("jvps", None, precision, stacks)
+                host = self._quiet_host("jvps", precision, stacks)
                 if host is not None:
                     return self._vectorised("jvp", lambda: host, len(tangents))
                 args = self._args(None, precision)
@@ -210,7 +217,7 @@ class Evaluator:
         if self.rule is None and len(cotangents) > 1:
             with self.backend.precision(precision or self.native_precision):
                 stacked = _stack(cotangents)
-                host = self._host("vjps", None, precision, [(stacked, precision or out_dtype)])
+                host = self._quiet_host("vjps", precision, [(stacked, precision or out_dtype)])
                 if host is not None:
                     parts = self._vectorised("vjp", lambda: list(host), len(cotangents))
                 else:

@@ -232,7 +232,9 @@ def _list() -> int:
             if ops.two_valued(a) is not None
             else "output"
             if a.saves_output
-            else "z = x + b"
+            else "z = x + b (torch's own function)"
+            if a.name in ops.TORCH_FUNCTION_IS_RULE
+            else "x and b"
         )
         print(f"  {a.name}{aliases}{' [' + params + ']' if params else ''}: {a.doc}")
         print(f"      kinks: {ks or 'none'}; fused rule keeps: {saves}" + ("; random per call" if a.random else ""))

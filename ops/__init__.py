@@ -15,6 +15,7 @@ from ._norm import layer_norm as layer_norm
 from ._norm import norm_rule as norm_rule
 from ._norm import rms_norm as rms_norm
 from ._table import ACTIVATIONS as ACTIVATIONS
+from ._table import TORCH_FUNCTION_IS_RULE as TORCH_FUNCTION_IS_RULE
 from ._table import Activation as Activation
 from ._table import Kink as Kink
 from ._table import activation as activation
@@ -25,6 +26,7 @@ from ._table import two_valued as two_valued
 
 __all__ = [
     "ACTIVATIONS",
+    "TORCH_FUNCTION_IS_RULE",
     "IMPLS",
     "Activation",
     "Kink",

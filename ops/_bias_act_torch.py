@@ -14,7 +14,7 @@ What it keeps for the gradient, smallest first:
 The forward value comes from torch's own kernel where the table names one
 with the same function and parameters (one pass, in place for ``bias_act_``),
 else from the table's formula. Where that function's own autograd is the rule
-(see _TORCH_RULE), and for identity, the fused op is torch's autograd itself.
+(see _table.TORCH_FUNCTION_IS_RULE), and for identity, the fused op is torch's autograd itself.
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from . import _xp
 from ._table import (
     GELU_C,
     SQRT_2_OVER_PI,
+    TORCH_FUNCTION_IS_RULE,
     Activation,
     activation,
     constant_slope,
     derivative_reads_output,
+    in_table,
     output_rule,
     two_valued,
 )
@@ -48,7 +50,7 @@ _METHOD_INPLACE = {"tanh": "tanh_", "sigmoid": "sigmoid_"}
 def _native(act: Activation) -> Any:
     """torch's kernel for this activation, when the table names one and the
     parameters are the table's defaults (the same function); else None."""
-    if act.torch is None or act.params != activation(act.name).params:
+    if act.torch is None or not in_table(act) or act.params != activation(act.name).params:
         return None
     return getattr(F, act.torch)
 
@@ -78,22 +80,16 @@ def _plain_cpu(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and _plain(t)
 
 
-# Activations whose torch function (at the table's parameters) is the rule
-# itself: its autograd keeps what the rule would (tanh, sigmoid: the output;
-# the others z) and runs one kernel a direction (tanh_backward,
-# sigmoid_backward, silu_backward, gelu_backward, mish_backward,
-# elu_backward), with the table's conventions at kinks (elu'(0) = alpha) and
-# as exact in float64 as its formulas (within 2 u for the elu family; within
-# a few hundred u, like the formulas, where silu', gelu' or mish' pass through
-# zero). The fused op is then that function, without a Python rule's overhead.
-_TORCH_RULE = {"tanh", "sigmoid", "swish", "gelu_erf", "mish", "elu", "selu", "celu"}
-
 _aten = torch.ops.aten
-# g * f'(z) in torch's kernels, for the parameters torch's function lacks
-# (elu and celu with another alpha: one pass) and for activations torch has
-# no function for: a few passes instead of the table's forward and derivative
-# formulas (the same expressions, in torch's fused kernels).
+# g * f'(z) in torch's kernels where the rule is not itself differentiated:
+# silu and mish (one pass; torch cannot differentiate these kernels in
+# forward mode), elu and celu at the parameters torch's functions lack (one
+# pass), and activations torch has no function for (a few passes instead of
+# the table's forward and derivative formulas: the same expressions in
+# torch's kernels). Where the rule is differentiated, the formulas are.
 _NATIVE_TIMES_SLOPE_Z = {
+    "swish": lambda g, z, p: _aten.silu_backward(g, z),
+    "mish": lambda g, z, p: _aten.mish_backward(g, z),
     "elu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0, False, z),
     "celu": lambda g, z, p: _aten.elu_backward(g, p["alpha"], 1.0, 1.0 / p["alpha"], False, z),
     "gelu": lambda g, z, p: _gelu_tanh_times_slope(g, z),
@@ -228,7 +224,7 @@ class BiasAct(torch.autograd.Function):
         xp = _xp.namespace(saved)
         if ctx.from_y is not None:
             return ctx.from_y(xp, saved, **p)
-        y = act.forward(xp, saved, **p) if derivative_reads_output(act.name) else None
+        y = act.forward(xp, saved, **p) if derivative_reads_output(act) else None
         return act.derivative(xp, saved, y, **p)
 
     @staticmethod
@@ -240,7 +236,12 @@ class BiasAct(torch.autograd.Function):
             return t if ctx.constant == 1 else t * ctx.constant
         if ctx.packed is None and t.dtype == saved.dtype:
             # (where the rule is itself differentiated, the table's formulas are)
-            if ctx.from_y is None and ctx.act.name in _NATIVE_TIMES_SLOPE_Z and not _differentiated(t, saved):
+            if (
+                ctx.from_y is None
+                and ctx.act.name in _NATIVE_TIMES_SLOPE_Z
+                and in_table(ctx.act)
+                and not _differentiated(t, saved)
+            ):
                 return _NATIVE_TIMES_SLOPE_Z[ctx.act.name](t, saved, ctx.act.params)
         slope = BiasAct._slope(ctx, saved, t.dtype)
         if (
@@ -298,7 +299,7 @@ def fused(act: Activation, x: torch.Tensor, b: torch.Tensor | None) -> torch.Ten
         return y.clone() if y is x else y
     if constant_slope(act) == 1:  # identity: x + b under autograd keeps nothing
         return x.clone() if b is None else x + b
-    if act.name in _TORCH_RULE and _native(act) is not None:
+    if act.name in TORCH_FUNCTION_IS_RULE and in_table(act) and _native(act) is not None:
         return _native(act)(x if b is None else x + b)
     return BiasAct.apply(x, b, act)
 

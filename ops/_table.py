@@ -489,6 +489,18 @@ _TWO_VALUED_FOR: dict[str, tuple[Callable[[dict], bool], Fn, Callable[[dict], tu
     "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: y > 0, lambda p: (1.0, 0.0)),
 }
 
+# Activations whose torch function (at the table's parameters) is the rule
+# itself: its autograd keeps what the rule would (tanh, sigmoid: the output;
+# the others z), runs one kernel a direction (tanh_backward, sigmoid_backward,
+# gelu_backward, elu_backward) and differentiates that kernel in both modes
+# (order 2, forward over reverse), with the table's conventions at kinks
+# (elu'(0) = alpha) and as exact in float64 as its formulas (within 2 u for
+# the elu family; within a few hundred u, like the formulas, where gelu'
+# passes through zero). The fused op is then that function, without a Python
+# rule's overhead. (silu and mish are not: torch has no forward-mode
+# derivative of silu_backward or mish_backward.)
+TORCH_FUNCTION_IS_RULE = frozenset({"tanh", "sigmoid", "gelu_erf", "elu", "selu", "celu"})
+
 #: Slopes that are one constant everywhere: the fused rules keep nothing.
 _CONSTANT_SLOPE = {"identity": 1.0}
 
@@ -499,7 +511,7 @@ def two_valued(act: Activation) -> tuple[Fn, float, float] | None:
     all the fused rules keep); None where it is not."""
     if act.mask is not None:
         return act.mask, *act.mask_slopes
-    rule = _TWO_VALUED_FOR.get(act.name)
+    rule = _TWO_VALUED_FOR.get(act.name) if in_table(act) else None
     if rule is None or not rule[0](act.params):
         return None
     return rule[1], *rule[2](act.params)
@@ -507,24 +519,35 @@ def two_valued(act: Activation) -> tuple[Fn, float, float] | None:
 
 def constant_slope(act: Activation) -> float | None:
     """The slope where it is the same everywhere (nothing to keep), else None."""
-    return _CONSTANT_SLOPE.get(act.name)
+    return _CONSTANT_SLOPE.get(act.name) if in_table(act) else None
+
+
+def derivative_reads_output(act: Activation) -> bool:
+    """Whether ``act.derivative(xp, z, y)`` reads y (else a rule that keeps z
+    need not compute the forward again): asked of the formula itself, on one
+    numpy element with y missing."""
+    return _reads_output(act.derivative, tuple(sorted(act.params.items())))
 
 
 @cache
-def derivative_reads_output(name: str) -> bool:
-    """Whether the row's ``derivative(xp, z, y)`` reads y (else a rule that
-    keeps z need not compute the forward again): asked of the formula itself,
-    on one numpy element with y missing."""
+def _reads_output(derivative: Fn, params: tuple) -> bool:
     import numpy as np
 
     from ._xp import namespace
 
-    act = activation(name)
     try:
-        out = act.derivative(namespace(np.zeros(1)), np.full(1, 0.5), None, **act.params)
+        out = derivative(namespace(np.zeros(1)), np.full(1, 0.5), None, **dict(params))
     except TypeError:
         return True
     return not (isinstance(out, np.ndarray) and out.dtype.kind == "f")  # (y in a where: an object array)
+
+
+def in_table(act: Activation) -> bool:
+    """Whether ``act`` is a row of the table (at any parameters): the facts
+    kept by name here and in the fused rules hold for it, and for no row a
+    caller built, whatever its name."""
+    row = _BY_NAME.get(act.name.lower())
+    return row is not None and row.forward is act.forward and row.derivative is act.derivative
 
 
 def output_rule(act: Activation) -> Fn | None:
@@ -533,7 +556,7 @@ def output_rule(act: Activation) -> Fn | None:
     theta >= 0) and does not cancel in floating point (not elu, selu, celu)."""
     if act.output_cancels:
         return None
-    cond = _CONDITIONAL_FROM_OUTPUT.get(act.name)
+    cond = _CONDITIONAL_FROM_OUTPUT.get(act.name) if in_table(act) else None
     if cond is not None:
         return cond[1] if cond[0](act.params) else None
     return act.from_output

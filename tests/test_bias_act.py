@@ -195,7 +195,8 @@ def test_bias_act_inplace_refuses_jax():
         ("trelu", "bits"),
         (ops.activation("leakyrelu", a=-0.5), "x and b"),  # y no longer tells the sides apart
         ("identity", "nothing"),
-        ("swish", "z"),  # torch's own silu keeps z = x + b, as the rule would
+        ("swish", "x and b"),
+        ("gelu_erf", "z"),  # torch's own gelu keeps z = x + b, as the rule would
         ("tanhshrink", "x and b"),
         ("gelu", "x and b"),
     ],
@@ -347,3 +348,46 @@ def test_torch_bit_packing_is_numpys_on_any_device(shape):
     assert packed.dtype == torch.uint8 and packed.numel() == -(-mask.size // 8)
     np.testing.assert_array_equal(packed.numpy(), np.packbits(mask.reshape(-1)))
     np.testing.assert_array_equal(unpack_bits(packed, mask.size).reshape(shape).numpy(), mask)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_torch_forward_over_reverse_matches_the_reference(name):
+    """The tangent of a gradient (forward mode over reverse, no graph kept):
+    the fused op's equals the reference's for every activation - including
+    those whose torch backward kernels have no forward-mode derivative."""
+    import torch
+    import torch.autograd.forward_ad as fwAD
+
+    xn, bn = inputs(14)
+    v = torch.tensor(np.random.default_rng(15).standard_normal(xn.shape))
+    tangents = {}
+    for impl in ("reference", "fused"):
+        with fwAD.dual_level():
+            x = fwAD.make_dual(torch.tensor(xn).requires_grad_(), v)
+            b = torch.tensor(bn, requires_grad=True)
+            y = ops.bias_act(name, x, b, impl=impl)
+            (gb,) = torch.autograd.grad((y * y).sum(), b)
+            tangents[impl] = fwAD.unpack_dual(gb).tangent
+    assert tangents["reference"] is not None
+    torch.testing.assert_close(tangents["fused"], tangents["reference"], rtol=1e-12, atol=1e-14)
+
+
+def test_a_callers_own_activation_is_its_rule_whatever_its_name():
+    """A row the caller built is fused by its own forward and derivative:
+    none of the table's facts kept by name (kernels, bits, constant slopes)
+    applies to it, even under a table name."""
+    import torch
+
+    square = ops.Activation("square", (), forward=lambda xp, z: z * z, derivative=lambda xp, z, y: 2 * z)
+    impostor = ops.Activation("identity", (), forward=lambda xp, z: z * z, derivative=lambda xp, z, y: 2 * z)
+    xn, bn = inputs(16)
+    for act in (square, impostor):
+        grads = {}
+        for impl in ("reference", "fused"):
+            x, b = torch.tensor(xn, requires_grad=True), torch.tensor(bn, requires_grad=True)
+            ops.bias_act(act, x, b, impl=impl).sum().backward()
+            grads[impl] = (x.grad, b.grad)
+        torch.testing.assert_close(grads["fused"], grads["reference"], rtol=1e-13, atol=1e-14)
+        torch.testing.assert_close(grads["fused"][0], 2 * (torch.tensor(xn) + torch.tensor(bn)))
+        fn = lambda x, b, act=act: ops.bias_act(act, x, b, impl="fused")  # noqa: E731
+        assert gv.check(fn, torch.tensor(xn), torch.tensor(bn), order=2).ok

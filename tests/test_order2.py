@@ -102,3 +102,18 @@ def test_numpy_rule_second_order_checks_what_exists():
     assert r.ok
     # The rules are numpy code: their own derivatives have no modes, and the report says so.
     assert any(f.order == 2 and f.kind == gv.Kind.MODE_UNAVAILABLE for f in r.findings)
+
+
+@pytest.mark.parametrize("name", ["relu", "leakyrelu", "hardtanh"])
+def test_torch_second_order_of_a_piecewise_linear_function_is_zero_not_a_crash(name):
+    """torch hands back the second derivative of a piecewise-linear function
+    as an efficient zero tensor (no storage): it is read as zeros, and order 2
+    passes off the kinks."""
+    import torch
+
+    from gradverify import ops
+
+    rng = np.random.default_rng(3)
+    x, b = torch.tensor(2.5 * rng.standard_normal((3, 4))), torch.tensor(rng.standard_normal(4))
+    r = gv.check(lambda x, b: ops.bias_act(name, x, b), x, b, order=2)
+    assert r.ok, str(r)

@@ -31,7 +31,9 @@ class TorchBackend(Backend):
         t = x.detach()
         if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
             t = t.float()
-        return np.array(t.cpu().numpy(), copy=True)
+        # force: a derivative may come as torch's efficient zero tensor (no
+        # storage; forward mode's zero tangents), or with a lazy conjugate
+        return np.array(t.numpy(force=True), copy=True)
 
     def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
         if x.device.type == "cpu" and x.data_ptr() == buffer.ctypes.data and x.numel() == buffer.size:
@@ -56,6 +58,8 @@ class TorchBackend(Backend):
         return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=copy)
 
     def derivative(self, d: Any) -> Any:
+        if d._is_zerotensor():  # (no storage to compute with)
+            return torch.zeros(d.shape, dtype=torch.float64, device=d.device)
         return d.detach().to(torch.float64)
 
     def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
