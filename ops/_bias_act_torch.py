@@ -188,7 +188,13 @@ class BiasAct(torch.autograd.Function):
             return  # nothing to keep
         if bits is not None:
             mask_of, *ctx.slopes = bits
-            saved, ctx.packed = _pack(mask_of(_xp.namespace(output), output.detach(), **act.params))
+            if act.mask_z is not None and in_table(act):  # (y rounds onto a side: read z)
+                with torch.no_grad():
+                    z = x if b is None else x + b
+                mask = act.mask_z(_xp.namespace(z), z.detach(), **act.params)
+            else:
+                mask = mask_of(_xp.namespace(output), output.detach(), **act.params)
+            saved, ctx.packed = _pack(mask)
         elif ctx.from_y is not None:
             saved = output
         else:

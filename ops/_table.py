@@ -59,6 +59,9 @@ class Activation:
     # rule then keeps one bit per element instead of the output.
     mask: Fn | None = None
     mask_slopes: tuple[float, float] | None = None
+    # The same mask as a function of z, where y cannot tell the sides apart
+    # everywhere (hardsigmoid: y = (z + 3) / 6 rounds to 1 within 3 u below 3).
+    mask_z: Fn | None = None
     # The output rule is exact in real arithmetic but cancels in floating
     # point (elu: y + alpha for z << 0 loses ~log2(1/e^z) bits; torch's own
     # elu backward reads the input for that reason): the rules keep z.
@@ -220,6 +223,7 @@ ACTIVATIONS: tuple[Activation, ...] = (
         forward=lambda xp, z: xp.where(z >= 3, 1 + 0 * z, xp.where(z <= -3, 0 * z, (z + 3) / 6)),
         derivative=lambda xp, z, y: xp.where((z > -3) & (z < 3), 1 / 6 + 0 * z, 0 * z),
         **_two_valued(lambda xp, y: (y > 0) & (y < 1), 1 / 6),
+        mask_z=lambda xp, z: (z > -3) & (z < 3),
         kinks=(
             Kink(_const(-3.0), _const(0.0), _const(1 / 6), _const(0.0)),
             Kink(_const(3.0), _const(1 / 6), _const(0.0), _const(0.0)),

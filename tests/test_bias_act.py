@@ -391,3 +391,24 @@ def test_a_callers_own_activation_is_its_rule_whatever_its_name():
         torch.testing.assert_close(grads["fused"][0], 2 * (torch.tensor(xn) + torch.tensor(bn)))
         fn = lambda x, b, act=act: ops.bias_act(act, x, b, impl="fused")  # noqa: E731
         assert gv.check(fn, torch.tensor(xn), torch.tensor(bn), order=2).ok
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_hardsigmoid_bits_come_from_z_where_y_rounds_onto_the_flat_side(dtype):
+    """Just below z = 3, (z + 3) / 6 rounds to 1: the output alone says
+    "saturated". The fused rule reads its bit from z, so its slope is the
+    derivative's 1/6 there, as the reference's, and 0 at the kinks themselves."""
+    import torch
+
+    np_dtype = np.dtype(dtype)
+    below = np.nextafter(np_dtype.type(3), np_dtype.type(0))
+    z = np.array([below, -below, 3, -3, 0.5], dtype=np_dtype)
+    assert ops.bias_act("hardsigmoid", z[:1])[0] == 1  # y cannot tell
+    grads = {}
+    for impl in ("reference", "fused"):
+        x = torch.tensor(z, requires_grad=True)
+        b = torch.zeros(z.shape, dtype=getattr(torch, dtype), requires_grad=True)
+        ops.bias_act("hardsigmoid", x, b, impl=impl).sum().backward()
+        grads[impl] = x.grad
+    torch.testing.assert_close(grads["fused"], grads["reference"], rtol=0, atol=0)
+    assert grads["fused"][0] == grads["fused"][4] > 0 and grads["fused"][2] == 0
