@@ -60,7 +60,8 @@ class Activation:
     mask: Fn | None = None
     mask_slopes: tuple[float, float] | None = None
     # The same mask as a function of z, where y cannot tell the sides apart
-    # everywhere (hardsigmoid: y = (z + 3) / 6 rounds to 1 within 3 u below 3).
+    # everywhere (hardsigmoid: y = (z + 3) / 6 rounds to 1 within 3 u below 3;
+    # leakyrelu: a z underflows to -0).
     mask_z: Fn | None = None
     # The output rule is exact in real arithmetic but cancels in floating
     # point (elu: y + alpha for z << 0 loses ~log2(1/e^z) bits; torch's own
@@ -273,6 +274,8 @@ ACTIVATIONS: tuple[Activation, ...] = (
         forward=lambda xp, z, a: xp.where(z >= 0, z, a * z),
         derivative=lambda xp, z, y, a: xp.where(z >= 0, 1 + 0 * z, a + 0 * z),
         from_output=None,  # set below: only for a > 0
+        # (y = a z underflows to -0 for z ~ -1e-322, as y = z is -0 at z = -0)
+        mask_z=lambda xp, z, a: z >= 0,
         params={"a": 0.01},
         kinks=(Kink(_const(0.0), lambda p: p["a"], _const(1.0), _const(1.0)),),
         jax="leaky_relu",

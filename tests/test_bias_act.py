@@ -412,3 +412,19 @@ def test_hardsigmoid_bits_come_from_z_where_y_rounds_onto_the_flat_side(dtype):
         grads[impl] = x.grad
     torch.testing.assert_close(grads["fused"], grads["reference"], rtol=0, atol=0)
     assert grads["fused"][0] == grads["fused"][4] > 0 and grads["fused"][2] == 0
+
+
+def test_leakyrelu_bits_come_from_z_where_a_z_underflows_to_minus_zero():
+    """z = -1e-322: a z underflows to -0, the output of z = -0 too; the slopes
+    there are a and 1. The fused rule reads its bit from z, as the derivative."""
+    import torch
+
+    z = np.array([-1e-322, -0.0, 0.0, 1e-322, -2.0])
+    assert np.signbit(ops.bias_act("leakyrelu", z[:2])).all()  # y cannot tell
+    grads = {}
+    for impl in ("reference", "fused"):
+        x, b = torch.tensor(z, requires_grad=True), torch.zeros(5, dtype=torch.float64, requires_grad=True)
+        ops.bias_act("leakyrelu", x, b, impl=impl).sum().backward()
+        grads[impl] = x.grad
+    torch.testing.assert_close(grads["fused"], grads["reference"], rtol=0, atol=0)
+    assert grads["fused"].tolist() == [0.01, 1.0, 1.0, 1.0, 0.01]
