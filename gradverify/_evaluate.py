@@ -157,12 +157,10 @@ class Evaluator:
         sources = self._sources(points, precision)
         return self.backend.call_host(self.fn, form, [(a, d) for a, d, _ in sources], operands, self.wrt)
 
-    def _quiet_host(self, form: str, precision: str | None, operands: Any) -> Any:
-        """``_host`` for a vectorised mode at the point, fn's warnings silenced as
-        on the plain path (they showed on its primal run)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return self._host(form, None, precision, operands)
+    def _host_or(self, form: str, precision: str | None, operands: Any, plain: Callable[[], Any]) -> Any:
+        """A vectorised mode at the point: ``_host`` where it answers, else ``plain()``."""
+        out = self._host(form, None, precision, operands)
+        return plain() if out is None else out
 
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         if self.rule is None:
@@ -200,14 +198,13 @@ class Evaluator:
                 stacks = [
                     (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)
                 ]
-                host = self._quiet_host("jvps", precision, stacks)
-                if host is not None:
-                    return self._vectorised("jvp", lambda: host, len(tangents))
-                args = self._args(None, precision)
-                stacked = [self._array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
-                return self._vectorised(
-                    "jvp", lambda: self.backend.jvps(self.fn, args, self.wrt, stacked), len(tangents)
-                )
+
+                def plain() -> Any:
+                    args = self._args(None, precision)
+                    stacked = [self._array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
+                    return self.backend.jvps(self.fn, args, self.wrt, stacked)
+
+                return self._vectorised("jvp", lambda: self._host_or("jvps", precision, stacks, plain), len(tangents))
         return None
 
     def vjps(
@@ -217,15 +214,15 @@ class Evaluator:
         if self.rule is None and len(cotangents) > 1:
             with self.backend.precision(precision or self.native_precision):
                 stacked = _stack(cotangents)
-                host = self._quiet_host("vjps", precision, [(stacked, precision or out_dtype)])
-                if host is not None:
-                    parts = self._vectorised("vjp", lambda: list(host), len(cotangents))
-                else:
-                    args = self._args(None, precision)
+
+                def plain() -> Any:
                     cot = self._array(stacked, self.originals[0], precision or out_dtype, True)
-                    parts = self._vectorised(
-                        "vjp", lambda: self.backend.vjps(self.fn, args, self.wrt, cot), len(cotangents)
-                    )
+                    return self.backend.vjps(self.fn, self._args(None, precision), self.wrt, cot)
+
+                operands = [(stacked, precision or out_dtype)]
+                parts = self._vectorised(
+                    "vjp", lambda: list(self._host_or("vjps", precision, operands, plain)), len(cotangents)
+                )
                 if parts is not None:
                     return [list(row) for row in zip(*parts)]
         return None

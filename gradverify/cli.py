@@ -210,6 +210,19 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 # -- list / report --------------------------------------------------------------------------------
+def _fused_keeps(a: Any) -> str:
+    """What the fused torch rule of activation ``a`` keeps for the gradient."""
+    from gradverify import ops
+
+    if ops.constant_slope(a) is not None:
+        return "nothing"
+    if ops.two_valued(a) is not None:
+        return "bits"
+    if a.saves_output:
+        return "output"
+    return "z = x + b (torch's own function)" if a.name in ops.TORCH_FUNCTION_IS_RULE else "x and b"
+
+
 def _list() -> int:
     from gradverify import ops
 
@@ -225,17 +238,7 @@ def _list() -> int:
         )
         params = ", ".join(f"{k}={v:g}" for k, v in a.params.items())
         aliases = f" (aliases: {', '.join(a.aliases)})" if a.aliases else ""
-        saves = (
-            "nothing"
-            if ops.constant_slope(a) is not None
-            else "bits"
-            if ops.two_valued(a) is not None
-            else "output"
-            if a.saves_output
-            else "z = x + b (torch's own function)"
-            if a.name in ops.TORCH_FUNCTION_IS_RULE
-            else "x and b"
-        )
+        saves = _fused_keeps(a)
         print(f"  {a.name}{aliases}{' [' + params + ']' if params else ''}: {a.doc}")
         print(f"      kinks: {ks or 'none'}; fused rule keeps: {saves}" + ("; random per call" if a.random else ""))
     print("normalizations (torch.nn.functional conventions; fused rules keep xhat and rstd):")

@@ -188,10 +188,10 @@ class BiasAct(torch.autograd.Function):
             return  # nothing to keep
         if bits is not None:
             mask_of, *ctx.slopes = bits
-            if act.mask_z is not None and in_table(act):  # (y rounds onto a side: read z)
+            if act.mask_z is not None:  # (y rounds onto a side: read z)
                 with torch.no_grad():
                     z = x if b is None else x + b
-                mask = act.mask_z(_xp.namespace(z), z.detach(), **act.params)
+                mask = act.mask_z(_xp.namespace(z), z, **act.params)
             else:
                 mask = mask_of(_xp.namespace(output), output.detach(), **act.params)
             saved, ctx.packed = _pack(mask)
@@ -305,7 +305,7 @@ def fused(act: Activation, x: torch.Tensor, b: torch.Tensor | None) -> torch.Ten
         return y.clone() if y is x else y
     if constant_slope(act) == 1:  # identity: x + b under autograd keeps nothing
         return x.clone() if b is None else x + b
-    if act.name in TORCH_FUNCTION_IS_RULE and in_table(act) and _native(act) is not None:
+    if act.name in TORCH_FUNCTION_IS_RULE and _native(act) is not None:  # (a table row: see _native)
         return _native(act)(x if b is None else x + b)
     return BiasAct.apply(x, b, act)
 

@@ -479,13 +479,6 @@ ACTIVATIONS: tuple[Activation, ...] = (
     ),
 )
 
-# Derivatives from the output that hold only for some parameters.
-_CONDITIONAL_FROM_OUTPUT: dict[str, tuple[Callable[[dict], bool], Fn]] = {
-    "leakyrelu": (lambda p: p["a"] > 0, lambda xp, y, a: xp.where(y >= 0, 1 + 0 * y, a + 0 * y)),
-    "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: xp.where(y > 0, 1 + 0 * y, 0 * y)),
-}
-
-
 # Slopes with two values read from the output for some parameters: (where
 # that holds, the mask, the two values). Each mask picks the derivative's own
 # value at the kink (leakyrelu' = 1 at 0 from y >= 0; rrelu' = its negative
@@ -494,6 +487,25 @@ _TWO_VALUED_FOR: dict[str, tuple[Callable[[dict], bool], Fn, Callable[[dict], tu
     "leakyrelu": (lambda p: p["a"] > 0, lambda xp, y, a: y >= 0, lambda p: (1.0, p["a"])),
     "rrelu": (lambda p: p["lo"] + p["hi"] > 0, lambda xp, y, lo, hi: y > 0, lambda p: (1.0, 0.5 * (p["lo"] + p["hi"]))),
     "trelu": (lambda p: p["theta"] >= 0, lambda xp, y, theta: y > 0, lambda p: (1.0, 0.0)),
+}
+
+
+def _from_two_values(mask: Fn, slopes: Callable[[dict], tuple[float, float]]) -> Fn:
+    """The derivative from the output that a two-valued slope makes."""
+
+    def rule(xp: Any, y: Any, **p: float) -> Any:
+        hi, lo = slopes(p)
+        return xp.where(mask(xp, y, **p), hi + 0 * y, lo + 0 * y)
+
+    return rule
+
+
+# Derivatives from the output that hold only for some parameters (none for
+# rrelu: the numpy and jax rules read its slope from z).
+_CONDITIONAL_FROM_OUTPUT: dict[str, tuple[Callable[[dict], bool], Fn]] = {
+    name: (when, _from_two_values(mask, slopes))
+    for name, (when, mask, slopes) in _TWO_VALUED_FOR.items()
+    if name != "rrelu"
 }
 
 # Activations whose torch function (at the table's parameters) is the rule
