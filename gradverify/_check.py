@@ -94,8 +94,9 @@ def _check(
         options = _Options(seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise)
         outcome = _stages(ev, options, order)
         if outcome.vectorised and not outcome.ok:
-            # A failure is reported from fn's derivatives as written, one
-            # column at a time, never from their vectorised (vmap) form.
+            # A failure is reported from fn and its derivatives as written,
+            # one point and one column at a time, never from their vectorised
+            # (vmap) form.
             outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
         inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
     label = name or function_name(fn)
@@ -180,7 +181,7 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
         outcome.modes = ad.status
         try:
             modes = _modes.run(ad, probes)
-            oracle = Oracle(ev, primal, precision, probes)
+            oracle = Oracle(ev, primal, precision, probes, vectorise=options.vectorise)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
             ad.status["FD"] = oracle.label
@@ -192,7 +193,7 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
                 _second_order(ev, options, primal, probes, ad, report)
         finally:
             outcome.notes += ad.notes
-            outcome.vectorised = ad.vectorised
+            outcome.vectorised = ad.vectorised or (oracle is not None and oracle.batched)
     except CallFailed as e:
         report.exception(e)
     finally:

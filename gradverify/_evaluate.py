@@ -66,6 +66,7 @@ class Evaluator:
         # dtypes need it whenever one of them is 64-bit.
         wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
         self.native_precision = "float64" if wide else "native"
+        self.batches = True  # False once fn at stacked points failed or disagreed with its plain run
 
     # -- building arguments --------------------------------------------------------
     def _array(self, a: Any, like: Any, dtype: str, fresh: bool = False) -> Any:
@@ -137,6 +138,35 @@ class Evaluator:
                 )
             self._check_output(out)
             return self._working(out)
+
+    def primals(self, points: Sequence[Sequence[Any]], precision: str | None) -> list[Any] | None:
+        """fn at every point of ``points`` (each the wrt arguments' working
+        arrays) in one vectorised call, each output flattened; None where that
+        call cannot be made - a gv.Rule, fn that the backend cannot vectorise,
+        or any exception: then evaluate one point at a time, which says what
+        went wrong. One call, counted as one evaluation of fn."""
+        if self.rule is not None or not self.batches or len(points) < 2:
+            return None
+        k = len(points)
+        with self.backend.precision(precision or self.native_precision):
+            stacks = [(_stack([p[q] for p in points]), precision or self.dtypes[i]) for q, i in enumerate(self.wrt)]
+
+            def plain() -> Any:
+                stacked = [self._array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
+                return self.backend.primals(self.fn, self._args(None, precision), self.wrt, stacked)
+
+            self.counts["primal"] += 1
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # (fn's own warnings showed on its primal run)
+                    out = self._host_or("primals", precision, stacks, plain)
+            except Exception:
+                out = None
+            if backend_name_of(out) != self.backend.name or tuple(out.shape[:1]) != (k,):
+                self.batches = False
+                return None
+            w = self._working(out)
+            return [w[j].reshape(-1) for j in range(k)]
 
     def primal_compiled(self, precision: str | None = None) -> tuple[Any, str] | None:
         """fn at the base point through its compiled form, as a working array,

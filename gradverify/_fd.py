@@ -191,10 +191,20 @@ def _model_noise(
     return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (point + h) * slope_scale)
 
 
+def values_at(F: Callable[[float], Array], ts: list[float]) -> list[Array]:
+    """[F(t) for t in ts]: in one vectorised evaluation of fn where F offers
+    one (``F.many(ts)``, None where it cannot), else one t at a time."""
+    many = getattr(F, "many", None)
+    out = many(ts) if many is not None and len(ts) > 1 else None
+    return [F(t) for t in ts] if out is None else out
+
+
 def evaluate_level(F: Callable[[float], Array], h: float, have: dict[int, Array] | None = None) -> Stencil:
     """The level of step h; points already in ``have`` (offset -> F) are reused."""
-    have = have or {}
-    return Stencil(h, tuple(have[k] if k in have else F(k * h / 4) for k in OFFSETS))
+    have = dict(have or {})
+    missing = [k for k in OFFSETS if k not in have]
+    have.update(zip(missing, values_at(F, [k * h / 4 for k in missing])))
+    return Stencil(h, tuple(have[k] for k in OFFSETS))
 
 
 #: Elements per block of estimate() and model_reference() on the CPU: their
@@ -650,6 +660,7 @@ def reference(
     ad: Array | None = None,
     sparse: bool = False,
     point: float = 1.0,
+    have: dict[int, Array] | None = None,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
@@ -658,12 +669,12 @@ def reference(
     agree with it too); where nothing is flagged the reference is the model's,
     and ``Reference.measure`` measures fn's noise when a comparison needs it.
     ``sparse``: estimate only the outputs the steps move (see _on_support).
-    ``point``: the point's magnitude along the direction (see _model_noise)."""
+    ``point``: the point's magnitude along the direction (see _model_noise).
+    ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first)."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
-    have: dict[int, Array] = {}
     if model_first:
-        have = {k: F(k * h / 4) for k in MODEL_OFFSETS}
+        have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
         quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
         if quick is not None:
             value, err, shift, typical = quick
@@ -679,6 +690,8 @@ def reference(
             return Reference(
                 value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
             )
+    else:
+        have = {}
     return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
 
 
@@ -986,7 +999,7 @@ def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> 
     if level >= len(WIDE_SPACINGS) or 8 * WIDE_SPACINGS[level] * h > WIDE_SPAN:
         return None
     d = WIDE_SPACINGS[level] * h
-    f = {k: F(k * d) for k in OFFSETS}
+    f = dict(zip(OFFSETS, values_at(F, [k * d for k in OFFSETS])))
     f[0] = f0
     with _xp.quiet():
         sigma, tilt = blockwise(_wide_block, _xp.flat(f0), tuple(_xp.flat(f[k]) for k in range(-4, 5)), d)

@@ -30,8 +30,12 @@ FD_DIRECTIONS = 1
 class Oracle:
     """FD references along the probe directions (``refs``: one per FD direction)."""
 
-    def __init__(self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes) -> None:
+    def __init__(
+        self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes, *, vectorise: bool = True
+    ) -> None:
         self.ev, self.primal, self.precision, self.probes = ev, primal, precision, probes
+        self.vectorise = vectorise  # fn at many points of a small check in one vectorised call
+        self.batched = False  # whether any F value came from such a call
         # F(0): the finite differences' centre, from the same fn as their
         # stencil (a compiled fn may round unlike its eager run)
         self.f0 = precision.f0
@@ -57,11 +61,9 @@ class Oracle:
             def at_basis(t: float) -> Any:
                 return ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle, flat=True)
 
+            at_basis.many = lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts])  # type: ignore[attr-defined]
             return at_basis
-        # t (c u) is (t c) u exactly when c is a power of two, as a directional
-        # check's normalisation is: then no scaled copy of u is kept
-        exact = math.frexp(c)[0] == 0.5
-        w, k = (u, c) if exact else (u * c, 1.0)
+        w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
             split = _fd._kernel(_split_point, x, static=(3,))
             layout = (flat.offsets, flat.sizes, flat.shapes)
@@ -74,7 +76,51 @@ class Oracle:
         def at(t: float) -> Any:
             return ev.primal(flat.split(_xp.axpy(x, t * k, w)), oracle, flat=True)
 
+        at.many = lambda ts: self._many([_xp.axpy(x, t * k, w) for t in ts])  # type: ignore[attr-defined]
         return at
+
+    def stencils(self, us: Any, cs: Any) -> list[dict[int, np.ndarray]] | None:
+        """F's values at the model's offsets (_fd.MODEL_OFFSETS) along every
+        c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
+        ``_many``); None where there is none."""
+        x, h = self.probes.x, self.precision.h
+        offsets = [k * h / 4 for k in _fd.MODEL_OFFSETS]
+        points = []
+        for u, c in zip(us, cs):
+            w, k = _mover(u, c)
+            points += [_xp.axpy(x, t * k, w) for t in offsets]
+        out = self._many(points)
+        if out is None:
+            return None
+        n = len(offsets)
+        return [dict(zip(_fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(len(us))]
+
+    def _many(self, points: list[Any]) -> list[np.ndarray] | None:
+        """fn at every flat point of ``points`` in the oracle precision, in one
+        vectorised call (Evaluator.primals) with the point itself beside them.
+        Only for a full Jacobian: a small check (at most FULL_MAX_IN inputs,
+        so the batch stays small) whose modes are vectorised too, and whose
+        failure is run again with plain calls. None where there is no such
+        call, or where its value at the point itself is not bit for bit F(0),
+        fn's own there (a vectorised fn that rounds otherwise): then each point
+        is evaluated alone. Where they agree, each value is the one F gives."""
+        x, ev = self.probes.x, self.ev
+        if not (self.vectorise and self.probes.full and ev.batches and _xp.on_host(x)):
+            return None
+        split = self.probes.flat.split
+        out = ev.primals([split(_xp.copy(x))] + [split(p) for p in points], self.precision.oracle)
+        if out is None:
+            return None
+        centre, f0 = out[0], _xp.flat(self.f0)
+        with np.errstate(invalid="ignore"):
+            same = centre.shape == f0.shape and bool(
+                (((centre == f0) & (np.signbit(centre) == np.signbit(f0))) | (np.isnan(centre) & np.isnan(f0))).all()
+            )
+        if not same:
+            ev.batches = False
+            return None
+        self.batched = True
+        return out[1:]
 
     def fd(
         self,
@@ -88,6 +134,7 @@ class Oracle:
         ad: np.ndarray | None = None,
         j: int | None = None,
         point: float | None = None,
+        have: dict[int, np.ndarray] | None = None,
     ) -> _fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -113,9 +160,10 @@ class Oracle:
             f0_scale=p.f0_scale,
             inputs=self.probes.inputs_max,
             model_first=model_first,
-            ad=None if ad is None or c == 1.0 else ad * c,
+            ad=ad if ad is None or c == 1.0 else ad * c,
             sparse=j is not None,
             point=point,
+            have=have,
         )
         return self._in_units(ref, c)
 
@@ -146,11 +194,14 @@ class Oracle:
         JVP's rounding bound along b (the kink test allows for it)."""
         probes = self.probes
         us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
+        # a full Jacobian's columns: small, many stencils - fn at all their points at once
+        have = self.stencils(us, probes.cs) if probes.full else None  # (None where not vectorised)
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
             c = probes.cs[b]
             point = self.terms(c, column=probes.full)
-            self.refs.append(self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point))
+            ref = self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point, have=have and have[b])
+            self.refs.append(ref)
 
     def measured(self, b: int) -> _fd.Reference:
         """Direction b's reference with fn's noise measured (done on demand:
@@ -191,7 +242,7 @@ class Oracle:
             return False
         p, c = self.precision, self.probes.cs[b]
         F = self.F(self.probes.us[b], c)
-        values = [_xp.take(_xp.flat(F(k * p.h / 4)), idx) for k in _fd.OFFSETS]
+        values = [_xp.take(_xp.flat(v), idx) for v in _fd.values_at(F, [k * p.h / 4 for k in _fd.OFFSETS])]
         q = _fd.grid(values, _xp.take(_xp.flat(self.f0), idx))
         reach = _fd.grid_bound(q, p.h) / c
         err = _xp.take(ref.err, idx)
@@ -482,3 +533,10 @@ def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:
     noisy = tilt > err
     reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0)) if _xp.any_(noisy) else 0.0
     return noisy if reach >= excess else noisy & False
+
+
+def _mover(u: Any, c: float) -> tuple[Any, float]:
+    """(w, k) with t c u = (t k) w: t (c u) is (t c) u exactly when c is a
+    power of two, as a directional check's normalisation is, and then no
+    scaled copy of u is kept."""
+    return (u, c) if math.frexp(c)[0] == 0.5 else (u * c, 1.0)

@@ -5,6 +5,8 @@ failure is always reported from the plain calls."""
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,3 +164,93 @@ def test_vectorise_false_asks_one_column_and_row_at_a_time():
 def test_vectorise_must_be_a_bool():
     with pytest.raises(gv.ArgumentValueError, match="vectorise"):
         gv.check(torch.sin, torch.ones(3, dtype=torch.float64), vectorise="yes")
+
+
+def _stencil_evaluations(fn, *args, **options):
+    """The check with fn's stencil points vectorised and without."""
+    on = gv.check(fn, *args, **options)
+    off = gv.check(fn, *args, vectorise=False, **options)
+    return on, off
+
+
+def test_torch_stencil_points_in_one_call_give_the_plain_verdict_bit_for_bit():
+    calls = {"batched": 0, "plain": 0}
+
+    def fn(x, b):
+        calls["batched" if _batched(x) else "plain"] += 1
+        return torch.tanh(x * b)
+
+    x = torch.linspace(-2, 2, 7, dtype=torch.float64)
+    b = torch.linspace(0.3, 1.1, 7, dtype=torch.float64)
+    on, off = _stencil_evaluations(fn, x, b)
+    assert on.ok and off.ok, str(on)
+    # 14 columns of 6 points each: one call beside the plain ones at the point
+    assert on.evaluations["primal"] < 8 <= 6 * 14 <= off.evaluations["primal"]
+    assert calls["batched"] >= 2  # (the vmapped stencils, and the vmapped JVP)
+    assert on.worst_ratio == off.worst_ratio  # the same F values, bit for bit
+
+
+def test_a_vectorised_fn_that_rounds_otherwise_is_evaluated_point_by_point():
+    """fn under vmap is off by 1e-13 (a batched kernel that rounds otherwise):
+    its value at the point itself is not fn's own there, and the stencils are
+    evaluated one point at a time."""
+
+    def fn(x):
+        return torch.sin(x) + (1e-13 if _batched(x) else 0.0)
+
+    x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    on, off = _stencil_evaluations(fn, x)
+    assert on.ok, str(on)
+    assert on.evaluations["primal"] >= 6 * 5
+    assert on.worst_ratio == off.worst_ratio
+
+
+class _WrongBackward(torch.autograd.Function):
+    """exp with a backward 1% wrong at element 2; vectorisable (vmap rule generated)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        scale = torch.ones_like(y)
+        scale[..., 2] = 1.01
+        return g * y * scale
+
+    @staticmethod
+    def jvp(ctx, t):
+        (y,) = ctx.saved_tensors
+        return t * y
+
+
+def test_a_failure_with_vectorised_stencils_is_reported_from_plain_evaluations():
+    x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    r = gv.check(_WrongBackward.apply, x)
+    assert not r.ok
+    assert {f.input_index for f in r.errors if f.input_index is not None} == {(2,)}, str(r)
+    assert r.evaluations["primal"] >= 6 * 5  # the rerun evaluates every point on its own
+
+
+@pytest.mark.parametrize("session", [True, False])
+def test_jax_stencil_points_in_one_call(session):
+    """Compiled in a session (jax.vmap under jit), eager in a lone check."""
+
+    def fn(x):
+        return jnp.sin(x) * jnp.sum(x)
+
+    with jax.enable_x64(True):
+        x = jnp.linspace(-2.0, 2.0, 6)
+        with gv.compiling() if session else contextlib.nullcontext():
+            on, off = _stencil_evaluations(fn, x)
+    assert on.ok and off.ok, str(on)
+    assert on.evaluations["primal"] < 8 <= 6 * 6 <= off.evaluations["primal"]
+    assert on.worst_ratio == off.worst_ratio

@@ -104,7 +104,8 @@ class Backend:
         own arrays first: "primal" (fn(*args)), "primal_flat" (flattened),
         "jvp"/"jvps" (along the tangent, or stacked tangents, of each wrt
         argument: ``operands``), "vjp"/"vjps" (for the cotangent, or stacked
-        cotangents: one operand). None where it cannot, or on any trouble (the
+        cotangents: one operand), "primals" (at the stacked points of each wrt
+        argument: ``operands``). None where it cannot, or on any trouble (the
         caller then takes the plain path, which reports it)."""
         return None
 
@@ -132,6 +133,13 @@ class Backend:
         """``vjp`` for k cotangents stacked on a leading axis, in one call: the
         input cotangents stacked the same way (None where fn ignores one)."""
         raise NotImplementedError("this backend does not vectorise its modes")
+
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        """fn at k points in one vectorised call: each wrt argument's values
+        stacked on a new leading axis of length k (the others fixed at
+        ``args``), the outputs returned stacked the same way. Raises where fn
+        cannot be vectorised; the checker then evaluates one point at a time."""
+        raise NotImplementedError("this backend does not vectorise fn")
 
     # -- derivative functions, for order=2 --------------------------------------
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:

@@ -32,7 +32,15 @@ from ._session import compiling_primal, session_cache, session_kinds
 
 _WIDE = ("float64", "int64", "uint64")
 #: The kind of compiled call (whose ``Compiled.ok`` says whether it works) of each form.
-_KIND = {"primal": "primal", "primal_flat": "primal", "jvp": "jvp", "jvps": "jvp", "vjp": "vjp", "vjps": "vjp"}
+_KIND = {
+    "primal": "primal",
+    "primal_flat": "primal",
+    "primals": "primals",
+    "jvp": "jvp",
+    "jvps": "jvp",
+    "vjp": "vjp",
+    "vjps": "vjp",
+}
 #: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
 _FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
@@ -151,7 +159,7 @@ class JaxBackend(Backend):
         try:
             if form in ("primal", "primal_flat"):
                 return getattr(entry, form)(*host)
-            return getattr(entry, form)(host, ops if form in ("jvp", "jvps") else ops[0], tuple(wrt))
+            return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
         except Exception:
             return None
 
@@ -204,6 +212,21 @@ class JaxBackend(Backend):
         )
         return list(out)
 
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        entry = compiled(fn)
+        if entry is not None and entry.ok["primal"] and not entry.ok["primals"]:
+            # fn's evaluations run compiled, and a vmap of its eager ops may
+            # round otherwise: one compiled evaluation at a time
+            raise NotImplementedError("fn is compiled alone")
+        return _run(
+            entry,
+            "primals",
+            lambda: _primals(fn, tuple(args), tuple(points), tuple(wrt)),
+            tuple(args),
+            tuple(points),
+            tuple(wrt),
+        )
+
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
             out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
@@ -232,6 +255,10 @@ def _vjp(fn: Callable, args: tuple, cotangent: Any, wrt: tuple[int, ...]) -> tup
     return pullback(cotangent.astype(out.dtype))
 
 
+def _primals(fn: Callable, args: tuple, points: tuple, wrt: tuple[int, ...]) -> Any:
+    return jax.vmap(on_wrt(fn, args, wrt))(*points)
+
+
 def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
     return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
 
@@ -249,9 +276,10 @@ class Compiled:
     def __init__(self, fn: Callable) -> None:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
         kinds = session_kinds()
-        self.ok = {kind: kind in kinds for kind in ("primal", "jvp", "vjp")}
+        self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
         self.primal = jax.jit(lambda *args: ref()(*args))
         self.primal_flat = jax.jit(lambda *args: ref()(*args).reshape(-1))
+        self.primals = jax.jit(lambda args, points, wrt: _primals(ref(), args, points, wrt), static_argnums=2)
         self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
         self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
         self.jvps = jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2)

@@ -15,8 +15,11 @@ from contextvars import ContextVar
 from typing import Any
 
 _CACHE: ContextVar[weakref.WeakKeyDictionary[Any, Any] | None] = ContextVar("gradverify_compiled", default=None)
-#: What a session compiles: fn, its JVP and its VJP ("verify"), or fn alone (one check).
-_KINDS: ContextVar[tuple[str, ...]] = ContextVar("gradverify_compiled_kinds", default=("primal", "jvp", "vjp"))
+#: What a session compiles: fn (alone, and at stacked points), its JVP and its
+#: VJP ("verify"), or fn alone (one check).
+_KINDS: ContextVar[tuple[str, ...]] = ContextVar(
+    "gradverify_compiled_kinds", default=("primal", "primals", "jvp", "vjp")
+)
 
 
 @contextlib.contextmanager

@@ -120,6 +120,16 @@ class TorchBackend(Backend):
 
         return torch.func.vmap(along)(*tangents)
 
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        # (randomness inside fn makes vmap raise: then one point at a time)
+        def at(*w: Any) -> Any:
+            out = on_wrt(fn, args, wrt)(*w)
+            _require_tensor(out)
+            return out
+
+        with torch.no_grad():
+            return torch.func.vmap(at)(*points)
+
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
         inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True)
         if grads is None:
