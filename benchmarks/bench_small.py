@@ -1,6 +1,7 @@
 """What a check costs on a small input, where it is a full Jacobian: its
-columns and rows from one vectorised (vmap) call per mode, against one call
-per column and row (``vectorise=False``), side by side.
+columns and rows from one vectorised (vmap) call per mode, and fn at every
+column's stencil points from one vectorised call, against one call per
+column, row and point (``vectorise=False``), side by side.
 
 Functions from the naive-strategy suite (gradverify._examples.naive_cases)
 at x and b of 5 elements (fn(x, b)) or one row of 5 (fn(x)), float64 and
@@ -47,19 +48,23 @@ def main() -> None:
     a = p.parse_args()
     by_label = {c.label: c for c in naive_cases()}
     print(f"median ms per check over {a.rounds} rounds (gradverify {gv.__version__})\n")
-    print("| function | dtype | vectorised | one call per column/row | ratio | calls (vectorised / not) |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| function | dtype | vectorised | one call per column/row/point | ratio "
+        "| JVP + VJP calls (vectorised / not) | calls of fn (vectorised / not) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     with gv.compiling():
         for label in CASES:
             case = by_label[label]
             for dtype in ("float64", "float32"):
                 args = inputs(case, dtype)
                 times: dict[bool, list[float]] = {True: [], False: []}
-                calls = {}
+                calls, primal = {}, {}
                 for v in (True, False):  # warm up (jax compiles each form once)
                     r = gv.check(case.fn, *args, vectorise=v)
                     assert r.ok, str(r)
                     calls[v] = r.evaluations.get("jvp", 0) + r.evaluations.get("vjp", 0)
+                    primal[v] = r.evaluations.get("primal", 0)
                 for _ in range(a.rounds):
                     for v in (True, False):
                         t = time.perf_counter()
@@ -67,7 +72,8 @@ def main() -> None:
                         times[v].append(time.perf_counter() - t)
                 on, off = (1e3 * statistics.median(times[v]) for v in (True, False))
                 print(
-                    f"| {label} | {dtype} | {on:.2f} | {off:.2f} | {off / on:.2f}x | {calls[True]} / {calls[False]} |",
+                    f"| {label} | {dtype} | {on:.2f} | {off:.2f} | {off / on:.2f}x | {calls[True]} / {calls[False]} "
+                    f"| {primal[True]} / {primal[False]} |",
                     flush=True,
                 )
 

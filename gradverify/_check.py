@@ -61,8 +61,9 @@ def check(
     values (the finite-difference error estimate is always added). ``full``
     forces (True) or forbids (False) the full Jacobian; ``directions`` is the
     number of random directions otherwise. ``vectorise``: a full Jacobian's
-    columns and rows come from one vmap call per mode where fn allows (a
-    failure is always confirmed with plain calls); False asks one at a time.
+    columns and rows come from one vmap call per mode, and fn at its finite
+    differences' points from one more, where fn allows (a failure is always
+    confirmed with plain calls); False asks one at a time.
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise)
