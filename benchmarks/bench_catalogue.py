@@ -6,9 +6,9 @@ Each case is one gradient rule written once in numpy (forward and VJP) and
 handed to every checker in the form it takes: a torch autograd.Function for
 gradverify and gradcheck, a jax.custom_vjp (through pure_callback) for
 check_grads (modes=("rev",): it cannot run forward mode on a custom_vjp).
-One injected bug per bug class the project documents (../shared/REFERENCE.md:
-the seed bugs, relu6's cap, one wrong element in a large gradient, the five
-normalization bugs), and correct ops at their kinks and in float32, which a
+One injected bug per bug class the project documents (the seed bugs,
+relu6's cap, one wrong element in a large gradient, the five normalization
+bugs), and correct ops at their kinks and in float32, which a
 checker should pass. gradverify counts an inconclusive check (it found a
 kink at an input: "kink found") as a pass, never as a detection.
 

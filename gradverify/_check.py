@@ -1,7 +1,7 @@
 """``gv.check``: cross-check forward mode, reverse mode and finite differences.
 
 The check runs as stages, each a module with a typed result (see
-shared/DESIGN.md): the primal twice on copies, for mutation and
+docs/verdicts.md): the primal twice on copies, for mutation and
 nondeterminism (``_primal.evaluate``) -> the oracle's precision, float64 when
 fn accepts it (``_primal.choose``) -> the probes, directions u and cotangents
 v (``_probes``) -> JVP J u and VJP J^T v (``_modes``) -> the FD oracle with

@@ -43,7 +43,6 @@ from . import _xp
 
 # Status of each element's reference after the kink analysis.
 SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
-STATUS_NAMES = {SMOOTH: "smooth", KINK: "kink", JUMP: "jump", UNRELIABLE: "unreliable"}
 
 #: The stencil's offsets in units of h/4 (0 is F(0), shared).
 OFFSETS = (-4, -3, -2, -1, 1, 2, 3, 4)
@@ -399,7 +398,6 @@ class Reference:
     value: Array
     err: Array  # half-width of the interval
     status: Array  # SMOOTH / KINK / JUMP / UNRELIABLE per element (int8)
-    evaluations: int
     all_smooth: bool  # no element was flagged: every status is SMOOTH
     noise: Array | None = None  # measured noise of one F value, per element
     reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
@@ -682,14 +680,10 @@ def reference(
                 have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
-                full = _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
-                full.evaluations += len(MODEL_OFFSETS)
-                return full
+                return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
 
             status = _xp.zeros(tuple(value.shape), value, "int8")
-            return Reference(
-                value, err, status, len(MODEL_OFFSETS), True, typical=typical, measure=measure, shift=shift
-            )
+            return Reference(value, err, status, True, typical=typical, measure=measure, shift=shift)
     else:
         have = {}
     return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
@@ -715,11 +709,9 @@ def _measured(
     ``sparse``: on the outputs the first step moves (see _on_support, which
     passes ``outer`` and ``unmoved``: the outputs it left out)."""
     stencil = evaluate_level(F, h, have)
-    evaluations = len(OFFSETS) - len(have)
     if sparse:
         narrowed = _on_support(F, f0, stencil, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
         if narrowed is not None:
-            narrowed.evaluations += evaluations
             return narrowed
     level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
     value, err, noise = level0.value, level0.err, level0.noise
@@ -730,10 +722,9 @@ def _measured(
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s, more = _ladder(
+        v_s, e_s, s_s = _ladder(
             F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, outer, point
         )
-        evaluations += more
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
@@ -748,7 +739,7 @@ def _measured(
     all_smooth = not suspects.size and not _xp.any_(status != SMOOTH)
     flagged = _xp.put(_xp.zeros(_xp.size(value), value, "bool"), suspects, True)
     flagged = _xp.ns(value).reshape(flagged, shape)
-    return Reference(value, err, status, evaluations, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
+    return Reference(value, err, status, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
 
 
 def _on_support(
@@ -822,7 +813,6 @@ def _on_support(
         filled(0.0, sub.value, "float64"),
         filled(err0, sub.err, "float64"),
         status,
-        sub.evaluations,
         sub.all_smooth and not rest_unresolved,
         None,  # (a column's noise and ladder flags serve no later test)
         reasons,
@@ -846,12 +836,11 @@ def _ladder(
     inputs: float = 0.0,
     outer: float = 0.0,
     point: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
-    their value, err and status (host arrays in the order of ``suspects``) and
-    the evaluations made. Each level is estimated over the whole vector where
+    their value, err and status (host arrays in the order of ``suspects``).
+    Each level is estimated over the whole vector where
     it lives; only the suspects' values come to the host."""
-    evaluations = 0
     count = suspects.size
     central, central_err = level0.take("value", suspects), level0.take("err", suspects)
     left_n, right_n = level0.side_noise(suspects)
@@ -881,7 +870,7 @@ def _ladder(
     common_lo = np.minimum(r, le) - se
     common_hi = np.maximum(r, le) + se
     if not ladder:
-        return value, err, status, evaluations
+        return value, err, status
     prev_step = level0.step_f(suspects)
     settled_sides = np.zeros(count, dtype=bool)  # one-sided derivatives agreed between two levels
     k = h
@@ -889,7 +878,6 @@ def _ladder(
     while open_.size and k / tol.LADDER_FACTOR >= floor:
         k /= tol.LADDER_FACTOR
         est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
-        evaluations += len(OFFSETS)
         sub = est.take("kink", suspects[open_])
         if sub.any():
             sub[sub] = ~_noise_explains(est, suspects[open_[sub]], ad_tol)
@@ -963,7 +951,7 @@ def _ladder(
         noise = kinked[rounding & no_jump]
         value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
         status[kinked[rounding != no_jump]] = UNRELIABLE
-    return value, err, status, evaluations
+    return value, err, status
 
 
 #: Spacings of the wider noise tables, in units of the step h, tried one

@@ -124,19 +124,18 @@ def triage_node(
     for t in sorted(set(ran) | {r for r in rows if r not in by_junit}):
         row = rows.get(junit_id(t)) or rows.get(t)
         own = [c for c in calls if c["nodeid"] == t]
-        verdicts = [c["verdict"] for c in own if c["verdict"] != "passes"]
-        if verdicts:
-            verdict = min(verdicts, key=SEVERITY.index)
-        elif row is None or row["failures"] == 0:
-            verdict = "passes"
-        elif row["separating_fields"]:
-            verdict = "environment-specific"
-        elif row["failures"] == row["runs"]:
-            verdict = "fails everywhere"
-        else:
-            verdict = "flaky"
-        out.append({"test": t, "verdict": verdict, "runs": row, "calls": own})
+        out.append({"test": t, "verdict": verdict_of(row, own), "runs": row, "calls": own})
     return out
+
+
+def verdict_of(row: dict[str, Any] | None, calls: Sequence[dict[str, Any]]) -> str:
+    """A test's verdict: the most severe of its gradient calls' where one did
+    not pass, else its CI runs' own (triage_junit's row; "passes" where it
+    never ran there)."""
+    verdicts = [c["verdict"] for c in calls if c["verdict"] != "passes"]
+    if verdicts:
+        return min(verdicts, key=SEVERITY.index)
+    return "passes" if row is None else row["verdict"]
 
 
 def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, output: str) -> int:

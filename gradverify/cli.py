@@ -2,7 +2,11 @@
 
     gradverify check TARGET... [--backend B] [--impl I] [--dtype D...] [--seed S]
                      [--max-examples N] [--order 1|2] [--report DIR] [--format md,json,junit,html]
+                     [--scheduler ADDRESS | --workers N] [--shard K/N]
+    gradverify merge FILE... [--report DIR] [--format ...]
     gradverify list
+    gradverify triage junit FILE.xml... [--report DIR]
+    gradverify triage rerun TARGET|NODE_ID [--seeds S] [--threads T...] [--report DIR]
     gradverify report FILE.json [--format html|md] [--output PATH]
 
 A target is a bundled op (``bias_act``, ``bias_act:swish``, ``layer_norm``,

@@ -21,18 +21,14 @@ from ._norm_fused import Spec
 IMPLS = ("reference", "fused")
 
 
-class _Plan(Exception):
-    """Raised instead of computing, to hand :func:`norm_rule` the layer's spec."""
-
-    def __init__(self, spec: Spec, fixed: tuple[Any, Any] | None) -> None:
-        self.spec, self.fixed = spec, fixed
-
-
-_PLAN = "_plan"  # a private impl: raise _Plan with the spec, compute nothing
+#: What a layer computes, from its arguments (validated): the spec, the fixed
+#: (running) statistics it normalizes with or None, and how many values each
+#: batch statistic averages (None where it keeps none).
+Plan = tuple[Spec, "tuple[Any, Any] | None", "int | None"]
 
 
 def _impl(impl: str) -> None:
-    if impl not in IMPLS and impl != _PLAN:
+    if impl not in IMPLS:
         raise ArgumentValueError(explain("impl", "'reference' or 'fused'", repr(impl), "impl='fused'"))
 
 
@@ -42,8 +38,6 @@ def _apply(
     """(y, mean, var) of one normalization, by ``impl``. The reference is the
     forward alone (the framework's AD derives the gradients); fused attaches
     the rules of :mod:`._norm_fused`."""
-    if impl == _PLAN:
-        raise _Plan(spec, fixed)
     xp = _xp.namespace(x)
     backend = _xp.backend_name(x)
     if impl == "fused" and backend == "torch":
@@ -114,12 +108,19 @@ def layer_norm(
     impl: str = "reference",
 ) -> Any:
     _impl(impl)
+    spec, _, _ = _layer_norm_plan(x, normalized_shape, weight, bias, eps)
+    return _apply(x, weight, bias, spec, impl)[0]
+
+
+def _layer_norm_plan(
+    x: Any, normalized_shape: Sequence[int], weight: Any = None, bias: Any = None, eps: float = 1e-5
+) -> Plan:
     _xp.namespace(x)
     shape = _trailing(x, normalized_shape, "layer_norm")
     k = len(shape)
     _check_param("weight", weight, shape, "normalized_shape")
     _check_param("bias", bias, shape, "normalized_shape")
-    return _apply(x, weight, bias, Spec(tuple(range(x.ndim - k, x.ndim)), eps), impl)[0]
+    return Spec(tuple(range(x.ndim - k, x.ndim)), eps), None, None
 
 
 def rms_norm(
@@ -132,13 +133,18 @@ def rms_norm(
 ) -> Any:
     """x / sqrt(mean(x^2) + eps) * weight; eps=None is the dtype's epsilon (as torch)."""
     _impl(impl)
+    spec, _, _ = _rms_norm_plan(x, normalized_shape, weight, eps)
+    return _apply(x, weight, None, spec, impl)[0]
+
+
+def _rms_norm_plan(x: Any, normalized_shape: Sequence[int], weight: Any = None, eps: float | None = None) -> Plan:
     xp = _xp.namespace(x)
     shape = _trailing(x, normalized_shape, "rms_norm")
     k = len(shape)
     _check_param("weight", weight, shape, "normalized_shape")
     if eps is None:
         eps = float(xp.finfo(x.dtype).eps)
-    return _apply(x, weight, None, Spec(tuple(range(x.ndim - k, x.ndim)), eps, centred=False), impl)[0]
+    return Spec(tuple(range(x.ndim - k, x.ndim)), eps, centred=False), None, None
 
 
 def group_norm(
@@ -151,6 +157,11 @@ def group_norm(
     impl: str = "reference",
 ) -> Any:
     _impl(impl)
+    spec, _, _ = _group_norm_plan(x, num_groups, weight, bias, eps)
+    return _apply(x, weight, bias, spec, impl)[0]
+
+
+def _group_norm_plan(x: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Plan:
     _check_x(x, 2, "group_norm")
     n, c = x.shape[0], x.shape[1]
     if not isinstance(num_groups, int) or num_groups < 1 or c % num_groups:
@@ -166,8 +177,7 @@ def group_norm(
     _check_param("weight", weight, (c,), "one per channel")
     _check_param("bias", bias, (c,), "one per channel")
     # groups are contiguous channels
-    spec = Spec((2,), eps, group=(n, num_groups, -1), param=_channel_shape(x))
-    return _apply(x, weight, bias, spec, impl)[0]
+    return Spec((2,), eps, group=(n, num_groups, -1), param=_channel_shape(x)), None, None
 
 
 def _statistics_count(x: Any, axes: tuple[int, ...], fn: str, expected: str, fix: str) -> int:
@@ -240,20 +250,13 @@ def batch_norm(
     ``return_stats=True`` returns (y, new_running_mean, new_running_var) instead
     of updating in place (the only way with jax arrays)."""
     _impl(impl)
-    xp = _check_x(x, 2, "batch_norm")
-    c = x.shape[1]
-    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
-    axes = (0,) + tuple(range(2, x.ndim))
-    shape = _channel_shape(x)
-    if training:
-        count = _statistics_count(
-            x,
-            axes,
-            "batch_norm(training=True)",
-            "more than one value per channel",
-            "use a batch of at least 2, or training=False with running statistics",
-        )
-        y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
+    spec, fixed, count = _batch_norm_plan(x, running_mean, running_var, weight, bias, training, eps)
+    xp = _xp.namespace(x)
+    y, mean, var = _apply(x, weight, bias, spec, impl, fixed)
+    if count is None:  # (eval: the running statistics, unchanged)
+        stats = (running_mean, running_var) if return_stats else None
+    else:
+        c = x.shape[1]
         stats = _running(
             xp,
             running_mean,
@@ -264,20 +267,42 @@ def batch_norm(
             return_stats,
             "batch_norm",
         )
-    else:
-        if running_mean is None or running_var is None:
-            raise ArgumentValueError(
-                explain(
-                    "batch_norm(training=False)",
-                    "running_mean and running_var",
-                    "None",
-                    "pass the running statistics, or training=True",
-                )
-            )
-        spec = Spec((), eps, param=shape, fixed=True)
-        y, _, _ = _apply(x, weight, bias, spec, impl, (running_mean, running_var))
-        stats = (running_mean, running_var) if return_stats else None
     return (y, *stats) if return_stats else y
+
+
+def _batch_norm_plan(
+    x: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = False,
+    eps: float = 1e-5,
+) -> Plan:
+    _check_x(x, 2, "batch_norm")
+    c = x.shape[1]
+    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    shape = _channel_shape(x)
+    if training:
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = _statistics_count(
+            x,
+            axes,
+            "batch_norm(training=True)",
+            "more than one value per channel",
+            "use a batch of at least 2, or training=False with running statistics",
+        )
+        return Spec(axes, eps, param=shape), None, count
+    if running_mean is None or running_var is None:
+        raise ArgumentValueError(
+            explain(
+                "batch_norm(training=False)",
+                "running_mean and running_var",
+                "None",
+                "pass the running statistics, or training=True",
+            )
+        )
+    return Spec((), eps, param=shape, fixed=True), (running_mean, running_var), None
 
 
 def instance_norm(
@@ -295,23 +320,14 @@ def instance_norm(
 ) -> Any:
     """As torch.nn.functional.instance_norm: statistics per (sample, channel)."""
     _impl(impl)
-    xp = _check_x(x, 3, "instance_norm")
-    n, c = x.shape[0], x.shape[1]
-    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
-    shape = _channel_shape(x)
     if not use_input_stats:
         return batch_norm(
             x, running_mean, running_var, weight, bias, False, momentum, eps, impl=impl, return_stats=return_stats
         )
-    axes = tuple(range(2, x.ndim))
-    count = _statistics_count(
-        x,
-        axes,
-        "instance_norm",
-        "more than one spatial value per channel",
-        "give each instance at least 2 spatial positions",
-    )
-    y, mean, var = _apply(x, weight, bias, Spec(axes, eps, param=shape), impl)
+    spec, fixed, count = _instance_norm_plan(x, running_mean, running_var, weight, bias, use_input_stats, eps)
+    xp = _xp.namespace(x)
+    y, mean, var = _apply(x, weight, bias, spec, impl, fixed)
+    n, c = x.shape[0], x.shape[1]
     stats = _running(
         xp,
         running_mean,
@@ -325,12 +341,45 @@ def instance_norm(
     return (y, *stats) if return_stats else y
 
 
+def _instance_norm_plan(
+    x: Any,
+    running_mean: Any = None,
+    running_var: Any = None,
+    weight: Any = None,
+    bias: Any = None,
+    use_input_stats: bool = True,
+    eps: float = 1e-5,
+) -> Plan:
+    _check_x(x, 3, "instance_norm")
+    c = x.shape[1]
+    _check_channel_params(c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    if not use_input_stats:
+        return _batch_norm_plan(x, running_mean, running_var, weight, bias, False, eps)
+    axes = tuple(range(2, x.ndim))
+    count = _statistics_count(
+        x,
+        axes,
+        "instance_norm",
+        "more than one spatial value per channel",
+        "give each instance at least 2 spatial positions",
+    )
+    return Spec(axes, eps, param=_channel_shape(x)), None, count
+
+
 FUNCTIONS = {
     "batch_norm": batch_norm,
     "group_norm": group_norm,
     "instance_norm": instance_norm,
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
+}
+#: Each layer's plan, from the arguments it takes by the same names.
+PLANS = {
+    "batch_norm": _batch_norm_plan,
+    "group_norm": _group_norm_plan,
+    "instance_norm": _instance_norm_plan,
+    "layer_norm": _layer_norm_plan,
+    "rms_norm": _rms_norm_plan,
 }
 
 
@@ -352,13 +401,7 @@ def norm_rule(kind: str, x: Any, *args: Any, **kwargs: Any) -> Any:
                 f"call ops.{kind}(..., impl='fused')",
             )
         )
-    names = list(inspect.signature(FUNCTIONS[kind]).parameters)
-    bound = dict(zip(names[1:], args)) | kwargs
-    bound.pop("impl", None)
-    if bound.get("return_stats"):
-        bound["return_stats"] = False
-    try:
-        FUNCTIONS[kind](x, **bound, impl=_PLAN)
-    except _Plan as plan:
-        return nf.numpy_rule(plan.spec, bound.get("weight") is not None, bound.get("bias") is not None, plan.fixed)
-    raise AssertionError(f"{kind} returned without planning")  # pragma: no cover
+    bound = inspect.signature(FUNCTIONS[kind]).bind(x, *args, **kwargs).arguments  # (a wrong argument: TypeError)
+    plan = PLANS[kind]
+    spec, fixed, _ = plan(**{k: v for k, v in bound.items() if k in inspect.signature(plan).parameters})
+    return nf.numpy_rule(spec, bound.get("weight") is not None, bound.get("bias") is not None, fixed)

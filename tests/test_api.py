@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -31,7 +32,12 @@ def test_import_loads_no_backend():
 
 
 def test_public_names():
-    assert set(gv.__all__) >= {"check", "assert_gradients", "Rule", "CheckResult", "GradientError"}
+    """``__all__`` is the public namespace exactly: every public name the
+    package defines (submodules aside), and nothing it does not."""
+    public = {n for n in vars(gv) if not n.startswith("_") and not isinstance(getattr(gv, n), types.ModuleType)}
+    assert sorted(gv.__all__) == sorted(public)
+    assert len(gv.__all__) == len(set(gv.__all__))
+    assert {"check", "verify", "assert_gradients", "Rule", "CheckResult", "GradientError", "Kind"} <= public
     assert issubclass(gv.GradientError, AssertionError)
     assert issubclass(gv.ArgumentTypeError, TypeError) and issubclass(gv.ArgumentValueError, ValueError)
 

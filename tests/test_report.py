@@ -21,10 +21,7 @@ def test_failure_report_fits_a_screen_and_names_the_element():
     assert "arg0[123, 4]" in text
     assert "VJP = " in text and "FD = " in text
     assert "arg0: float64[500x10] in [" in text
-    assert lines[-1] == "  reproduce: gv.check(<lambda>, arg0, arg1, seed=5)" or lines[-1].startswith(
-        "  reproduce: gv.check("
-    )
-    assert "seed=5" in lines[-1]
+    assert lines[-1] == "  reproduce: gv.check(<lambda>, arg0, arg1, seed=5)"
     assert "bound:" in text and "Hoeffding" in text
 
 

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradverify import _triage, cli
+from gradverify import _triage, _triage_node, cli
 
 pytest_plugins = ["pytester"]
 
@@ -128,6 +128,11 @@ def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
     t = rows["test_fails_on_first_attempt"]
     assert (t["failures"], t["passed_on_rerun"], t["failed_attempts"], t["attempts"]) == (4, 4, 4, 8)
     assert t["verdict"] == "flaky"
+    # triage of the node id says the same from the same runs (its gradient
+    # calls all passing); a call that did not pass decides instead
+    assert _triage_node.verdict_of(t, [{"verdict": "passes"}]) == "flaky"
+    assert _triage_node.verdict_of(t, [{"verdict": "passes"}, {"verdict": "kink flake"}]) == "kink flake"
+    assert _triage_node.verdict_of(None, []) == "passes"
     assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["attempts"] == 4
     assert "4 passed on a rerun; 4 of 8 attempts failed" in _triage.render_markdown(list(rows.values()), 4)
 
