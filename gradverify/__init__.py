@@ -13,8 +13,10 @@ from ._errors import UsageError as UsageError
 from ._result import CheckResult as CheckResult
 from ._result import Finding as Finding
 from ._result import Kind as Kind
+from ._result import Level as Level
 from ._rule import Rule as Rule
 from ._triage import Triage as Triage
+from ._triage import Verdict as Verdict
 from ._triage import junit_files as triage_junit
 from ._triage import rerun as triage
 from ._verify import VerifyResult as VerifyResult
@@ -30,8 +32,10 @@ __all__ = [
     "Finding",
     "GradientError",
     "Kind",
+    "Level",
     "Rule",
     "Triage",
+    "Verdict",
     "UsageError",
     "VerifyResult",
     "assert_gradients",

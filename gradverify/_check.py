@@ -214,21 +214,21 @@ def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Prob
     rng = np.random.default_rng([options.seed, 2])
     v = _probes.signs(rng, _xp.size(primal.values), like=primal.values)
     u = _probes.signs(rng, probes.flat.n, like=probes.x)
-    derived: list[tuple[str, Callable]] = []
+    derived: list[tuple[str, str, Callable]] = []  # (what, whose derivative, the function)
     with ev.backend.precision(ev.native_precision):
         cot = ev._array(_xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
         tans = [ev._array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
     if status.get("VJP") == _modes.CHECKED:
         try:
-            derived.append(("the VJP x -> J(x)^T v", _derivative_fn(ev, "vjp", cot)))
+            derived.append(("the VJP x -> J(x)^T v", "VJP", _derivative_fn(ev, "vjp", cot)))
         except ModeUnavailable as e:
             ad.unavailable("second-order VJP", str(e))
     if status.get("JVP") == _modes.CHECKED:
         try:
-            derived.append(("the JVP x -> J(x) u", _derivative_fn(ev, "jvp", tans)))
+            derived.append(("the JVP x -> J(x) u", "JVP", _derivative_fn(ev, "jvp", tans)))
         except ModeUnavailable as e:
             ad.unavailable("second-order JVP", str(e))
-    for label, g in derived:
+    for label, of, g in derived:
         sub = check(
             g,
             *ev.originals,
@@ -242,7 +242,6 @@ def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Prob
             name=label,
             vectorise=options.vectorise,
         )
-        of = label.split()[1]  # "VJP" or "JVP": whose derivative this is
         for f in sub.findings:
             if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
                 continue

@@ -22,9 +22,18 @@ from ._evaluate import BadStructure, CallFailed, Derivative, Evaluator
 from ._findings import Findings, unravel
 from ._primal import Precision, Primal
 from ._probes import Probes
-from ._result import ERROR, WARNING, Kind
+from ._result import ERROR, WARNING, Kind, Word
 
-CHECKED, UNAVAILABLE, FAILED = "checked", "unavailable", "failed"
+
+class ModeStatus(Word):
+    """What became of a mode (JVP, VJP) in a check."""
+
+    CHECKED = "checked"
+    UNAVAILABLE = "unavailable"  # fn has no such rule (or the backend cannot run it)
+    FAILED = "failed"  # it raised, or gave a derivative of the wrong structure
+
+
+CHECKED, UNAVAILABLE, FAILED = ModeStatus.CHECKED, ModeStatus.UNAVAILABLE, ModeStatus.FAILED
 
 
 @dataclass(frozen=True)

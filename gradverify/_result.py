@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 
-class Kind:
-    """Every kind of finding (plain strings, stable: reports and tests match them)."""
+class Word(str, Enum):
+    """A word of the vocabulary: a str (equal to its value, JSON writes the
+    value) that prints as its value."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Kind(Word):
+    """Every kind of finding (stable: reports and tests match them)."""
 
     MISMATCH = "mismatch"  # two of JVP / VJP / FD disagree beyond the bound
     NONFINITE_GRADIENT = "nonfinite_gradient"  # NaN/inf derivative where the output is finite
@@ -24,31 +33,27 @@ class Kind:
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
 
-    ALL = (
-        MISMATCH,
-        NONFINITE_GRADIENT,
-        WRONG_SHAPE,
-        WRONG_DTYPE,
-        NONDETERMINISM,
-        MUTATION,
-        MODE_UNAVAILABLE,
-        NONDIFFERENTIABLE,
-        DISCONTINUITY,
-        FD_UNRELIABLE,
-        PRECISION,
-        NONFINITE_OUTPUT,
-        EXCEPTION,
-    )
-    INCONCLUSIVE = (NONDIFFERENTIABLE, DISCONTINUITY, FD_UNRELIABLE)
+
+#: Every kind, and those that leave a check inconclusive (FD could not decide).
+Kind.ALL = tuple(Kind)  # type: ignore[attr-defined]
+Kind.INCONCLUSIVE = (Kind.NONDIFFERENTIABLE, Kind.DISCONTINUITY, Kind.FD_UNRELIABLE)  # type: ignore[attr-defined]
 
 
-ERROR, WARNING, INFO = "error", "warning", "info"
+class Level(Word):
+    """How much a finding weighs: an error fails the check."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+ERROR, WARNING, INFO = Level.ERROR, Level.WARNING, Level.INFO
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str
-    level: str  # "error" | "warning" | "info"
+    kind: Kind | str
+    level: Level | str
     message: str
     pair: tuple[str, str] | None = None  # e.g. ("VJP", "FD"): who disagrees
     argument: int | None = None  # positional index of the input concerned

@@ -17,6 +17,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._errors import ArgumentValueError, explain
+from ._result import Word
+
+
+class Verdict(Word):
+    """What triage says of a test: of its CI runs (triage_junit) or of its
+    gradient calls rerun (gv.triage)."""
+
+    PASSES = "passes"
+    # CI runs
+    FAILS_EVERYWHERE = "fails everywhere"
+    ENVIRONMENT_SPECIFIC = "environment-specific"
+    FLAKY = "flaky"
+    # gradient calls
+    BUG = "bug"
+    BUG_IN_A_REGION = "bug in a region"
+    NONDETERMINISTIC_OP = "nondeterministic op"
+    KINK_FLAKE = "kink flake"
+    PRECISION_FLAKE = "precision flake"
+
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -138,13 +157,13 @@ def triage_junit(runs: Sequence[Run]) -> list[dict[str, Any]]:
         found = _separating(_envs(bad, t), _envs(good, t))
         sep = {f: v for f, v in found.items() if not f.startswith("gradverify_")}
         if k == 0:
-            verdict = "passes"
+            verdict = Verdict.PASSES
         elif k == n and not hidden:
-            verdict = "fails everywhere"
+            verdict = Verdict.FAILS_EVERYWHERE
         elif sep:
-            verdict = "environment-specific"
+            verdict = Verdict.ENVIRONMENT_SPECIFIC
         else:
-            verdict = "flaky"
+            verdict = Verdict.FLAKY
         out.append(
             {
                 "test": t,
@@ -414,8 +433,8 @@ def dtype_sweep(fn: Any, args: Sequence[Any], run_test: Any, dtypes: Sequence[st
 class Triage:
     """The verdict on one gradient test and its evidence.
 
-    ``verdict`` is one of "passes", "bug", "bug in a region", "kink flake",
-    "precision flake", "nondeterministic op"; ``evidence`` holds the counts,
+    ``verdict``: passes, bug, bug in a region, kink flake, precision flake or
+    nondeterministic op (a Verdict); ``evidence`` holds the counts,
     the failing seeds, per failure the kink distance, the FD-step and dtype
     sweeps, and the verdict's own figures (``region``, ``kink_distances`` and
     ``avoid_with``, ``proposed_tolerance``, ``nondeterminism``, and for a bug
@@ -423,14 +442,14 @@ class Triage:
     by gv.verify), else the first failing one, and ``check`` gv.check's result
     there."""
 
-    verdict: str
+    verdict: Verdict
     evidence: dict[str, Any]
     example: tuple[Any, ...] | None
     check: Any
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "passes"
+        return self.verdict == Verdict.PASSES
 
     def __str__(self) -> str:
         ev = self.evidence
@@ -546,32 +565,32 @@ def rerun(
         return declared or bool(f["inconclusive"])
 
     if nondeterminism is not None:
-        verdict = "nondeterministic op"
+        verdict = Verdict.NONDETERMINISTIC_OP
     elif not failures:
-        verdict = "passes"
+        verdict = Verdict.PASSES
     elif any(f["confirmed"] for f in failures):
         # a confirmed failure is a bug, whatever else flaked; everywhere (nearly
         # every input fails) or only where inputs reach a region
         everywhere = totals["failing"] >= 0.95 * totals["examples"]
-        verdict = "bug" if everywhere else "bug in a region"
+        verdict = Verdict.BUG if everywhere else Verdict.BUG_IN_A_REGION
         positions = np.concatenate([np.asarray(f["position"], dtype=np.float64) for f in failures if f["confirmed"]])
         evidence["region"] = (
             _pieces(positions, kinks) if len(kinks) else [float(positions.min()), float(positions.max())]
         )
     elif all(near_kink(f) for f in unconfirmed):
-        verdict = "kink flake"
+        verdict = Verdict.KINK_FLAKE
         evidence["kink_distances"] = [f["kink_distance"] for f in failures]
         evidence["avoid_with"] = (
             "gradverify.strategies.arrays(..., kinks=[...]) or bias_act_args: values kept off kinks"
         )
     else:
-        verdict = "precision flake"
+        verdict = Verdict.PRECISION_FLAKE
         evidence["proposed_tolerance"] = 2 * max(f["test_error"] for f in failures)
     evidence["failures"] = [{k: v for k, v in f.items() if k not in ("args", "check")} for f in failures]
     first = next((f for f in failures if f["confirmed"]), failures[0] if failures else None)
     example = None if first is None else tuple(first["args"])
     at = None if first is None else first["check"]
-    if verdict in ("bug", "bug in a region"):
+    if verdict in (Verdict.BUG, Verdict.BUG_IN_A_REGION):
         # shrink: gv.verify on the first confirmed seed gives the minimal case
         from ._verify import verify
 

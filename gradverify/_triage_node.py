@@ -30,7 +30,14 @@ from typing import Any
 from . import _triage
 from ._errors import ArgumentValueError, explain
 
-SEVERITY = ("bug", "bug in a region", "nondeterministic op", "kink flake", "precision flake", "passes")
+SEVERITY = (
+    _triage.Verdict.BUG,
+    _triage.Verdict.BUG_IN_A_REGION,
+    _triage.Verdict.NONDETERMINISTIC_OP,
+    _triage.Verdict.KINK_FLAKE,
+    _triage.Verdict.PRECISION_FLAKE,
+    _triage.Verdict.PASSES,
+)
 CALLS_PER_TEST = 3
 
 
@@ -132,10 +139,10 @@ def verdict_of(row: dict[str, Any] | None, calls: Sequence[dict[str, Any]]) -> s
     """A test's verdict: the most severe of its gradient calls' where one did
     not pass, else its CI runs' own (triage_junit's row; "passes" where it
     never ran there)."""
-    verdicts = [c["verdict"] for c in calls if c["verdict"] != "passes"]
+    verdicts = [c["verdict"] for c in calls if c["verdict"] != _triage.Verdict.PASSES]
     if verdicts:
         return min(verdicts, key=SEVERITY.index)
-    return "passes" if row is None else row["verdict"]
+    return _triage.Verdict.PASSES if row is None else row["verdict"]
 
 
 def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, output: str) -> int:

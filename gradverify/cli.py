@@ -301,7 +301,7 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
 
 
 def _triage_test(args: argparse.Namespace) -> int:
-    from . import _triage_node
+    from . import _triage, _triage_node
 
     seeds = 4 if args.seeds is None else args.seeds
     threads = _threads(args.threads)
@@ -336,7 +336,7 @@ def _triage_test(args: argparse.Namespace) -> int:
         raise _Usage(f"triage rerun {args.target}: expected a node id that collects tests; found none")
     if args.report:
         _write_rerun_report(args.report, records)
-    return 0 if all(r["verdict"] == "passes" for r in records) else 1
+    return 0 if all(r["verdict"] == _triage.Verdict.PASSES for r in records) else 1
 
 
 def _triage_rerun(args: argparse.Namespace) -> int:

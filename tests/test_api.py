@@ -256,3 +256,34 @@ def test_wrong_element_in_the_gradient_of_a_loss_is_located():
     assert f.input_index == (37,)
     assert f.values["VJP"] == pytest.approx(3 * f.values["FD"], rel=1e-6)
     assert "bisection" in f.where  # a loss has no input shaped like its output
+
+
+def test_the_vocabulary_is_typed_and_reads_as_its_words():
+    """Kinds, levels, mode statuses and verdicts are enums of str: a finding's
+    kind is gv.Kind.MISMATCH, and equal to, printed as and written to JSON as
+    "mismatch" (the report formats do not change)."""
+    import enum
+    import json
+
+    from gradverify._modes import ModeStatus
+
+    for vocabulary in (gv.Kind, gv.Level, gv.Verdict, ModeStatus):
+        assert issubclass(vocabulary, enum.Enum) and issubclass(vocabulary, str)
+        for word in vocabulary:
+            assert word == word.value and str(word) == f"{word}" == word.value
+            assert json.dumps(word) == json.dumps(word.value)
+    assert set(gv.Kind.ALL) == set(gv.Kind) and set(gv.Kind.INCONCLUSIVE) < set(gv.Kind)
+
+    def wrong(x):
+        return np.sin(x)
+
+    rule = gv.Rule(wrong, vjp=lambda args, g: (g * 2.0 * np.cos(args[0]),))
+    r = gv.check(rule, np.array([0.1, 0.2, 0.3]))
+    f = r.errors[0]
+    assert f.kind is gv.Kind.MISMATCH and f.level is gv.Level.ERROR
+    assert (r.modes["VJP"], r.modes["JVP"]) == (ModeStatus.CHECKED, ModeStatus.UNAVAILABLE)
+    assert r.modes["VJP"] is ModeStatus.CHECKED
+    d = json.loads(json.dumps(r.to_dict()))
+    found = {(g["kind"], g["level"]) for g in d["findings"]}
+    assert found == {("mismatch", "error"), ("mode_unavailable", "warning")}
+    assert "mismatch" in str(r) and "Kind." not in str(r)
