@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from . import _sweep
+from . import _io, _sweep
 from ._errors import ArgumentValueError, UsageError, explain
 
 RESULTS_SCHEMA = "gradverify-results/1"
@@ -136,9 +136,8 @@ class ResultsFile:
         self._write({"schema": RESULTS_SCHEMA, "command": command, "seed": seed})
 
     def _write(self, obj: dict[str, Any]) -> None:
-        from ._reports import _clean
 
-        self._f.write(json.dumps(_clean(obj), allow_nan=False, default=str) + "\n")
+        self._f.write(_io.to_json(obj, indent=None) + "\n")
         self._f.flush()
 
     def add(self, record: dict[str, Any]) -> None:

@@ -11,12 +11,12 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _io
 from ._errors import ArgumentValueError, explain
 from ._sweep import summary
 
@@ -91,18 +91,6 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write(report: dict[str, Any], directory: str | os.PathLike[str], formats: Sequence[str]) -> list[str]:
     """Write the report in each format; returns the paths written."""
     bad = [f for f in formats if f not in FORMATS]
@@ -112,25 +100,14 @@ def write(report: dict[str, Any], directory: str | os.PathLike[str], formats: Se
     out = []
     for f, text in rendered.items():
         path = Path(directory) / FILES[f]
-        _atomic_write(path, text)
+        _io.atomic_write(path, text)
         out.append(str(path))
     return out
 
 
 # -- renderers ---------------------------------------------------------------------------------
-def _clean(v: Any) -> Any:
-    """JSON has no NaN or infinity: write them as the strings Python reads back with float()."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return repr(v)
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
-
-
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(_clean(report), indent=1, allow_nan=False, default=str) + "\n"
+    return _io.to_json(report) + "\n"
 
 
 def _row_key(case: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _io
 from ._errors import ArgumentValueError, UsageError, explain
 
 BACKENDS = ("numpy", "torch", "jax")
@@ -233,10 +234,10 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
 
 
 def _failure(case: Case, res: Any) -> dict[str, Any]:
-    from ._verify import _exact, _literal, _to_numpy
+    from ._verify import _literal
 
     err = res.result.errors[0]
-    args = [np.asarray(_to_numpy(a)) for a in res.counterexample]
+    args = [np.asarray(_io.to_numpy(a)) for a in res.counterexample]
     npz = f"cases/{Path(res.saved).name}"  # relative to the report directory
     failure = {
         "kind": err.kind,
@@ -248,7 +249,7 @@ def _failure(case: Case, res: Any) -> dict[str, Any]:
         "values": dict(err.values),
         "error": err.error,
         "bound": err.bound,
-        "counterexample": [{"name": f"arg{i}", **_exact(a)} for i, a in enumerate(args)],
+        "counterexample": [{"name": f"arg{i}", **_io.exact(a)} for i, a in enumerate(args)],
         "literals": [_literal(a) for a in res.counterexample],
         "kink_distance": _kink_distance(case, args),
         "npz": npz,
@@ -280,11 +281,10 @@ def materialize(record: dict[str, Any], report_dir: str | Path) -> None:
     failure = record.get("failure")
     if not failure or not failure.get("npz"):
         return
-    from ._verify import write_npz
 
     path = Path(report_dir) / failure["npz"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_npz(path, arrays_of(failure))
+    _io.write_npz(path, arrays_of(failure))
     _write_script(case_of(record), path)
 
 
@@ -399,9 +399,7 @@ def _write_script(case: Case, npz: Path) -> str:
         "",
     ]
     path = npz.with_suffix(".py")
-    tmp = path.with_suffix(".py.tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(path)
+    _io.atomic_write(path, "\n".join(lines))
     return str(path)
 
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from . import _io
 from ._errors import ArgumentValueError, explain
 from ._result import Word
 
@@ -218,9 +219,7 @@ def render_markdown(rows: Sequence[dict[str, Any]], files: int) -> str:
 def _flat(a: Any) -> Any:
     import numpy as np
 
-    from ._verify import _to_numpy
-
-    return np.asarray(_to_numpy(a), dtype=np.float64).reshape(-1)
+    return np.asarray(_io.to_numpy(a), dtype=np.float64).reshape(-1)
 
 
 def _kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) -> float | None:
@@ -254,8 +253,6 @@ def _thread_counts_differ(fn: Any, args: Sequence[Any], threads: Sequence[int], 
     torch thread counts: the evidence of a nondeterministic op (None: none)."""
     import numpy as np
 
-    from ._verify import _to_numpy
-
     torch = None
     if any(type(a).__module__.startswith("torch") for a in args):
         import torch
@@ -266,7 +263,7 @@ def _thread_counts_differ(fn: Any, args: Sequence[Any], threads: Sequence[int], 
             if torch is not None:
                 torch.set_num_threads(t)
             for _ in range(repeats):
-                y = np.asarray(_to_numpy(fn(*args)), dtype=np.float64)
+                y = np.asarray(_io.to_numpy(fn(*args)), dtype=np.float64)
                 g = _gradients(fn, args)
                 seen.setdefault(f"threads={t}", []).append((y, g))
     finally:
@@ -291,9 +288,7 @@ def _located(result: Any, args: Sequence[Any], position: Any) -> list[float]:
     if err is not None and err.argument is not None and err.input_index is not None:
         import numpy as np
 
-        from ._verify import _to_numpy
-
-        return [float(np.asarray(_to_numpy(args[err.argument]), dtype=np.float64)[tuple(err.input_index)])]
+        return [float(np.asarray(_io.to_numpy(args[err.argument]), dtype=np.float64)[tuple(err.input_index)])]
     return [float(v) for v in _flat(args[0])[:16]]
 
 
@@ -643,14 +638,12 @@ def rerun_record(target: str, result: Triage, reproduce: str) -> dict[str, Any]:
     input exactly, and the command that reproduces the triage."""
     import numpy as np
 
-    from ._verify import _exact, _to_numpy
-
     example = result.example
     return {
         "target": target,
         "verdict": result.verdict,
         "evidence": result.evidence,
-        "example": None if example is None else [_exact(np.asarray(_to_numpy(a))) for a in example],
+        "example": None if example is None else [_io.exact(np.asarray(_io.to_numpy(a))) for a in example],
         "check": None if result.check is None else str(result.check),
         "reproduce": reproduce,
     }

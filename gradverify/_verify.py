@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _observe
+from . import _io, _observe
 from ._check import check
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
@@ -67,7 +67,7 @@ class VerifyResult:
             "worst_ratio": self.worst_ratio,
             "counterexample": None
             if self.counterexample is None
-            else [_exact(np.asarray(_to_numpy(a))) for a in self.counterexample],
+            else [_io.exact(np.asarray(_io.to_numpy(a))) for a in self.counterexample],
             "saved": self.saved,
             "result": None if self.result is None else self.result.to_dict(),
         }
@@ -238,35 +238,14 @@ class _State:
 
 
 # -- the counterexample, exactly ----------------------------------------------------------
-def _to_numpy(a: Any) -> Any:
-    if isinstance(a, np.ndarray) or np.isscalar(a):
-        return a
-    if type(a).__module__.startswith("torch"):
-        t = a.detach().cpu()
-        return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
-    return np.asarray(a.astype("float32") if "bfloat16" in str(getattr(a, "dtype", "")) else a)
-
-
 def _dtype_of(a: Any) -> str:
     return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
-
-
-def _exact(a: np.ndarray) -> dict[str, Any]:
-    """Values that round-trip: repr of each float (shortest exact) and float.hex."""
-    flat = a.reshape(-1)
-    floating = np.issubdtype(a.dtype, np.floating)
-    return {
-        "shape": list(a.shape),
-        "dtype": str(a.dtype),
-        "values": [float(v) if floating else int(v) for v in flat],
-        "hex": [float(v).hex() for v in flat] if floating else None,
-    }
 
 
 def _literal(a: Any) -> str:
     """A Python expression that rebuilds ``a`` exactly in its own backend."""
     dt = _dtype_of(a)
-    body = repr(np.asarray(_to_numpy(a)).tolist())
+    body = repr(np.asarray(_io.to_numpy(a)).tolist())
     module = type(a).__module__
     if module.startswith("torch"):
         return f"torch.tensor({body}, dtype=torch.{dt})"
@@ -281,21 +260,8 @@ def _save(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label) or "fn"
     path = directory / f"{safe}-seed{seed}.npz"
-    write_npz(path, [np.asarray(_to_numpy(a)) for a in args])
+    _io.write_npz(path, [np.asarray(_io.to_numpy(a)) for a in args])
     return str(path)
-
-
-def write_npz(path: Path, arrays: list[np.ndarray]) -> None:
-    """``arg0``, ``arg1``, ... into ``path``, atomically (a temporary name, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays)})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def render_verify(r: VerifyResult) -> str:
@@ -308,9 +274,9 @@ def render_verify(r: VerifyResult) -> str:
         return head + "\n  no generated input gave an error-level finding"
     lines = [head + f"; shrunk in {r.shrink_steps} step(s)", f"  counterexample ({r.backend}):"]
     for i, a in enumerate(r.counterexample or ()):
-        ex = _exact(np.asarray(_to_numpy(a)))
+        ex = _io.exact(np.asarray(_io.to_numpy(a)))
         shape = "x".join(map(str, ex["shape"])) or "scalar"
-        lines.append(f"    arg{i}: {_dtype_of(a)}[{shape}] = {np.asarray(_to_numpy(a)).tolist()!r}")
+        lines.append(f"    arg{i}: {_dtype_of(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
         if ex["hex"] is not None and len(ex["hex"]) <= 16:
             lines.append(f"          exact: {' '.join(ex['hex'])}")
     parts = [_literal(a) for a in r.counterexample or ()]

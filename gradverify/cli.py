@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _sweep
+from . import _io, _sweep
 from ._sweep import EXAMPLES
 
 BACKENDS = ("numpy", "torch", "jax")
@@ -257,7 +257,7 @@ def _triage_junit(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from . import _reports, _triage
+    from . import _triage
 
     runs = _triage.read_junit(args.files)
     rows = _triage.triage_junit(runs)
@@ -265,9 +265,9 @@ def _triage_junit(args: argparse.Namespace) -> int:
     print(text, end="")
     if args.report:
         data = {"schema": "gradverify-triage-junit/1", "files": [r.file for r in runs], "tests": rows}
-        _reports._atomic_write(Path(args.report) / "triage.md", text)
-        _reports._atomic_write(Path(args.report) / "triage.json", json.dumps(data, indent=1) + "\n")
-        _reports._atomic_write(Path(args.report) / "triage.html", _triage.junit_html(rows, len(runs)))
+        _io.atomic_write(Path(args.report) / "triage.md", text)
+        _io.atomic_write(Path(args.report) / "triage.json", json.dumps(data, indent=1) + "\n")
+        _io.atomic_write(Path(args.report) / "triage.html", _triage.junit_html(rows, len(runs)))
     return 1 if any(r["failures"] for r in rows) else 0
 
 
@@ -285,7 +285,7 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
     import json
     from pathlib import Path
 
-    from . import _reports, _triage
+    from . import _triage
 
     texts = {
         "triage-rerun.json": json.dumps(
@@ -296,7 +296,7 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
         "triage-rerun.html": _triage.rerun_html(records),
     }
     for name, text in texts.items():
-        _reports._atomic_write(Path(directory) / name, text)
+        _io.atomic_write(Path(directory) / name, text)
     print(f"  report: {directory}/triage-rerun.md, .json, .html")
 
 
@@ -396,7 +396,7 @@ def _report(args: argparse.Namespace) -> int:
 
     data = _reports.load(args.file)
     out = Path(args.output) if args.output else Path(args.file).with_name(_reports.FILES[args.format])
-    _reports._atomic_write(out, _reports.RENDER[args.format](data))
+    _io.atomic_write(out, _reports.RENDER[args.format](data))
     print(f"wrote {out}")
     return 0
 

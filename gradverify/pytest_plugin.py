@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gradverify import _io
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
@@ -187,8 +188,6 @@ def _check_record(nodeid: str, res: Any) -> dict[str, Any]:
 def _verify_record(nodeid: str, res: Any) -> dict[str, Any]:
     import numpy as np
 
-    from gradverify._verify import _exact, _to_numpy
-
     worst = res.result.errors[0] if res.result is not None and res.result.errors else None
     return {
         "nodeid": nodeid,
@@ -204,7 +203,7 @@ def _verify_record(nodeid: str, res: Any) -> dict[str, Any]:
         "bound": None if worst is None else worst.bound,
         "counterexample": None
         if res.counterexample is None
-        else [_exact(np.asarray(_to_numpy(a))) for a in res.counterexample],
+        else [_io.exact(np.asarray(_io.to_numpy(a))) for a in res.counterexample],
         "npz": res.saved,
         "report": None if res.ok else str(res),
     }
@@ -325,6 +324,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "records": sorted(_SESSION_RECORDS, key=lambda r: (r["nodeid"], r["call"], r["function"])),
     }
     path = directory / "gradverify-pytest.json"
-    tmp = directory / f".gradverify-pytest.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    _io.atomic_write(path, json.dumps(data, indent=1, default=str) + "\n")

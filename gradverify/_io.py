@@ -1,0 +1,87 @@
+"""What gradverify writes to disk and how: every file appears whole or not at
+all (written under a temporary name beside it, then renamed), with the
+permissions any file the user creates gets (0666 less the umask, not the
+0600 of a temporary file); arrays as numpy copies, values exactly (float.hex)
+and JSON without NaN or infinity."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[bytes]], None]) -> Path:
+    """Write ``data`` (text, bytes, or a function that writes into the open
+    binary file) to ``path`` atomically; its directory is made if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_npz(path: str | os.PathLike[str], arrays: Sequence[np.ndarray]) -> Path:
+    """``arg0``, ``arg1``, ... into ``path``, atomically."""
+    return atomic_write(path, lambda f: np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays)}))
+
+
+def to_numpy(a: Any) -> Any:
+    """A numpy array (or scalar) of ``a``'s values, from any backend (bfloat16
+    widened to float32, which numpy lacks)."""
+    if isinstance(a, np.ndarray) or np.isscalar(a):
+        return a
+    if type(a).__module__.startswith("torch"):
+        t = a.detach().cpu()
+        return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
+    return np.asarray(a.astype("float32") if "bfloat16" in str(getattr(a, "dtype", "")) else a)
+
+
+def exact(a: np.ndarray) -> dict[str, Any]:
+    """Values that round-trip: repr of each float (shortest exact) and float.hex."""
+    flat = a.reshape(-1)
+    floating = np.issubdtype(a.dtype, np.floating)
+    return {
+        "shape": list(a.shape),
+        "dtype": str(a.dtype),
+        "values": [float(v) if floating else int(v) for v in flat],
+        "hex": [float(v).hex() for v in flat] if floating else None,
+    }
+
+
+def clean(v: Any) -> Any:
+    """JSON has no NaN or infinity: write them as the strings Python reads back with float()."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    if isinstance(v, dict):
+        return {k: clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    return v
+
+
+def to_json(obj: Any, indent: int | None = 1) -> str:
+    """``obj`` as strict JSON (see ``clean``); what JSON cannot hold is written as its str()."""
+    return json.dumps(clean(obj), indent=indent, allow_nan=False, default=str)
