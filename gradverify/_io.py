@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from .backends import backend_name_of
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -53,7 +55,7 @@ def to_numpy(a: Any) -> Any:
     widened to float32, which numpy lacks)."""
     if isinstance(a, np.ndarray) or np.isscalar(a):
         return a
-    if type(a).__module__.startswith("torch"):
+    if backend_name_of(a) == "torch":
         t = a.detach().cpu()
         return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
     return np.asarray(a.astype("float32") if "bfloat16" in str(getattr(a, "dtype", "")) else a)

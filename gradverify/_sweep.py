@@ -23,8 +23,8 @@ import numpy as np
 
 from . import _io
 from ._errors import ArgumentValueError, UsageError, explain
+from .backends import BACKENDS
 
-BACKENDS = ("numpy", "torch", "jax")
 IMPLS = ("reference", "fused")
 NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm")
 EXAMPLES = {

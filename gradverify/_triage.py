@@ -19,6 +19,7 @@ from typing import Any
 from . import _io
 from ._errors import ArgumentValueError, explain
 from ._result import Word
+from .backends import backend_name_of
 
 
 class Verdict(Word):
@@ -254,7 +255,7 @@ def _thread_counts_differ(fn: Any, args: Sequence[Any], threads: Sequence[int], 
     import numpy as np
 
     torch = None
-    if any(type(a).__module__.startswith("torch") for a in args):
+    if any(backend_name_of(a) == "torch" for a in args):
         import torch
     seen: dict[str, list[Any]] = {}
     previous = torch.get_num_threads() if torch is not None else None

@@ -27,7 +27,7 @@ from . import _io, _observe
 from ._check import check
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
-from .backends import compiling
+from .backends import backend_name_of, compiling
 
 
 class _Failed(Exception):
@@ -246,10 +246,10 @@ def _literal(a: Any) -> str:
     """A Python expression that rebuilds ``a`` exactly in its own backend."""
     dt = _dtype_of(a)
     body = repr(np.asarray(_io.to_numpy(a)).tolist())
-    module = type(a).__module__
-    if module.startswith("torch"):
+    backend = backend_name_of(a)
+    if backend == "torch":
         return f"torch.tensor({body}, dtype=torch.{dt})"
-    if module.startswith("jax"):
+    if backend == "jax":
         return f"jnp.array({body}, dtype=jnp.{dt})"
     return f"np.array({body}, dtype=np.{dt})"
 

@@ -28,8 +28,7 @@ from typing import Any
 
 from . import _io, _sweep
 from ._sweep import EXAMPLES
-
-BACKENDS = ("numpy", "torch", "jax")
+from .backends import BACKENDS
 
 
 class _Usage(Exception):

@@ -9,6 +9,8 @@ from typing import Any
 
 import array_api_compat
 
+from gradverify.backends import require_backend_name
+
 
 class _Namespace:
     def __init__(self, base: Any, erf: Any, erfc: Any) -> None:
@@ -23,16 +25,8 @@ class _Namespace:
 
 
 def backend_name(x: Any) -> str:
-    if array_api_compat.is_torch_array(x):
-        return "torch"
-    if array_api_compat.is_jax_array(x):
-        return "jax"
-    if array_api_compat.is_numpy_array(x):
-        return "numpy"
-    raise TypeError(
-        f"expected a numpy array, a torch tensor or a jax array; found {type(x).__module__}.{type(x).__qualname__}. "
-        "Fix: convert it with np.asarray, torch.as_tensor or jnp.asarray"
-    )
+    """'numpy', 'torch' or 'jax' (gradverify's backend registry), or a clear error."""
+    return require_backend_name(x)
 
 
 @cache

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
 from gradverify._tolerance import base_step, unit_roundoff
+from gradverify.backends import BACKENDS
 
-BACKENDS = ("numpy", "torch", "jax")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 LARGE = 64  # above this many elements, arrays are filled by a seeded generator
 # A finite-difference stencil reaches base_step(dtype) x the local scale from

@@ -15,7 +15,11 @@ from .._errors import ArgumentTypeError, explain
 from ._base import Backend
 from ._session import compiling
 
-__all__ = ["Backend", "backend_name_of", "backend_of", "compiling"]
+__all__ = ["BACKENDS", "Backend", "backend_name_of", "backend_of", "compiling", "require_backend_name"]
+
+#: Every backend, by name: the one list the CLI, the sweeps, the strategies
+#: and the ops take their choices from.
+BACKENDS = ("numpy", "torch", "jax")
 
 
 def backend_name_of(x: Any) -> str | None:
@@ -29,6 +33,21 @@ def backend_name_of(x: Any) -> str | None:
     if jax is not None and isinstance(x, jax.Array):
         return "jax"
     return None
+
+
+def require_backend_name(x: Any) -> str:
+    """``backend_name_of(x)``, or a clear error where ``x`` is no array we know."""
+    name = backend_name_of(x)
+    if name is None:
+        raise ArgumentTypeError(
+            explain(
+                "an array argument",
+                "a numpy array, a torch tensor or a jax array",
+                f"{type(x).__module__}.{type(x).__qualname__}",
+                "convert it with np.asarray, torch.as_tensor or jnp.asarray",
+            )
+        )
+    return name
 
 
 def backend_of(args: Sequence[Any]) -> Backend:
