@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from . import _io, _sweep
+from . import _io, _reports, _sweep
 from ._errors import ArgumentValueError, UsageError, explain
 
 RESULTS_SCHEMA = "gradverify-results/1"
@@ -153,7 +153,6 @@ def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int
 
     A case found in two files must have the same result in both (its
     ``seconds`` aside): a difference means the shards were not of one sweep."""
-    from . import _reports
 
     by_key: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}
     seeds = set()

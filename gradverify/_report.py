@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._result import ERROR, CheckResult, Finding
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the result imports this module to print itself)
+    from ._result import CheckResult, Finding
 
 _MAX_FINDINGS = 8
 _MAX_DETAIL_LINES = 12
@@ -53,7 +56,7 @@ def render_text(r: CheckResult) -> str:
     if r.output is not None:
         lines.append(f"  output:  {r.output}")
     lines.extend(f"  note:    {note}" for note in r.notes)
-    ordered = sorted(r.findings, key=lambda f: (f.level != ERROR, f.level != "warning"))
+    ordered = sorted(r.findings, key=lambda f: (f.level != "error", f.level != "warning"))
     for f in ordered[:_MAX_FINDINGS]:
         lines.extend("  " + line for line in render_finding(f))
     if len(ordered) > _MAX_FINDINGS:

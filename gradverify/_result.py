@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ._report import render_text
+
 
 class Word(str, Enum):
     """A word of the vocabulary: a str (equal to its value, JSON writes the
@@ -155,8 +157,6 @@ class CheckResult:
         }
 
     def __str__(self) -> str:
-        from ._report import render_text
-
         return render_text(self)
 
     def __repr__(self) -> str:

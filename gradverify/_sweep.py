@@ -4,6 +4,10 @@ order, seed), each built into a function and a strategy and run through
 
 A case's seed is derived from the base seed and the case's own id, so a case
 gives the same result alone, in any order and on any worker.
+
+gradverify.ops and gradverify.strategies are imported inside the functions
+that build a case: the strategies import Hypothesis (~90 ms at start-up),
+which merging, rendering and listing do not need.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from . import _io
+from ._check import backend_of
 from ._errors import ArgumentValueError, UsageError, explain
+from ._evaluate import Evaluator
+from ._examples import BUILDERS
+from ._triage import kink_distance as distance
+from ._validate import resolve_wrt
+from ._verify import literal, verify
 from .backends import BACKENDS
 
 IMPLS = ("reference", "fused")
@@ -165,8 +175,6 @@ def build(case: Case) -> tuple[Callable[..., Any], Any]:
     # the CPU, 0.1 s a check after): jax cases draw from three shapes.
     shapes = st.sampled_from([(1, 1), (2, 3), (3, 4)]) if case.backend == "jax" else None
     if case.op == "example":
-        from ._examples import BUILDERS
-
         fn = BUILDERS[case.backend](case.target == "example:seed-bug")
         return fn, gst.bias_act_args("swish", case.backend, case.dtype, shapes)
     if case.op == "bias_act":
@@ -195,7 +203,6 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
     directory (``cases/NAME-seedS.npz`` and ``.py``) and written by
     :func:`materialize` from the record's exact values - with ``report_dir``
     here, or by whoever collects the records (a pool, a Dask client, a merge)."""
-    from ._verify import verify
 
     record: dict[str, Any] = {
         "id": case.id,
@@ -234,7 +241,6 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
 
 
 def _failure(case: Case, res: Any) -> dict[str, Any]:
-    from ._verify import _literal
 
     err = res.result.errors[0]
     args = [np.asarray(_io.to_numpy(a)) for a in res.counterexample]
@@ -250,8 +256,8 @@ def _failure(case: Case, res: Any) -> dict[str, Any]:
         "error": err.error,
         "bound": err.bound,
         "counterexample": [{"name": f"arg{i}", **_io.exact(a)} for i, a in enumerate(args)],
-        "literals": [_literal(a) for a in res.counterexample],
-        "kink_distance": _kink_distance(case, args),
+        "literals": [literal(a) for a in res.counterexample],
+        "kink_distance": kink_distance(case, args),
         "npz": npz,
         "script": npz[: -len(".npz")] + ".py",
         "report": str(dataclasses.replace(res, saved=npz)),
@@ -297,9 +303,6 @@ def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, li
       real bug it levels off at the bug's size, never reaching rounding;
     * AD against FD per input element, for the failing output element (the
       Jacobian row by reverse mode against central differences, first 64)."""
-    from ._check import backend_of
-    from ._evaluate import Evaluator
-    from ._validate import resolve_wrt
 
     ad = next((v for k, v in err.values.items() if k in ("JVP", "VJP")), None)
     if ad is None or err.argument is None or err.input_index is None or err.output_index is None:
@@ -340,13 +343,11 @@ def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, li
     return steps, per_element
 
 
-def _kink_distance(case: Case, args: list[np.ndarray]) -> float | None:
+def kink_distance(case: Case, args: list[np.ndarray]) -> float | None:
     """How far x + b came to the activation's nearest kink (None: no kinks)."""
     if case.op != "bias_act":
         return None
     from gradverify import ops
-
-    from ._triage import _kink_distance as distance
 
     kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
     return distance(args, kinks, lambda x, b=0.0: x.astype(np.float64) + np.asarray(b, dtype=np.float64))

@@ -17,8 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _io
-from ._errors import ArgumentValueError, explain
-from ._result import Word
+from ._check import backend_of, check
+from ._errors import ArgumentValueError, ModeUnavailable, explain
+from ._evaluate import Evaluator
+from ._result import Kind, Word
+from ._validate import resolve_wrt
+from ._verify import reproducible_generation, verify
 from .backends import backend_name_of
 
 
@@ -223,7 +227,7 @@ def _flat(a: Any) -> Any:
     return np.asarray(_io.to_numpy(a), dtype=np.float64).reshape(-1)
 
 
-def _kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) -> float | None:
+def kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) -> float | None:
     import numpy as np
 
     if not kinks:
@@ -236,8 +240,6 @@ def _kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) -
 def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[Any]:
     """VJP of fn at args for a fixed cotangent, through the checker's Evaluator."""
     import numpy as np
-
-    from ._errors import ModeUnavailable
 
     ev = _evaluator(fn, args)
     out = ev.primal(None, None)
@@ -322,9 +324,7 @@ def _first_failure(
         if not ok and not found:
             found.append((args, err))
 
-    from ._verify import _reproducible_generation
-
-    with _reproducible_generation():
+    with reproducible_generation():
         explore()
     return found, counts
 
@@ -335,9 +335,6 @@ DTYPES = ("float64", "float32")
 
 
 def _evaluator(fn: Any, args: Sequence[Any]) -> Any:
-    from ._check import backend_of
-    from ._evaluate import Evaluator
-    from ._validate import resolve_wrt
 
     ev = Evaluator(fn, backend_of(args), args, ())
     ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
@@ -406,8 +403,6 @@ def dtype_sweep(fn: Any, args: Sequence[Any], run_test: Any, dtypes: Sequence[st
     ``{dtype: {"ok", "error"}}``; a failure that goes away in a wider dtype is
     a question of precision, one that stays is not."""
     import numpy as np
-
-    from ._check import backend_of
 
     backend = backend_of(args)
     out: dict[str, Any] = {}
@@ -505,8 +500,6 @@ def rerun(
     on its values in each of ``dtypes`` (:func:`dtype_sweep`)."""
     import numpy as np
 
-    from ._check import check
-
     def default_test(f: Any, *args: Any) -> tuple[bool, float]:
         r = check(f, *args)
         return r.ok, max((e.error or 0.0) for e in r.errors) if r.errors else 0.0
@@ -538,7 +531,7 @@ def rerun(
                     # derivative agrees with FD as well as FD can tell
                     "error_over_estimate": float(accurate.worst_ratio),
                     "inconclusive": accurate.inconclusive,
-                    "kink_distance": _kink_distance(args, kinks, position),
+                    "kink_distance": kink_distance(args, kinks, position),
                     "position": _located(accurate, args, position),
                     "fd_sweep": sweep,
                     "dtypes": dtype_sweep(fn, args, run_test, dtypes) if dtypes else None,
@@ -588,15 +581,12 @@ def rerun(
     at = None if first is None else first["check"]
     if verdict in (Verdict.BUG, Verdict.BUG_IN_A_REGION):
         # shrink: gv.verify on the first confirmed seed gives the minimal case
-        from ._verify import verify
 
         # a minimal case off the kinks, declared or found by gv.check there: no shrinking onto one
         if len(kinks):
             margin = KINK_MARGIN * max(1.0, *(abs(float(k)) for k in kinks))
-            strategy = args_strategy.filter(lambda a: (_kink_distance(a, kinks, position) or 0.0) > margin)
+            strategy = args_strategy.filter(lambda a: (kink_distance(a, kinks, position) or 0.0) > margin)
         else:
-            from ._result import Kind
-
             strategy = args_strategy.filter(lambda a: not check(fn, *a).by_kind(Kind.NONDIFFERENTIABLE))
         shrunk = verify(fn, strategy, seed=first["seed"], max_examples=max_examples)
         if not shrunk.ok:
@@ -605,7 +595,7 @@ def rerun(
                 "seed": first["seed"],
                 "shrink_steps": shrunk.shrink_steps,
                 "shapes": [list(np.shape(a)) for a in example],
-                "kink_distance": _kink_distance(example, kinks, position),
+                "kink_distance": kink_distance(example, kinks, position),
                 "position": _located(shrunk.result, example, position),
             }
     return Triage(verdict=verdict, evidence=evidence, example=example, check=at)

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _triage
+from . import _observe, _triage
+from ._check import check
 from ._errors import ArgumentValueError, explain
 
 SEVERITY = (
@@ -151,9 +152,6 @@ def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, out
     import io
 
     import pytest
-
-    from . import _observe
-    from ._check import check
 
     current = {"nodeid": None}
     seen: list[tuple[str, str, Any, Any, dict[str, Any]]] = []

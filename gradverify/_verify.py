@@ -166,7 +166,7 @@ def verify(
     options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
     try:
         # one function at shapes that repeat: backends may compile it for the run
-        with _observe.call("verify", fn, args_strategy, options), _reproducible_generation(), compiling():
+        with _observe.call("verify", fn, args_strategy, options), reproducible_generation(), compiling():
             prop()
     except _Failed:
         pass
@@ -191,7 +191,7 @@ def verify(
 
 
 @contextlib.contextmanager
-def _reproducible_generation() -> Any:
+def reproducible_generation() -> Any:
     """Hypothesis mixes literals found in the source of every loaded local
     module into ~5% of its draws, so one seed drew different examples in a
     process that had imported one more module of ours (found when a test's
@@ -242,7 +242,7 @@ def _dtype_of(a: Any) -> str:
     return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
 
 
-def _literal(a: Any) -> str:
+def literal(a: Any) -> str:
     """A Python expression that rebuilds ``a`` exactly in its own backend."""
     dt = _dtype_of(a)
     body = repr(np.asarray(_io.to_numpy(a)).tolist())
@@ -279,7 +279,7 @@ def render_verify(r: VerifyResult) -> str:
         lines.append(f"    arg{i}: {_dtype_of(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
         if ex["hex"] is not None and len(ex["hex"]) <= 16:
             lines.append(f"          exact: {' '.join(ex['hex'])}")
-    parts = [_literal(a) for a in r.counterexample or ()]
+    parts = [literal(a) for a in r.counterexample or ()]
     literals = ", ".join(parts) + ("," if len(parts) == 1 else "")
     lines += [
         "  as a Hypothesis example (paste above the @given test):",

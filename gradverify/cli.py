@@ -16,6 +16,8 @@ impl x dtype is one case run through ``gv.verify``.
 
 Exit status: 0 all passed, 1 a gradient check failed, 2 usage or internal error.
 The last line reads ``N passed, N failed`` (plus skipped/inconclusive counts).
+gradverify.ops is imported by the subcommands that use it (with the
+strategies it costs ~90 ms of start-up, and Hypothesis).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _io, _sweep
-from ._sweep import EXAMPLES
+from . import _distribute, _io, _reports, _sweep, _triage, _triage_node
+from ._errors import UsageError
+from ._reports import FORMATS
+from ._sweep import EXAMPLES, NORMS
 from .backends import BACKENDS
 
 
@@ -36,7 +40,6 @@ class _Usage(Exception):
 
 
 def _formats(text: str) -> list[str]:
-    from ._reports import FORMATS
 
     fs = [f.strip() for f in text.split(",") if f.strip()]
     bad = [f for f in fs if f not in FORMATS]
@@ -155,7 +158,6 @@ def _check(args: argparse.Namespace) -> int:
             "a module:function target: expected --strategy module:name for a user function "
             "(a Hypothesis strategy of argument tuples); found none. Fix: pass --strategy mypkg.tests:args"
         )
-    from . import _distribute
 
     if args.scheduler and args.workers != 1:
         raise _Usage(
@@ -190,7 +192,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _finish(records: list[dict[str, Any]], report_dir: str | None, formats: list[str], command: str, seed: int) -> int:
-    from . import _reports
 
     totals = _sweep.summary(records)
     if report_dir is not None:
@@ -203,7 +204,6 @@ def _finish(records: list[dict[str, Any]], report_dir: str | None, formats: list
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from . import _distribute
 
     records, seed = _distribute.read_results(args.files)
     for rec in records:
@@ -229,8 +229,6 @@ def _fused_keeps(a: Any) -> str:
 def _list() -> int:
     from gradverify import ops
 
-    from ._sweep import NORMS
-
     print("bias_act activations (bias_act:NAME):")
     for a in ops.ACTIVATIONS:
         kinks = a.kink_points()
@@ -255,8 +253,6 @@ def _triage_junit(args: argparse.Namespace) -> int:
     """Exit 0 when no test failed in any run, 1 otherwise."""
     import json
     from pathlib import Path
-
-    from . import _triage
 
     runs = _triage.read_junit(args.files)
     rows = _triage.triage_junit(runs)
@@ -284,8 +280,6 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
     import json
     from pathlib import Path
 
-    from . import _triage
-
     texts = {
         "triage-rerun.json": json.dumps(
             {"schema": "gradverify-triage-rerun/1", "records": records}, indent=1, default=str
@@ -300,7 +294,6 @@ def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
 
 
 def _triage_test(args: argparse.Namespace) -> int:
-    from . import _triage, _triage_node
 
     seeds = 4 if args.seeds is None else args.seeds
     threads = _threads(args.threads)
@@ -341,8 +334,6 @@ def _triage_test(args: argparse.Namespace) -> int:
 def _triage_rerun(args: argparse.Namespace) -> int:
     """Exit 0 when the target passes everywhere, 1 with any other verdict."""
     from gradverify import ops
-
-    from . import _triage, _triage_node
 
     if _triage_node.is_node_id(args.target):
         return _triage_test(args)
@@ -391,8 +382,6 @@ def _triage_rerun(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from . import _reports
-
     data = _reports.load(args.file)
     out = Path(args.output) if args.output else Path(args.file).with_name(_reports.FILES[args.format])
     _io.atomic_write(out, _reports.RENDER[args.format](data))
@@ -418,7 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0) and 2
-    from ._errors import UsageError
 
     _current_directory_importable()
     try:

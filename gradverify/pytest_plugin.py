@@ -12,7 +12,9 @@
   failures with their minimal counterexample in the terminal summary, and a
   report written once, by the controller, under pytest-xdist.
 
-Loading the plugin imports neither torch nor jax (nor Hypothesis).
+Loading the plugin imports neither torch nor jax (nor Hypothesis): the
+strategies (which import Hypothesis, ~90 ms) load only where a test asks
+for a settings profile.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from gradverify import _io
+from gradverify import _io, _reports
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
@@ -97,9 +99,7 @@ def _record_environment(config: pytest.Config) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is None or hasattr(config, "workerinput"):
         return
-    from ._reports import environment
-
-    env = environment()
+    env = _reports.environment()
     for key in ("python", "platform", "machine", "cpu_count", "omp_num_threads"):
         xml.add_global_property(f"env.{key}", str(env[key]))
     for pkg, version in env["versions"].items():
