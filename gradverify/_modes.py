@@ -322,41 +322,22 @@ class AD:
         """Whether ``d`` cannot be compared (wrong kind or shape: said). A wrong
         dtype is said too, but its values are still compared."""
         side = "inputs" if arg is not None else "output"
+        wrong: tuple[str, str, tuple[str, str], int | None] | None = None  # (kind, message, pair, argument)
+        invalid = True
         if d.kind not in ("array", "None"):
-            self.report.add(
-                Kind.WRONG_DTYPE,
-                ERROR,
-                f"{mode}: the {what} is a {d.kind}; expected a {self.ev.backend.name} array",
-                pair=(mode, side),
-                argument=arg,
-            )
-            return True
-        if d.kind == "None":
-            self.report.add(
-                Kind.WRONG_SHAPE,
-                ERROR,
-                f"{mode}: the {what} is None; expected an array of shape {shape}",
-                pair=(mode, "output"),
-            )
-            return True
-        if tuple(d.shape) != tuple(shape):
-            self.report.add(
-                Kind.WRONG_SHAPE,
-                ERROR,
-                f"{mode}: the {what} has shape {tuple(d.shape)}; expected {tuple(shape)}",
-                pair=(mode, side),
-                argument=arg,
-            )
-            return True
-        if d.dtype != dtype:
-            self.report.add(
-                Kind.WRONG_DTYPE,
-                ERROR,
-                f"{mode}: the {what} has dtype {d.dtype}; expected {dtype}",
-                pair=(mode, side),
-                argument=arg,
-            )
-        return False
+            wrong = (Kind.WRONG_DTYPE, f"is a {d.kind}; expected a {self.ev.backend.name} array", (mode, side), arg)
+        elif d.kind == "None":
+            wrong = (Kind.WRONG_SHAPE, f"is None; expected an array of shape {shape}", (mode, "output"), None)
+        elif tuple(d.shape) != tuple(shape):
+            wrong = (Kind.WRONG_SHAPE, f"has shape {tuple(d.shape)}; expected {tuple(shape)}", (mode, side), arg)
+        else:
+            invalid = False
+            if d.dtype != dtype:
+                wrong = (Kind.WRONG_DTYPE, f"has dtype {d.dtype}; expected {dtype}", (mode, side), arg)
+        if wrong is not None:
+            kind, message, pair, argument = wrong
+            self.report.add(kind, ERROR, f"{mode}: the {what} {message}", pair=pair, argument=argument)
+        return invalid
 
     def unavailable(self, mode: str, why: str) -> None:
         if self.status.get(mode) == UNAVAILABLE:

@@ -13,7 +13,6 @@ which merging, rendering and listing do not need.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import importlib.util
 import math
@@ -32,7 +31,7 @@ from ._evaluate import Evaluator
 from ._examples import BUILDERS
 from ._triage import kink_distance as distance
 from ._validate import resolve_wrt
-from ._verify import literal, verify
+from ._verify import derive_seed, literal, verify
 from .backends import BACKENDS
 
 IMPLS = ("reference", "fused")
@@ -59,11 +58,6 @@ class Case:
     @property
     def id(self) -> str:
         return f"{self.target}[{self.backend},{self.impl},{self.dtype}]"
-
-
-def case_seed(base: int, key: str) -> int:
-    """A seed of the case itself: stable across processes, orders and workers."""
-    return int(hashlib.sha256(f"{base}:{key}".encode()).hexdigest()[:8], 16)
 
 
 def installed(backend: str) -> bool:
@@ -124,7 +118,9 @@ def cases(
                 for dtype in ("-",) if user else dtypes:
                     key = f"{target}[{backend},{impl},{dtype}]/order{order}"
                     out.append(
-                        Case(target, op, act, backend, impl, dtype, order, case_seed(seed, key), max_examples, strategy)
+                        Case(
+                            target, op, act, backend, impl, dtype, order, derive_seed(seed, key), max_examples, strategy
+                        )
                     )
     return out
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import numbers
 import os
 import tempfile
@@ -188,6 +189,13 @@ def verify(
         strategy=repr(args_strategy),
         worst_ratio=state.worst_ratio,
     )
+
+
+def derive_seed(base: int, key: str) -> int:
+    """A seed of its own for one test or sweep case, from the base seed and
+    the case's stable key (a node id, a case id) only: the same whatever the
+    order, process or worker it runs in."""
+    return int(hashlib.sha256(f"{base}:{key}".encode()).hexdigest()[:8], 16)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,6 @@ for a settings profile.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from gradverify import _io, _reports
+from gradverify._verify import derive_seed
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
@@ -124,11 +124,6 @@ def pytest_report_header(config: pytest.Config) -> str:
         + (f", profile {s.profile}" if s.profile else "")
         + (f", report {s.report}" if s.report else "")
     )
-
-
-def derive_seed(base: int, nodeid: str) -> int:
-    """The seed of one test: from the base seed and its node id only."""
-    return int(hashlib.sha256(f"{base}:{nodeid}".encode()).hexdigest()[:8], 16)
 
 
 class Checker:

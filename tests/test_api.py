@@ -25,6 +25,7 @@ def tanh_rule(bug=False):
     )
 
 
+@pytest.mark.slow
 def test_import_loads_no_backend():
     code = "import sys, gradverify; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -30,6 +30,7 @@ def fused_fn(backend, name, bias=True):
     return lambda x: ops.bias_act(name, x, impl="fused")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_fused_passes_gv_check(name, backend):
     xn, bn = inputs()
@@ -40,6 +41,7 @@ def test_fused_passes_gv_check(name, backend):
     assert r.ok, str(r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS if a.kink_points()])
 def test_fused_at_kinks_follows_the_convention(name, backend):
     act = ops.activation(name)
@@ -50,6 +52,7 @@ def test_fused_at_kinks_follows_the_convention(name, backend):
     assert r.inconclusive
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_reference_and_fused_agree_in_value_jvp_vjp(name, backend):
@@ -98,6 +101,7 @@ def test_numpy_rule_matches_torch_reference(name):
 FRAMEWORK = [(a.name, a.torch, a.jax) for a in ops.ACTIVATIONS if a.torch or a.jax]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,torch_name,jax_name", FRAMEWORK)
 def test_agrees_with_torch_and_jax_functions(name, torch_name, jax_name):
     """Away from kinks, the table and torch.nn.functional / jax.nn agree."""
@@ -289,6 +293,7 @@ ONE_KERNEL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "params"),
     [(name, {}) for name in sorted(ONE_KERNEL)] + [("elu", {"alpha": 1.7}), ("celu", {"alpha": 1.7})],
@@ -322,6 +327,7 @@ def test_fused_torch_rules_run_one_kernel_and_verify_to_order_2(name, params):
     assert gv.check(fn, torch.tensor(xn), torch.tensor(bn)).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_every_fused_torch_rule_verifies_to_order_2(name):
     """The rule's own derivative reaches x and b whatever it keeps (bits, the

@@ -34,6 +34,7 @@ def test_check_examples_passes(capsys):
     assert out.splitlines()[0].startswith("PASS  examples [numpy, fused, float64]  10 example(s)")
 
 
+@pytest.mark.slow
 def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     code, out, _ = main(
         capsys, "check", "example:seed-bug", "--backend", "torch", "--report", str(tmp_path), "--max-examples", "20"
@@ -123,6 +124,7 @@ def test_user_function_and_strategy(tmp_path):
     assert case["failure"]["counterexample"][0]["shape"] == [1]
 
 
+@pytest.mark.slow
 def test_user_module_in_the_current_directory_imports_from_the_console_script(tmp_path):
     """`gradverify check mymod:fn` from the directory holding mymod.py, through
     the installed console script (whose sys.path[0] is bin/), serial and with
@@ -182,6 +184,7 @@ def test_bad_format_and_unknown_command_exit_2():
     assert run("frobnicate").returncode == 2
 
 
+@pytest.mark.slow
 def test_html_report_parses_into_the_matrix_and_links_failures(capsys, tmp_path):
     """Rendered without a browser: the page parses (html.parser), the matrix
     has one row per target and one cell per case, and each failed cell links
@@ -232,6 +235,7 @@ def test_html_report_parses_into_the_matrix_and_links_failures(capsys, tmp_path)
     assert by_title["examples[numpy,fused,float64]"]["class"] == "passed"
 
 
+@pytest.mark.slow
 def test_progress_bar_on_a_terminal_only():
     """On a terminal's stderr a rich progress bar runs; piped, nothing but the lines."""
     import os

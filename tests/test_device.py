@@ -220,6 +220,7 @@ def _verdict(r):
     return r.ok, [(f.kind, f.level, f.argument, f.input_index, f.output_index) for f in r.findings]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_device_and_host_give_the_same_verdicts(monkeypatch, backend):
     # (and they are verdicts: the bugs fail, the correct functions pass)
@@ -249,6 +250,7 @@ def _counted_tanh(traceable: bool):
     return fn, calls
 
 
+@pytest.mark.slow
 def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
     """On the device path fn is jit-compiled for the finite differences' evaluations
     (its Python runs once, to trace); one that cannot be traced runs eagerly
@@ -267,6 +269,7 @@ def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
     assert eager - compiled >= ev_compiled["primal"] - 3, runs
 
 
+@pytest.mark.slow
 def test_jax_localises_to_an_input_that_moves_no_output(monkeypatch):
     """relu whose VJP passes the cotangent through everywhere: the wrong
     elements are the negative inputs, whose columns of the Jacobian move no

@@ -68,6 +68,7 @@ def test_a_wrong_logsumexp_rule_is_still_caught():
     assert not r.ok and r.errors[0].kind == "mismatch", str(r)
 
 
+@pytest.mark.slow
 def test_jax_tanh_gelu_in_its_tail_is_inconclusive_not_a_mismatch():
     """jax.nn.gelu computes 0.5 z (1 + tanh(...)): at z = -7 the bracket is a
     few quanta of 1 - flat pieces with the wrong slope, steps of u x 3.5.
@@ -96,6 +97,7 @@ def test_torch_gelu_at_minus_4_is_exact_and_so_is_the_verdict():
     assert r.ok and not r.inconclusive, str(r)
 
 
+@pytest.mark.slow
 def test_the_main_job_gelu_erf_fused_seed_1_passes(capsys):
     from gradverify import cli
 

@@ -106,6 +106,7 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
     assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("case", ["smooth", "kinks", "not finite", "nothing moves"])
 def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):

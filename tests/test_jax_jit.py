@@ -123,6 +123,7 @@ def test_a_compiling_block_shares_the_compiled_forms_across_verify_runs():
     assert len(calls) - first == 2 * 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("x64", [False, True])
 def test_compiled_evaluations_from_host_arrays_judge_as_the_eager_ones(x64):
     """In a session the finite differences' points go to the compiled fn as
@@ -155,6 +156,7 @@ def test_compiled_evaluations_from_host_arrays_judge_as_the_eager_ones(x64):
             assert {(f.argument, f.input_index) for f in compiled.errors} == {(1, (2,))}, str(compiled)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compiled_modes_from_host_arrays_judge_as_the_eager_ones(dtype, full):

@@ -89,6 +89,7 @@ def kink_inputs(name, dtype):
     return np.array(pts, dtype=dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", sorted(TABLE))
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])

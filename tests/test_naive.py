@@ -148,6 +148,7 @@ def test_hardswish_beside_its_kink_with_a_tiny_bias_passes():
     assert r.ok, str(r)
 
 
+@pytest.mark.slow
 def test_jax_tanh_gelu_quantised_tail_at_the_float32_floor_is_not_a_kink_to_convict():
     """Found at 200 examples a seed: x + b = -6.502 (float32), where jax's
     tanh-form gelu is computed through 1 + tanh(...) ~ 2e-13 and is flat

@@ -94,6 +94,7 @@ def test_agrees_with_torch(case, shape, impl):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("backend", ["torch", "jax"])

@@ -43,6 +43,7 @@ def test_torch_fused_jvp_and_vjp_equal_the_reference(case):
         torch.testing.assert_close(a, b_, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_jax_fused_jvp_and_vjp_equal_the_reference(case):
     import jax

@@ -98,6 +98,7 @@ def _grid(act, dtype=np.float64):
     return np.array(sorted(pts), dtype=dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [a.name for a in ops.ACTIVATIONS])
 def test_output_rule_and_kinks_agree_with_derivative(name, backend):
     with precise(backend):
@@ -190,6 +191,7 @@ def test_one_sided_derivatives_at_kinks(name):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", ["softplus", "logsigmoid", "logcosh", "sigmoid", "swish", "mish", "elu"])
 def test_stable_forms_do_not_overflow(name, dtype, backend):
@@ -211,6 +213,7 @@ def _stable(name, dtype, backend):
         assert y[0] == pytest.approx(-float(big), rel=1e-6) and y[-1] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,at", [("gelu_erf", -4.0), ("gelu", -4.0), ("logcosh", 2.0**-8), ("logcosh", 0.0)])
 def test_forms_that_cancelled_now_check_conclusively(name, at):
     """Found by `gradverify check all`: 1 + erf(z/sqrt 2) at z = -4 and

@@ -81,6 +81,7 @@ def test_torch_correct_second_order_passes():
     assert r.modes["JVP of JVP"] == "unavailable"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_jax_second_order(dtype):
     from .conftest import make

@@ -9,9 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_wheel_has_gradverify_as_only_top_level_package(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

@@ -58,6 +58,7 @@ def _props(xml_path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["xunit1", "xunit2", "legacy"])
 def test_plugin_figures_junit_summary_and_report(pytester, family):
     pytester.makepyfile(test_suite=SUITE)
@@ -92,6 +93,7 @@ def _seeds(output):
     return re.findall(r"SEED (\d+)", output)
 
 
+@pytest.mark.slow
 def test_seed_depends_on_base_and_node_id_only(pytester):
     pytester.makepyfile(test_suite=SUITE)
     a = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=1", "-p", "no:cacheprovider")
@@ -101,6 +103,7 @@ def test_seed_depends_on_base_and_node_id_only(pytester):
     assert sa and sa == sb and sa != sc
 
 
+@pytest.mark.slow
 def test_under_xdist_the_controller_writes_one_report(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess(
@@ -115,6 +118,7 @@ def test_under_xdist_the_controller_writes_one_report(pytester):
     assert not list((pytester.path / "gvreport").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_profile_option_and_bad_marker(pytester):
     pytester.makepyfile(
         test_suite="""
@@ -134,6 +138,7 @@ def test_typo(gradverify):
     result.stdout.fnmatch_lines(["*expected options from*found [[]'max_exampels'[]]*"])
 
 
+@pytest.mark.slow
 def test_loading_the_plugin_imports_no_backend():
     code = (
         "import sys, gradverify.pytest_plugin; "
@@ -143,6 +148,7 @@ def test_loading_the_plugin_imports_no_backend():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_under_xdist_auto_every_attempt_reaches_junit(pytester):
     """-n auto and pytest-rerunfailures: the first attempt's failure, hidden by
     JUnit's single outcome, arrives at the controller in the plugin's record."""

@@ -42,6 +42,7 @@ def same_files(a, b):
     assert not mismatch and not errors
 
 
+@pytest.mark.slow
 def test_the_serial_report_is_the_reference(serial):
     report = canonical(serial)
     assert report["totals"]["failed"] == 2 and report["totals"]["passed"] == 4  # the seed bug, numpy and torch
@@ -62,6 +63,7 @@ def test_a_case_alone_gives_its_record_in_the_sweep(serial):
     assert _reports.canonical_case(alone) == _reports.canonical_case(failed)
 
 
+@pytest.mark.slow
 def test_a_spawned_pool_gives_the_serial_report(serial, tmp_path, capsys):
     code, out = run(capsys, "check", *TARGETS, *OPTIONS, "--workers", "2", "--report", str(tmp_path))
     assert code == 1 and out.splitlines()[-1] == "4 passed, 2 failed"
@@ -69,6 +71,7 @@ def test_a_spawned_pool_gives_the_serial_report(serial, tmp_path, capsys):
     same_files(serial, tmp_path)
 
 
+@pytest.mark.slow
 def test_shards_merge_into_the_serial_report(serial, tmp_path, capsys):
     shards = []
     for k in (1, 2, 3):
@@ -133,6 +136,7 @@ def cluster():
         yield c
 
 
+@pytest.mark.slow
 def test_a_dask_cluster_gives_the_serial_report(serial, cluster, tmp_path, capsys):
     code, out = run(
         capsys, "check", *TARGETS, *OPTIONS, "--scheduler", cluster.scheduler_address, "--report", str(tmp_path)
@@ -144,6 +148,7 @@ def test_a_dask_cluster_gives_the_serial_report(serial, cluster, tmp_path, capsy
     assert sorted(json.loads(ln)["index"] for ln in lines[1:]) == list(range(6))  # streamed, one line per case
 
 
+@pytest.mark.slow
 def test_killing_a_worker_mid_sweep_loses_nothing(serial, cluster):
     from distributed import Client
 
@@ -169,6 +174,7 @@ def test_killing_a_worker_mid_sweep_loses_nothing(serial, cluster):
     assert got == [_reports.canonical_case(r) for r in reference]
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_gets_a_clear_error(capsys):
     import dask
 

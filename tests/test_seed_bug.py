@@ -35,6 +35,7 @@ def jax_custom_vjp_swish(bug: bool):
     return swish
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_seed_bug_caught_with_bias(backend, dtype):
@@ -64,6 +65,7 @@ def test_correct_rule_passes(backend, dtype):
     assert not result.findings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_seed_bug_jax_custom_vjp(dtype):
     x, b = example_inputs("jax", dtype)
@@ -80,6 +82,7 @@ def test_seed_bug_jax_custom_vjp(dtype):
     assert gv.check(jax_custom_vjp_swish(bug=False), x, b).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_seed_bug_minimal_case_one_element(backend):
     """One element, nonzero bias: the minimal case of the seed."""

@@ -25,6 +25,7 @@ def _np(a):
     return np.asarray(a, dtype=np.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 def test_arrays_backend_dtype_shape_range(backend, dtype):
     if backend == "numpy" and dtype == "bfloat16":
@@ -74,6 +75,7 @@ def test_arrays_shrink_to_one_simple_element():
 KINKY = [a.name for a in ops.ACTIVATIONS if a.kink_points()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", KINKY)
 def test_bias_act_args_keep_x_plus_b_off_every_kink(name, dtype):
@@ -91,6 +93,7 @@ def test_bias_act_args_keep_x_plus_b_off_every_kink(name, dtype):
     prop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,regions",
     [
@@ -164,6 +167,7 @@ def test_normalization_args_have_informative_statistics(kind):
     prop()
 
 
+@pytest.mark.slow
 def test_normalization_args_reach_small_variance_and_four_channels_in_two_groups():
     args = find(
         gst.normalization_args("group_norm", "numpy"),
@@ -179,6 +183,7 @@ def test_normalization_args_reach_small_variance_and_four_channels_in_two_groups
     assert (x.std(axis=-1) < 0.01).any() and (x.std(axis=-1) > 1e-4).all()
 
 
+@pytest.mark.slow
 def test_normalization_args_on_torch_and_jax():
     for backend in ("torch", "jax"):
         args = find(gst.normalization_args("group_norm", backend), lambda a: True, settings=settings(database=None))

@@ -109,6 +109,7 @@ def test_fine():
 """
 
 
+@pytest.mark.slow
 def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
     """pytest-rerunfailures reruns a failed test and JUnit keeps only the pass;
     the plugin's own record of every attempt keeps the failure visible."""
@@ -379,6 +380,7 @@ def test_no_gradient_call():
 """
 
 
+@pytest.mark.slow
 def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     """Each verdict of a node-id target, from real pytest runs and the test's own
     gradient calls: the wrong rule is a bug in a region (its calls rerun), the
@@ -413,6 +415,7 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     assert "no gv.check / gv.verify call in the test" in out
 
 
+@pytest.mark.slow
 def test_cli_rerun_a_node_id_that_does_not_exist(pytester, capsys, monkeypatch):
     pytester.makepyfile(test_node="def test_a():\n    pass\n")
     monkeypatch.chdir(pytester.path)

@@ -122,6 +122,7 @@ def test_a_failure_under_vmap_is_rechecked_with_plain_calls():
     assert r.evaluations["vjp"] == 1 + 5  # the vectorised call, then every row plainly
 
 
+@pytest.mark.slow
 def test_a_wrong_rule_is_reported_from_the_plain_calls():
     """The seed bug (swish's gradient wrong only with a bias), vectorised: the
     report names the element the plain calls found."""

@@ -32,6 +32,7 @@ def _np(a):
     return np.asarray(a.detach() if hasattr(a, "detach") else a, dtype=np.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_seed_bug_shrinks_to_one_element_with_nonzero_bias(backend, tmp_path):
     r = gv.verify(BUILDERS[backend](True), naive_bias_args(backend), max_examples=100, seed=0, report_dir=tmp_path)
@@ -46,6 +47,7 @@ def test_seed_bug_shrinks_to_one_element_with_nonzero_bias(backend, tmp_path):
     assert gv.verify(BUILDERS[backend](False), naive_bias_args(backend), max_examples=30, seed=0).ok
 
 
+@pytest.mark.slow
 def test_same_seed_same_counterexample_and_report(tmp_path):
     runs = [
         gv.verify(BUILDERS["torch"](True), naive_bias_args("torch"), seed=3, report_dir=tmp_path / str(k))
@@ -110,6 +112,7 @@ def on_kinks(act, backend, dtype):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name,params", KINKED, ids=[k for k, _ in KINKED])
 def test_correct_kinked_activations_never_fail_on_their_kinks(name, params, dtype):
@@ -125,6 +128,7 @@ def test_correct_kinked_activations_never_fail_on_their_kinks(name, params, dtyp
         assert inconclusive > 0  # inputs on kinks happened and were counted, not failed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["relu", "hardsigmoid", "softshrink"])
 def test_correct_kinked_activations_on_jax_and_numpy(name):
     act = ops.activation(name)
@@ -163,6 +167,7 @@ WRONG = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_narrow_wrong_regions_found_on_every_seed(name):
     """gradcheck on randn inputs caught these 0/20 and 4/20 times."""
@@ -267,6 +272,7 @@ def test_normalization_bugs_shrink_to_their_smallest_revealing_shape(bug, smalle
     assert tuple(r.counterexample[0].shape) == smallest, str(r)
 
 
+@pytest.mark.slow
 def test_group_statistics_on_the_wrong_channels_shrink_to_c4_g2():
     r = gv.verify(group_rule(), gst.normalization_args("group_norm", "numpy"), max_examples=100, seed=0)
     assert not r.ok
@@ -275,6 +281,7 @@ def test_group_statistics_on_the_wrong_channels_shrink_to_c4_g2():
     assert x.shape[0] == 1, str(r)
 
 
+@pytest.mark.slow
 def test_bundled_normalizations_pass(backend):
     for kind in ("layer_norm", "group_norm", "batch_norm"):
         r = gv.verify(
@@ -297,6 +304,7 @@ def test_verify_misuse_says_what_to_do():
         gv.verify(np.tanh, gst.arrays("numpy"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_examples_whatever_else_is_imported():
     """Hypothesis draws some values from literals in loaded local modules; one
     more module of ours imported changed the examples of a seed. verify draws
