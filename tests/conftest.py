@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: make arrays of each backend from numpy."""
+"""Fixtures and session set-up (shared helpers are in _helpers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-BACKENDS = ("numpy", "torch", "jax")
+from gradverify.backends import BACKENDS
 
 
 def pytest_configure(config):
@@ -23,34 +23,6 @@ def pytest_configure(config):
             sys.modules["torch"].set_num_threads(1)
 
 
-def make(backend: str, a: np.ndarray):
-    """A backend array with a's values and dtype (jax float64 made under x64)."""
-    a = np.asarray(a)
-    if backend == "torch":
-        import torch
-
-        return torch.from_numpy(np.array(a, copy=True))
-    if backend == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        with jax.enable_x64(a.dtype.itemsize == 8):
-            return jnp.asarray(a)
-    return np.array(a, copy=True)
-
-
-def xp_of(backend: str):
-    if backend == "torch":
-        import torch
-
-        return torch
-    if backend == "jax":
-        import jax.numpy as jnp
-
-        return jnp
-    return np
-
-
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return request.param
@@ -59,14 +31,3 @@ def backend(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
-
-
-def precise(backend: str):
-    """Context for computing on float64 arrays directly: jax needs x64 on."""
-    import contextlib
-
-    if backend == "jax":
-        import jax
-
-        return jax.enable_x64(True)
-    return contextlib.nullcontext()

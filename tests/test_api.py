@@ -11,7 +11,7 @@ import pytest
 
 import gradverify as gv
 
-from .conftest import make
+from ._helpers import make
 
 
 def tanh_rule(bug=False):

@@ -10,7 +10,7 @@ import pytest
 import gradverify as gv
 from gradverify import ops
 
-from .conftest import make, precise
+from ._helpers import make, precise
 
 NAMES = [a.name for a in ops.ACTIVATIONS]
 

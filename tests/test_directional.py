@@ -9,11 +9,7 @@ import pytest
 import gradverify as gv
 from gradverify._examples import tanh_bias_flipped
 
-from .conftest import make
-
-
-def flipped_tanh_bias(backend, n_cols, flip_at, mode="vjp"):
-    return tanh_bias_flipped(backend, flip_at, mode)
+from ._helpers import flipped_tanh_bias, make
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])

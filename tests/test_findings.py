@@ -7,7 +7,7 @@ import pytest
 
 import gradverify as gv
 
-from .conftest import make
+from ._helpers import make
 
 
 def square_rule(**overrides):

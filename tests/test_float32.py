@@ -8,8 +8,7 @@ import pytest
 
 import gradverify as gv
 
-from .conftest import make
-from .test_directional import flipped_tanh_bias
+from ._helpers import flipped_tanh_bias, make
 
 TORCH = [
     "tanh",

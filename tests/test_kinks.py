@@ -8,7 +8,7 @@ import pytest
 
 import gradverify as gv
 
-from .conftest import make
+from ._helpers import make
 
 # name: (kinks, numpy forward, numpy derivative with JAX's conventions at kinks)
 TABLE = {

@@ -12,8 +12,7 @@ import gradverify as gv
 from gradverify import ops
 from gradverify.ops import _norm_fused
 
-from .conftest import make, precise
-from .test_norm import CASES, data, running, tt, w2
+from ._helpers import CASES, data, make, precise, running, tt, w2
 
 
 def _random_like(shape, seed):

@@ -9,7 +9,7 @@ import gradverify as gv
 from gradverify import ops
 from gradverify.ops import _xp
 
-from .conftest import make, precise
+from ._helpers import make, precise
 
 NNLIB = [
     "sigmoid",

@@ -84,7 +84,7 @@ def test_torch_correct_second_order_passes():
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_jax_second_order(dtype):
-    from .conftest import make
+    from ._helpers import make
 
     x = make("jax", X.astype(dtype))
     assert gv.check(jax_tanh(True), x).ok

@@ -10,7 +10,7 @@ import pytest
 import gradverify as gv
 from gradverify._examples import BUILDERS, example_inputs
 
-from .conftest import make
+from ._helpers import make
 
 
 def jax_custom_vjp_swish(bug: bool):

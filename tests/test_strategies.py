@@ -14,7 +14,7 @@ from gradverify import ops
 from gradverify import strategies as gst
 from gradverify.ops import _xp
 
-from .conftest import precise
+from ._helpers import precise
 
 FAST = settings(max_examples=60, deadline=None, database=None)
 

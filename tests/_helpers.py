@@ -1,0 +1,110 @@
+"""Helpers the tests share (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from gradverify import ops
+from gradverify._examples import tanh_bias_flipped
+
+
+def make(backend: str, a: np.ndarray):
+    """A backend array with a's values and dtype (jax float64 made under x64)."""
+    a = np.asarray(a)
+    if backend == "torch":
+        import torch
+
+        return torch.from_numpy(np.array(a, copy=True))
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        with jax.enable_x64(a.dtype.itemsize == 8):
+            return jnp.asarray(a)
+    return np.array(a, copy=True)
+
+
+def precise(backend: str):
+    """Context for computing on float64 arrays directly: jax needs x64 on."""
+    if backend == "jax":
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+def flipped_tanh_bias(backend, n_cols, flip_at, mode="vjp"):
+    """tanh(x + b) whose derivative has the sign of element ``flip_at`` flipped."""
+    return tanh_bias_flipped(backend, flip_at, mode)
+
+
+# -- normalization cases ---------------------------------------------------------
+
+
+def data(shape=(3, 4, 5), seed=0, small_rows=True):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    if small_rows:
+        x[0] = 1.0 + 3e-3 * x[0]  # small but not degenerate variance
+    c = shape[1]
+    return x, 1.0 + 0.5 * rng.standard_normal(c), rng.standard_normal(c)
+
+
+def tt(a):
+    import torch
+
+    return torch.tensor(a)
+
+
+CASES = {
+    "layer_norm": (
+        lambda x, w, b, impl="reference": ops.layer_norm(x, x.shape[1:], None, None, impl=impl),
+        lambda F, x, w, b: F.layer_norm(x, x.shape[1:]),
+    ),
+    "layer_norm_affine": (
+        lambda x, w, b, impl="reference": ops.layer_norm(x, x.shape[-1:], w2(x), None, impl=impl),
+        lambda F, x, w, b: F.layer_norm(x, x.shape[-1:], w2(x), None),
+    ),
+    "group_norm": (
+        lambda x, w, b, impl="reference": ops.group_norm(x, 2, w, b, impl=impl),
+        lambda F, x, w, b: F.group_norm(x, 2, w, b),
+    ),
+    "instance_norm": (
+        lambda x, w, b, impl="reference": ops.instance_norm(x, weight=w, bias=b, impl=impl),
+        lambda F, x, w, b: F.instance_norm(x, weight=w, bias=b),
+    ),
+    "batch_norm_train": (
+        lambda x, w, b, impl="reference": ops.batch_norm(x, None, None, w, b, training=True, impl=impl),
+        lambda F, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+    ),
+    "batch_norm_eval": (
+        lambda x, w, b, impl="reference": ops.batch_norm(x, *running(x), w, b, impl=impl),
+        lambda F, x, w, b: F.batch_norm(x, *running(x), w, b),
+    ),
+    "rms_norm": (
+        lambda x, w, b, impl="reference": ops.rms_norm(x, x.shape[-1:], w2(x), impl=impl),
+        lambda F, x, w, b: F.rms_norm(x, x.shape[-1:], w2(x)),
+    ),
+}
+IMPLS = ["reference", "fused"]
+
+
+def running(x):
+    """Running statistics for x's channels, in x's backend (built from x)."""
+    c = x.shape[1]
+    mean, var = 0.1 * np.arange(c) - 0.2, 0.5 + 0.25 * np.arange(c)
+    if hasattr(x, "new_tensor"):
+        return x.new_tensor(mean), x.new_tensor(var)
+    return x[0, :, 0] * 0 + mean, x[0, :, 0] * 0 + var
+
+
+def w2(x):
+    """A weight over the last axis, != 1, in x's backend (built from its shape)."""
+    n = x.shape[-1]
+    return (
+        x[0, 0] * 0 + (1.5 + 0.1 * np.arange(n))
+        if not hasattr(x, "new_tensor")
+        else x.new_tensor(1.5 + 0.1 * np.arange(n))
+    )
