@@ -90,29 +90,45 @@ def test_fn_that_refuses_vmap_is_checked_plainly():
     assert r.evaluations["vjp"] == 1  # (reverse mode runs fn itself plainly: only its backward pass is vectorised)
 
 
-class _WrongOnlyWhenBatched(torch.autograd.Function):
-    """A right rule that goes wrong only under vmap: the plain calls decide."""
+def _exp(scale):
+    """exp as a vectorisable autograd.Function (vmap rule generated) whose
+    backward multiplies the right derivative by ``scale(g, y)``."""
 
-    generate_vmap_rule = True
+    class Exp(torch.autograd.Function):
+        generate_vmap_rule = True
 
-    @staticmethod
-    def forward(x):
-        return x.exp()
+        @staticmethod
+        def forward(x):
+            return x.exp()
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+            ctx.save_for_forward(output)
 
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * y * (2.0 if _batched(g) else 1.0)
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * y * scale(g, y)
 
-    @staticmethod
-    def jvp(ctx, t):
-        (y,) = ctx.saved_tensors
-        return t * y
+        @staticmethod
+        def jvp(ctx, t):
+            (y,) = ctx.saved_tensors
+            return t * y
+
+    return Exp
+
+
+def _element_2_off(g, y):
+    out = torch.ones_like(y)
+    out[..., 2] = 1.01
+    return out
+
+
+# A right rule that goes wrong only under vmap (the plain calls decide), and
+# one 1% wrong at element 2 everywhere.
+_WrongOnlyWhenBatched = _exp(lambda g, y: 2.0 if _batched(g) else 1.0)
+_WrongBackward = _exp(_element_2_off)
 
 
 def test_a_failure_under_vmap_is_rechecked_with_plain_calls():
@@ -204,33 +220,6 @@ def test_a_vectorised_fn_that_rounds_otherwise_is_evaluated_point_by_point():
     assert on.ok, str(on)
     assert on.evaluations["primal"] >= 6 * 5
     assert on.worst_ratio == off.worst_ratio
-
-
-class _WrongBackward(torch.autograd.Function):
-    """exp with a backward 1% wrong at element 2; vectorisable (vmap rule generated)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.exp()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        scale = torch.ones_like(y)
-        scale[..., 2] = 1.01
-        return g * y * scale
-
-    @staticmethod
-    def jvp(ctx, t):
-        (y,) = ctx.saved_tensors
-        return t * y
 
 
 def test_a_failure_with_vectorised_stencils_is_reported_from_plain_evaluations():
