@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -31,3 +32,19 @@ def backend(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+#: What the suite can do without: a test that needs one of these and finds it
+#: not installed is skipped (the core runs with numpy alone).
+OPTIONAL = ("torch", "jax", "jaxlib", "kornia", "e3nn", "dask", "distributed", "matplotlib")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top in OPTIONAL and importlib.util.find_spec(top) is None:
+            pytest.skip(f"{top} is not installed")
+        raise

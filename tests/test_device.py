@@ -11,11 +11,12 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 import gradverify as gv
 from gradverify import _xp
 from gradverify._examples import BUILDERS, example_inputs, tanh_bias_flipped
+
+torch = pytest.importorskip("torch")
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy

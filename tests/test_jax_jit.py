@@ -7,14 +7,15 @@ from __future__ import annotations
 import gc
 import weakref
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 
 import gradverify as gv
 from gradverify import ArgumentTypeError, compiling
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
 
 
 def float_rows(n=30):

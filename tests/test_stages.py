@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 
 import gradverify as gv
 from gradverify import _fd, _modes, _primal, _probes
@@ -20,6 +19,8 @@ from gradverify._oracle import Oracle
 from gradverify._result import Kind
 from gradverify._validate import resolve_wrt
 from gradverify.backends import backend_of
+
+torch = pytest.importorskip("torch")
 
 
 def evaluator(fn, *args):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 import gradverify as gv
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
 
 
 def _batched(t: torch.Tensor) -> bool:
