@@ -6,6 +6,7 @@ and JSON without NaN or infinity."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -87,3 +88,19 @@ def clean(v: Any) -> Any:
 def to_json(obj: Any, indent: int | None = 1) -> str:
     """``obj`` as strict JSON (see ``clean``); what JSON cannot hold is written as its str()."""
     return json.dumps(clean(obj), indent=indent, allow_nan=False, default=str)
+
+
+#: What every page of gradverify's starts from (a page adds its own rules).
+PAGE_CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:.3em .6em;vertical-align:top}"
+    "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}"
+)
+
+
+def html_page(title: str, body: Sequence[str], css: str = "") -> str:
+    """A whole HTML page: ``title`` as its title and heading, ``body`` (lines
+    of HTML, escaped by the caller), PAGE_CSS and then ``css``."""
+    head = f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+    style = f"<style>{PAGE_CSS}{css}</style></head><body>"
+    return "\n".join(["<!doctype html>", head, style, f"<h1>{html.escape(title)}</h1>", *body, "</body></html>"]) + "\n"

@@ -220,10 +220,9 @@ def to_junit(report: dict[str, Any]) -> str:
 
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:center}
+td,th{padding:.2em .5em;text-align:center}
 td.passed{background:#dfd}td.failed{background:#fbb;font-weight:bold}td.skipped{color:#888}td.error{background:#fd8}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto}
+pre{padding:1em}
 """
 
 
@@ -232,10 +231,6 @@ def to_html(report: dict[str, Any]) -> str:
     t = report["totals"]
     rows, cols, cell = matrix(report)
     out = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>gradverify report</title>',
-        f"<style>{_CSS}</style></head><body>",
-        "<h1>gradverify report</h1>",
         f"<p><b>{e(_totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> "
         f"(seed {report['seed']}, {e(report['created'])})</p>",
         '<table id="matrix"><thead><tr><th>target</th>'
@@ -267,8 +262,7 @@ def to_html(report: dict[str, Any]) -> str:
         if plot:
             out.append(plot)
         out.append(f"<pre>{e(f['report'])}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return _io.html_page("gradverify report", out, _CSS)
 
 
 def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:

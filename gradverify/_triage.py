@@ -697,28 +697,11 @@ def rerun_markdown(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_STYLE = (
-    "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}"
-    ".verdict{font-weight:bold}pre{background:#f6f6f6;padding:.6em}</style>"
-)
+_STYLE = ".verdict{font-weight:bold}td,th{text-align:left}"
 
 
 def _page(title: str, body: list[str]) -> str:
-    import html
-
-    return (
-        "\n".join(
-            [
-                "<!doctype html>",
-                f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>{_STYLE}</head><body>',
-                f"<h1>{html.escape(title)}</h1>",
-                *body,
-                "</body></html>",
-            ]
-        )
-        + "\n"
-    )
+    return _io.html_page(title, body, _STYLE)
 
 
 def rerun_html(records: Sequence[dict[str, Any]]) -> str:
