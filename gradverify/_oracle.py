@@ -73,22 +73,26 @@ class Oracle:
 
             return at_jax
 
-        def at(t: float) -> Any:
-            return ev.primal(flat.split(_xp.axpy(x, t * k, w)), oracle, flat=True)
+        point = self._along(u, c)
 
-        at.many = lambda ts: self._many([_xp.axpy(x, t * k, w) for t in ts])  # type: ignore[attr-defined]
+        def at(t: float) -> Any:
+            return ev.primal(flat.split(point(t)), oracle, flat=True)
+
+        at.many = lambda ts: self._many([point(t) for t in ts])  # type: ignore[attr-defined]
         return at
+
+    def _along(self, u: Any, c: float) -> Callable[[float], Any]:
+        """t -> the flat point x + t c u (fresh, on the host's working arrays)."""
+        x = self.probes.x
+        w, k = _mover(u, c)
+        return lambda t: _xp.axpy(x, t * k, w)
 
     def stencils(self, us: Any, cs: Any) -> list[dict[int, np.ndarray]] | None:
         """F's values at the model's offsets (_fd.MODEL_OFFSETS) along every
         c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
         ``_many``); None where there is none."""
-        x, h = self.probes.x, self.precision.h
-        offsets = [k * h / 4 for k in _fd.MODEL_OFFSETS]
-        points = []
-        for u, c in zip(us, cs):
-            w, k = _mover(u, c)
-            points += [_xp.axpy(x, t * k, w) for t in offsets]
+        offsets = [k * self.precision.h / 4 for k in _fd.MODEL_OFFSETS]
+        points = [self._along(u, c)(t) for u, c in zip(us, cs) for t in offsets]
         out = self._many(points)
         if out is None:
             return None
