@@ -14,11 +14,11 @@ from ._result import CheckResult as CheckResult
 from ._result import Finding as Finding
 from ._result import Kind as Kind
 from ._result import Level as Level
+from ._result import Verdict as Verdict
 from ._rule import Rule as Rule
-from ._triage import Triage as Triage
-from ._triage import Verdict as Verdict
-from ._triage import junit_files as triage_junit
-from ._triage import rerun as triage
+from ._triage_junit import junit_files as triage_junit
+from ._triage_rerun import Triage as Triage
+from ._triage_rerun import rerun as triage
 from ._verify import VerifyResult as VerifyResult
 from ._verify import verify as verify
 from .backends import compiling as compiling

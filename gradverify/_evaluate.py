@@ -20,6 +20,7 @@ import numpy as np
 from . import _xp
 from ._errors import ArgumentTypeError, ModeUnavailable, explain
 from ._rule import Rule
+from ._validate import resolve_wrt
 from .backends import Backend, backend_name_of
 
 
@@ -67,6 +68,14 @@ class Evaluator:
         wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
         self.native_precision = "float64" if wide else "native"
         self.batches = True  # False once fn at stacked points failed or disagreed with its plain run
+
+    @classmethod
+    def for_call(cls, fn: Callable, backend: Backend, args: Sequence[Any]) -> Evaluator:
+        """An Evaluator of fn at args with respect to every floating argument
+        (gv.check's default), for probes outside a check."""
+        ev = cls(fn, backend, args, ())
+        ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
+        return ev
 
     # -- building arguments --------------------------------------------------------
     def _array(self, a: Any, like: Any, dtype: str, fresh: bool = False) -> Any:

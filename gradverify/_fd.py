@@ -32,6 +32,7 @@ large as the derivatives themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -643,6 +644,29 @@ def _richardson(
     return d1, d2, d4, r1, r2
 
 
+@dataclass(frozen=True)
+class Problem:
+    """F'(0) to be measured: F along the direction and its value ``f0`` at 0,
+    the first step ``h`` and the finest the ladder may take (``floor``), the
+    oracle's unit roundoff, the AD tolerance the estimate must settle, whether
+    flagged elements go down the ladder, F(0)'s scale, the largest input
+    magnitude (see ``reference``), the point's magnitude along the direction,
+    and for part of the outputs the largest |F(0)| of those left out
+    (``outer``: see _on_support)."""
+
+    F: Callable[[float], Array]
+    f0: Array
+    h: float
+    floor: float
+    u_oracle: float
+    ad_tol: Array | float
+    ladder: bool
+    f0_scale: float
+    inputs: float = 0.0
+    point: float = 1.0
+    outer: float = 0.0
+
+
 def reference(
     F: Callable[[float], Array],
     f0: Array,
@@ -671,6 +695,7 @@ def reference(
     ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first)."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
+    problem = Problem(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
     if model_first:
         have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
         quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
@@ -680,40 +705,26 @@ def reference(
                 have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
 
             def measure() -> Reference:
-                return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
+                return _measured(problem, have, sparse)
 
             status = _xp.zeros(tuple(value.shape), value, "int8")
             return Reference(value, err, status, True, typical=typical, measure=measure, shift=shift)
     else:
         have = {}
-    return _measured(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, have, sparse, point=point)
+    return _measured(problem, have, sparse)
 
 
-def _measured(
-    F: Callable[[float], Array],
-    f0: Array,
-    h: float,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
-    ladder: bool,
-    f0_scale: float,
-    inputs: float,
-    have: dict[int, Array],
-    sparse: bool = False,
-    outer: float = 0.0,
-    unmoved: bool = False,
-    point: float = 1.0,
-) -> Reference:
+def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved: bool = False) -> Reference:
     """The reference with fn's noise measured (reusing the points in ``have``);
     ``sparse``: on the outputs the first step moves (see _on_support, which
-    passes ``outer`` and ``unmoved``: the outputs it left out)."""
-    stencil = evaluate_level(F, h, have)
+    passes ``unmoved``: outputs were left out)."""
+    h, ad_tol, f0_scale = p.h, p.ad_tol, p.f0_scale
+    stencil = evaluate_level(p.F, h, have)
     if sparse:
-        narrowed = _on_support(F, f0, stencil, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
+        narrowed = _on_support(p, stencil)
         if narrowed is not None:
             return narrowed
-    level0 = estimate(stencil, f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
+    level0 = estimate(stencil, p.f0, p.u_oracle, ad_tol, f0_scale, outer=p.outer, point=p.point)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
     status = _xp.zeros(shape, value, "int8")  # SMOOTH
@@ -722,9 +733,7 @@ def _measured(
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s = _ladder(
-            F, f0, h, floor, u_oracle, ad_tol, f0_scale, level0, suspects, ladder, inputs, outer, point
-        )
+        v_s, e_s, s_s = _ladder(p, level0, suspects)
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
@@ -742,18 +751,7 @@ def _measured(
     return Reference(value, err, status, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
 
 
-def _on_support(
-    F: Callable[[float], Array],
-    f0: Array,
-    stencil: Stencil,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
-    ladder: bool,
-    f0_scale: float | None,
-    inputs: float,
-    point: float = 1.0,
-) -> Reference | None:
+def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
     """The measured reference worked out on the outputs the first step moves
     (or that are not finite at 0) and filled in elsewhere - None where every
     output moves. A column of the Jacobian moves few. An output whose nine
@@ -761,9 +759,9 @@ def _on_support(
     modelled noise's (R1's), unflagged; the whole vector's scales come out the
     same (such an output's |F(+-h)| is its |F(0)|: a floor under the stencil's
     scale). Where that bound is as large as the derivatives they are unreliable."""
-    h = stencil.h
-    shape = tuple(f0.shape)
-    f0f = _xp.flat(f0)
+    h, F = stencil.h, p.F
+    shape = tuple(p.f0.shape)
+    f0f = _xp.flat(p.f0)
     n = _xp.size(f0f)
     with _xp.quiet():
         moved = ~_xp.finite(f0f)
@@ -772,27 +770,14 @@ def _on_support(
     idx = _xp.nonzero(moved)
     if idx.size == n:
         return None
-    if f0_scale is None:
-        f0_scale = _xp.fmax(f0f)  # (as estimate() takes it from the whole f0)
     outer = _xp.fmax(f0f, where=~moved)  # the outputs left out: their |F(+-h)| is their |F(0)|
     at = _xp.index(idx, f0f)
-    per_element, t = _tolerance(ad_tol, shape)
+    per_element, t = _tolerance(p.ad_tol, shape)
     have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
-    sub = _measured(
-        lambda step: _xp.flat(F(step))[at],
-        f0f[at],
-        h,
-        floor,
-        u_oracle,
-        t[at] if per_element else t,
-        ladder,
-        f0_scale,
-        inputs,
-        have,
-        outer=outer,
-        unmoved=True,
-        point=point,
+    part = dataclasses.replace(
+        p, F=lambda step: _xp.flat(F(step))[at], f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
     )
+    sub = _measured(part, have, unmoved=True)
     err0 = (tol.NOISE_SAFETY * _R1_WEIGHT / h) * sub.eps_f
     rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
     reasons = {int(idx[i]): why for i, why in (sub.reasons or {}).items()}
@@ -822,25 +807,12 @@ def _on_support(
     )
 
 
-def _ladder(
-    F: Callable[[float], Array],
-    f0: Array,
-    h: float,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
-    f0_scale: float,
-    level0: Estimate,
-    suspects: np.ndarray,
-    ladder: bool,
-    inputs: float = 0.0,
-    outer: float = 0.0,
-    point: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ladder(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``).
     Each level is estimated over the whole vector where
     it lives; only the suspects' values come to the host."""
+    h, ad_tol, u_oracle = p.h, p.ad_tol, p.u_oracle
     count = suspects.size
     central, central_err = level0.take("value", suspects), level0.take("err", suspects)
     left_n, right_n = level0.side_noise(suspects)
@@ -869,15 +841,15 @@ def _ladder(
     # own wide bound.)
     common_lo = np.minimum(r, le) - se
     common_hi = np.maximum(r, le) + se
-    if not ladder:
+    if not p.ladder:
         return value, err, status
     prev_step = level0.step_f(suspects)
     settled_sides = np.zeros(count, dtype=bool)  # one-sided derivatives agreed between two levels
     k = h
     open_ = everything  # positions in suspects
-    while open_.size and k / tol.LADDER_FACTOR >= floor:
+    while open_.size and k / tol.LADDER_FACTOR >= p.floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(F, k), f0, u_oracle, ad_tol, f0_scale, outer=outer, point=point)
+        est = estimate(evaluate_level(p.F, k), p.f0, u_oracle, ad_tol, p.f0_scale, outer=p.outer, point=p.point)
         sub = est.take("kink", suspects[open_])
         if sub.any():
             sub[sub] = ~_noise_explains(est, suspects[open_[sub]], ad_tol)
@@ -945,7 +917,7 @@ def _ladder(
         Fv = level0._values(suspects[kinked])
         with np.errstate(invalid="ignore", over="ignore"):
             kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
-            terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), inputs)
+            terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), p.inputs)
         rounding = kappa <= tol.ROUNDING_TERMS * u_oracle * terms
         no_jump = flat[kinked]
         noise = kinked[rounding & no_jump]

@@ -6,14 +6,15 @@ and JSON without NaN or infinity."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import numpy as np
 
@@ -74,11 +75,38 @@ def exact(a: np.ndarray) -> dict[str, Any]:
     }
 
 
+class Record(Mapping[str, Any]):
+    """A frozen dataclass that reads as the JSON object it is written as:
+    ``r.field`` and ``r["field"]`` alike, its keys in field order. Fields
+    named in ``OPTIONAL`` are left out while None (a verdict's own figures:
+    present where that verdict was given)."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    def __iter__(self) -> Iterator[str]:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.name not in self.OPTIONAL or getattr(self, f.name) is not None:
+                yield f.name
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__dataclass_fields__ or (key in self.OPTIONAL and getattr(self, key) is None):  # type: ignore[attr-defined]
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dicts and lists all the way down."""
+        return clean(self)
+
+
 def clean(v: Any) -> Any:
-    """JSON has no NaN or infinity: write them as the strings Python reads back with float()."""
+    """Plain JSON values: Records and dicts as dicts, tuples as lists; no NaN
+    or infinity (written as the strings Python reads back with float())."""
     if isinstance(v, float) and not math.isfinite(v):
         return repr(v)
-    if isinstance(v, dict):
+    if isinstance(v, Mapping):
         return {k: clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [clean(x) for x in v]

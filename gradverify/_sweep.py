@@ -25,12 +25,10 @@ from typing import Any
 import numpy as np
 
 from . import _io
-from ._check import backend_of
 from ._errors import ArgumentValueError, UsageError, explain
-from ._evaluate import Evaluator
 from ._examples import BUILDERS
-from ._triage import kink_distance as distance
-from ._validate import resolve_wrt
+from ._triage_rerun import evaluator, fd_against_step
+from ._triage_rerun import kink_distance as distance
 from ._verify import derive_seed, literal, verify
 from .backends import BACKENDS
 
@@ -305,34 +303,26 @@ def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, li
         return None, None
     fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
     args = res.counterexample
-    ev = Evaluator(fn, backend_of(args), args, ())
-    ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
-    base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
-    out = tuple(err.output_index)
-
-    def F(k: int, idx: tuple[int, ...], t: float) -> float:
-        points = [b.copy() for b in base]
-        points[k][idx] += t
-        return float(ev.primal(points, "float64")[out])
-
     try:
-        k0 = ev.wrt.index(err.argument)
-        idx0 = tuple(err.input_index)
-        scale = max(abs(float(base[k0][idx0])), 1.0)
-        steps = []
-        for p in range(1, 11):
-            h = scale * 10.0**-p
-            fd = (F(k0, idx0, h) - F(k0, idx0, -h)) / (2 * h)
-            steps.append([h, fd, abs(fd - float(ad))])
+        ev = evaluator(fn, args)
+        base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
         cot = np.zeros(ev.primal(None, None).shape)
-        cot[out] = 1.0
+        cot[tuple(err.output_index)] = 1.0
+
+        def along(k: int, idx: tuple[int, ...], ad: float, steps: Sequence[float]) -> list[list[float]]:
+            v = [np.zeros_like(b) for b in base]
+            v[k][idx] = 1.0
+            return fd_against_step(ev, cot, v, ad, steps)
+
+        k0, idx0 = ev.wrt.index(err.argument), tuple(err.input_index)
+        scale = max(abs(float(base[k0][idx0])), 1.0)
+        steps = along(k0, idx0, float(ad), [scale * 10.0**-p for p in range(1, 11)])
         rows = ev.vjp(cot, ev.dtypes[0] if ev.floating[0] else "float64")
         per_element = []
         for k, (b, d) in enumerate(zip(base, rows)):
             for idx in list(np.ndindex(b.shape))[: 64 - len(per_element)]:
-                h = max(abs(float(b[idx])), 1.0) * 1e-6
-                fd = (F(k, idx, h) - F(k, idx, -h)) / (2 * h)
                 adv = 0.0 if d.value is None else float(np.asarray(d.value).reshape(b.shape)[idx])
+                ((_, fd, _),) = along(k, idx, adv, [max(abs(float(b[idx])), 1.0) * 1e-6])
                 per_element.append({"argument": ev.wrt[k], "index": list(idx), "AD": adv, "FD": fd})
     except Exception:  # the views are extras: a function that cannot be probed gets none
         return None, None

@@ -5,11 +5,11 @@ leaks into the next:
 
 * the test as CI runs it, once per seed x thread count
   (``--hypothesis-seed``, ``--gradverify-seed``, ``OMP_NUM_THREADS``), each run
-  writing JUnit XML that :func:`gradverify._triage.triage_junit` reads: the
+  writing JUnit XML that :func:`gradverify._triage_junit.triage_junit` reads: the
   flip rate and the environment fields that separate failing runs;
 * the gradient calls inside it: the test runs once in a child process with an
   observer on ``gv.check``/``gv.verify`` (``gradverify._observe``), and each
-  call it makes is rerun by :func:`gradverify._triage.rerun` (seeds, thread
+  call it makes is rerun by :func:`gradverify._triage_rerun.rerun` (seeds, thread
   counts, FD steps, dtypes, repeated calls) for a verdict with evidence.
 
 A test whose gradient calls all pass may still fail on some runs: its verdict
@@ -23,21 +23,22 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _observe, _triage
+from . import _io, _observe, _reports_triage, _triage_junit, _triage_rerun
 from ._check import check
 from ._errors import ArgumentValueError, explain
+from ._result import Verdict
 
 SEVERITY = (
-    _triage.Verdict.BUG,
-    _triage.Verdict.BUG_IN_A_REGION,
-    _triage.Verdict.NONDETERMINISTIC_OP,
-    _triage.Verdict.KINK_FLAKE,
-    _triage.Verdict.PRECISION_FLAKE,
-    _triage.Verdict.PASSES,
+    Verdict.BUG,
+    Verdict.BUG_IN_A_REGION,
+    Verdict.NONDETERMINISTIC_OP,
+    Verdict.KINK_FLAKE,
+    Verdict.PRECISION_FLAKE,
+    Verdict.PASSES,
 )
 CALLS_PER_TEST = 3
 
@@ -58,7 +59,7 @@ def _pytest(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, "-m", "pytest", *args], env=env, capture_output=True, text=True, check=False)
 
 
-def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> list[_triage.Run]:
+def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> list[_triage_junit.Run]:
     """The test as CI runs it, once per seed x thread count; one Run each."""
     runs = []
     for s in range(seeds):
@@ -86,7 +87,7 @@ def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> l
                         "run it once with pytest yourself; pass a path::test that exists",
                     )
                 )
-            (run,) = _triage.read_junit([xml])
+            (run,) = _triage_junit.read_junit([xml])
             run.env["triage.seed"] = str(s)
             runs.append(run)
     return runs
@@ -125,7 +126,7 @@ def triage_node(
     with tempfile.TemporaryDirectory(prefix="gradverify-triage-") as tmp:
         runs = ci_runs(node, seeds, threads, Path(tmp))
         seen = captured(node, seeds, threads, max_examples, Path(tmp))
-    rows = {r["test"]: r for r in _triage.triage_junit(runs)}
+    rows = {r["test"]: r for r in _triage_junit.triage_junit(runs)}
     ran, calls = seen["tests"], seen["records"]
     by_junit = {junit_id(t): t for t in ran}
     out = []
@@ -136,14 +137,14 @@ def triage_node(
     return out
 
 
-def verdict_of(row: dict[str, Any] | None, calls: Sequence[dict[str, Any]]) -> str:
+def verdict_of(row: Mapping[str, Any] | None, calls: Sequence[Mapping[str, Any]]) -> Verdict:
     """A test's verdict: the most severe of its gradient calls' where one did
     not pass, else its CI runs' own (triage_junit's row; "passes" where it
     never ran there)."""
-    verdicts = [c["verdict"] for c in calls if c["verdict"] != _triage.Verdict.PASSES]
+    verdicts = [c["verdict"] for c in calls if c["verdict"] != Verdict.PASSES]
     if verdicts:
-        return min(verdicts, key=SEVERITY.index)
-    return _triage.Verdict.PASSES if row is None else row["verdict"]
+        return Verdict(min(verdicts, key=SEVERITY.index))
+    return Verdict.PASSES if row is None else Verdict(row["verdict"])
 
 
 def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, output: str) -> int:
@@ -189,13 +190,11 @@ def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, out
             strategy, n_seeds, n_examples = inputs, seeds, min(max_examples, int(options.get("max_examples", 100)))
         else:
             strategy, n_seeds, n_examples = st.just(tuple(inputs)), 1, 1
-        result = _triage.rerun(fn, strategy, test=test, seeds=n_seeds, max_examples=n_examples, threads=threads)
+        result = _triage_rerun.rerun(fn, strategy, test=test, seeds=n_seeds, max_examples=n_examples, threads=threads)
         label = options.get("name") or getattr(fn, "__name__", type(fn).__name__)
-        record = _triage.rerun_record(f"{nodeid} ({kind} {label})", result, f"gradverify triage rerun {nodeid}")
+        record = _reports_triage.rerun_record(f"{nodeid} ({kind} {label})", result, f"gradverify triage rerun {nodeid}")
         records.append({"nodeid": nodeid, "call": kind, "function": label, **record})
-    tmp = Path(output).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"tests": ran, "records": records}, default=str))
-    tmp.replace(output)
+    _io.atomic_write(output, _io.to_json({"tests": ran, "records": records}))
     return 0
 
 

@@ -56,15 +56,9 @@ class VerifyResult:
     worst_ratio: float = 0.0  # the largest error / bound over the passing examples (1 = at the bound)
 
     def to_dict(self) -> dict[str, Any]:
+        plain = ("ok", "function", "backend", "seed", "examples_run", "inconclusive", "max_examples", "shrink_steps")
         return {
-            "ok": self.ok,
-            "function": self.function,
-            "backend": self.backend,
-            "seed": self.seed,
-            "examples_run": self.examples_run,
-            "inconclusive": self.inconclusive,
-            "max_examples": self.max_examples,
-            "shrink_steps": self.shrink_steps,
+            **{name: getattr(self, name) for name in plain},
             "worst_ratio": self.worst_ratio,
             "counterexample": None
             if self.counterexample is None

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _distribute, _io, _reports, _sweep, _triage, _triage_node
+from . import _distribute, _io, _reports, _reports_triage, _sweep, _triage_junit, _triage_node, _triage_rerun
 from ._errors import UsageError
 from ._reports import FORMATS
+from ._result import Verdict
 from ._sweep import EXAMPLES, NORMS
 from .backends import BACKENDS
 
@@ -249,21 +250,14 @@ def _list() -> int:
     return 0
 
 
-def _triage_junit(args: argparse.Namespace) -> int:
+def _junit_command(args: argparse.Namespace) -> int:
     """Exit 0 when no test failed in any run, 1 otherwise."""
-    import json
-    from pathlib import Path
-
-    runs = _triage.read_junit(args.files)
-    rows = _triage.triage_junit(runs)
-    text = _triage.render_markdown(rows, len(runs))
-    print(text, end="")
+    runs = _triage_junit.read_junit(args.files)
+    rows = _triage_junit.triage_junit(runs)
+    print(_reports_triage.junit_markdown(rows, len(runs)), end="")
     if args.report:
-        data = {"schema": "gradverify-triage-junit/1", "files": [r.file for r in runs], "tests": rows}
-        _io.atomic_write(Path(args.report) / "triage.md", text)
-        _io.atomic_write(Path(args.report) / "triage.json", json.dumps(data, indent=1) + "\n")
-        _io.atomic_write(Path(args.report) / "triage.html", _triage.junit_html(rows, len(runs)))
-    return 1 if any(r["failures"] for r in rows) else 0
+        _reports_triage.write_junit(args.report, runs, rows)
+    return 1 if any(r.failures for r in rows) else 0
 
 
 def _threads(text: str) -> list[int]:
@@ -277,23 +271,11 @@ def _threads(text: str) -> list[int]:
 
 
 def _write_rerun_report(directory: str, records: list[dict[str, Any]]) -> None:
-    import json
-    from pathlib import Path
-
-    texts = {
-        "triage-rerun.json": json.dumps(
-            {"schema": "gradverify-triage-rerun/1", "records": records}, indent=1, default=str
-        )
-        + "\n",
-        "triage-rerun.md": _triage.rerun_markdown(records),
-        "triage-rerun.html": _triage.rerun_html(records),
-    }
-    for name, text in texts.items():
-        _io.atomic_write(Path(directory) / name, text)
+    _reports_triage.write_rerun(directory, records)
     print(f"  report: {directory}/triage-rerun.md, .json, .html")
 
 
-def _triage_test(args: argparse.Namespace) -> int:
+def _node_command(args: argparse.Namespace) -> int:
 
     seeds = 4 if args.seeds is None else args.seeds
     threads = _threads(args.threads)
@@ -303,40 +285,29 @@ def _triage_test(args: argparse.Namespace) -> int:
             f"gradverify triage rerun {t['test']} --seeds {seeds} --threads {args.threads} "
             f"--max-examples {args.max_examples}"
         )
-        print(f"{t['test']}: {t['verdict']}")
-        runs = t["runs"]
-        if runs is not None:
-            lo, hi = runs["interval95"]
-            failed = f"{runs['failures']} of {runs['runs']} failed ({lo:.2f} - {hi:.2f})"
-            print(f"  CI runs (seeds x threads {threads}): {failed}")
-            for field, v in runs["separating_fields"].items():
-                print(f"  {field}: fails on {v['failing']}, passes on {v['passing']}")
-        for c in t["calls"]:
-            ev = c["evidence"]
-            inputs = f"{ev['failing_examples']} of {ev['examples']} inputs failed"
-            print(f"  {c['call']} {c['function']}: {c['verdict']} ({inputs})")
-            for key in ("region", "minimal_case", "kink_distances", "proposed_tolerance", "nondeterminism"):
-                if ev.get(key) is not None:
-                    print(f"    {key}: {ev[key]}")
-        if not t["calls"]:
-            print("  no gv.check / gv.verify call in the test: the verdict rests on its runs alone")
-        print(f"  reproduce: {reproduce}")
+        print(_reports_triage.node_text(t, threads, reproduce))
         records.append(
-            {"target": t["test"], "verdict": t["verdict"], "runs": runs, "calls": t["calls"], "reproduce": reproduce}
+            {
+                "target": t["test"],
+                "verdict": t["verdict"],
+                "runs": t["runs"],
+                "calls": t["calls"],
+                "reproduce": reproduce,
+            }
         )
     if not records:
         raise _Usage(f"triage rerun {args.target}: expected a node id that collects tests; found none")
     if args.report:
         _write_rerun_report(args.report, records)
-    return 0 if all(r["verdict"] == _triage.Verdict.PASSES for r in records) else 1
+    return 0 if all(r["verdict"] == Verdict.PASSES for r in records) else 1
 
 
-def _triage_rerun(args: argparse.Namespace) -> int:
+def _rerun_command(args: argparse.Namespace) -> int:
     """Exit 0 when the target passes everywhere, 1 with any other verdict."""
     from gradverify import ops
 
     if _triage_node.is_node_id(args.target):
-        return _triage_test(args)
+        return _node_command(args)
     seeds = 8 if args.seeds is None else args.seeds
 
     (case,) = _sweep.cases(
@@ -357,7 +328,7 @@ def _triage_rerun(args: argparse.Namespace) -> int:
     if case.activation is not None:
         kinks = [k for k, _ in ops.activation(case.activation).kink_points()]
         position = lambda x, b=None: x if b is None else x + b  # noqa: E731  (where the activation is evaluated)
-    r = _triage.rerun(
+    r = _triage_rerun.rerun(
         fn,
         strategy,
         seeds=seeds,
@@ -375,7 +346,7 @@ def _triage_rerun(args: argparse.Namespace) -> int:
     )
     print(f"  reproduce: {reproduce}")
     if args.report:
-        _write_rerun_report(args.report, [_triage.rerun_record(case.id, r, reproduce)])
+        _write_rerun_report(args.report, [_reports_triage.rerun_record(case.id, r, reproduce)])
     return 0 if r.ok else 1
 
 
@@ -417,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return _list()
         if args.command == "triage":
-            return _triage_junit(args) if args.mode == "junit" else _triage_rerun(args)
+            return _junit_command(args) if args.mode == "junit" else _rerun_command(args)
         return _report(args)
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)

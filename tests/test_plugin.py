@@ -170,9 +170,9 @@ def test_fine():
         "-n", "auto", "--reruns", "1", "--junitxml=out.xml", "-p", "no:cacheprovider"
     )
     assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
-    from gradverify import _triage
+    from gradverify import _triage_junit
 
-    (run,) = _triage.read_junit([pytester.path / "out.xml"])
+    (run,) = _triage_junit.read_junit([pytester.path / "out.xml"])
     name = next(t for t in run.outcomes if t.endswith("test_first_attempt_fails"))
     assert run.outcomes[name] == "passed" and run.attempts[name] == ["failed", "passed"]
     assert run.failed(name) and not run.failed(next(t for t in run.outcomes if t.endswith("test_fine")))

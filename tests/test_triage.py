@@ -9,9 +9,16 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradverify import _triage, _triage_node, cli
+from gradverify import _reports_triage, _triage_junit, _triage_node, _triage_rerun, cli
 
 pytest_plugins = ["pytester"]
+
+
+def gv_json(obj):
+    from gradverify import _io
+
+    return _io.to_json(obj)
+
 
 SUITE = """
 import os
@@ -43,7 +50,7 @@ def ten_runs(pytester, monkeypatch):
 def test_ten_runs_one_test_failing_on_one_thread_count(ten_runs):
     import gradverify as gv
 
-    runs = _triage.read_junit(ten_runs)
+    runs = _triage_junit.read_junit(ten_runs)
     assert len(runs) == 10 and runs[0].env["env.omp_num_threads"] in ("1", "4")
     rows = {r["test"].split("::")[-1]: r for r in gv.triage_junit(ten_runs)}
     t = rows["test_thread_sensitive"]
@@ -119,13 +126,15 @@ def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
         monkeypatch.setenv("ATTEMPTS_FILE", str(pytester.path / f"attempts{k}"))
         path = pytester.path / f"run{k}.xml"
         result = pytester.runpytest("--reruns", "2", f"--junitxml={path}", "-p", "no:cacheprovider", "-q")
-        assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
+        outcomes = result.parseoutcomes()
+        outcomes.pop("warnings", None)  # in-process, gradverify is imported before pytest can rewrite it
+        assert outcomes == {"passed": 2, "rerun": 1}
         files.append(str(path))
-    runs = _triage.read_junit(files)
+    runs = _triage_junit.read_junit(files)
     name = next(t for t in runs[0].outcomes if t.endswith("test_fails_on_first_attempt"))
     assert all(r.outcomes[name] == "passed" for r in runs)  # what JUnit alone says
     assert all(r.attempts[name] == ["failed", "passed"] for r in runs)
-    rows = {r["test"].split("::")[-1]: r for r in _triage.triage_junit(runs)}
+    rows = {r["test"].split("::")[-1]: r for r in _triage_junit.triage_junit(runs)}
     t = rows["test_fails_on_first_attempt"]
     assert (t["failures"], t["passed_on_rerun"], t["failed_attempts"], t["attempts"]) == (4, 4, 4, 8)
     assert t["verdict"] == "flaky"
@@ -135,7 +144,7 @@ def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
     assert _triage_node.verdict_of(t, [{"verdict": "passes"}, {"verdict": "kink flake"}]) == "kink flake"
     assert _triage_node.verdict_of(None, []) == "passes"
     assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["attempts"] == 4
-    assert "4 passed on a rerun; 4 of 8 attempts failed" in _triage.render_markdown(list(rows.values()), 4)
+    assert "4 passed on a rerun; 4 of 8 attempts failed" in _reports_triage.junit_markdown(list(rows.values()), 4)
 
 
 def test_hostile_or_broken_files_get_a_clear_error(tmp_path, capsys):
@@ -153,9 +162,9 @@ def test_hostile_or_broken_files_get_a_clear_error(tmp_path, capsys):
 
 
 def test_wilson_interval():
-    lo, hi = _triage.wilson(0, 10)
+    lo, hi = _triage_junit.wilson(0, 10)
     assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
-    lo, hi = _triage.wilson(10, 10)
+    lo, hi = _triage_junit.wilson(10, 10)
     assert hi == pytest.approx(1.0) and lo == pytest.approx(0.7225, abs=1e-4)
 
 
@@ -225,7 +234,7 @@ def test_rerun_correct_rule_near_kinks_with_naive_fd_is_a_kink_flake():
         min_size=1,
         max_size=4,
     ).map(lambda v: (__import__("numpy").array(v),))
-    r = _triage.rerun(
+    r = _triage_rerun.rerun(
         _hardsigmoid_rule(0.0), near, test=naive_fd_test(), seeds=6, max_examples=10, kinks=[-3.0, 3.0], fd_step=1e-3
     )
     assert r.verdict == "kink flake", r.evidence
@@ -267,7 +276,7 @@ def test_rerun_thread_dependent_bias_sum_is_a_nondeterministic_op():
             torch.from_numpy(np.float32([0.5, -1.0, 2.0])),
         )
     )
-    r = _triage.rerun(lambda x, b: Bias.apply(x, b), args, seeds=1, max_examples=1, threads=(1, 7))
+    r = _triage_rerun.rerun(lambda x, b: Bias.apply(x, b), args, seeds=1, max_examples=1, threads=(1, 7))
     assert r.verdict == "nondeterministic op", r.evidence
     assert r.evidence["nondeterminism"]["differs_between"] == ["threads=1", "threads=7"]
 
@@ -286,7 +295,7 @@ def test_rerun_float32_op_with_a_float64_tolerance_is_a_precision_flake():
         ) if r.errors else 0.0
 
     args = gst.arrays("torch", "float32", st.tuples(st.integers(2, 6)), min_value=-2, max_value=2).map(lambda a: (a,))
-    r = _triage.rerun(torch.tanh, args, test=strict, seeds=3, max_examples=5, threads=(1,))
+    r = _triage_rerun.rerun(torch.tanh, args, test=strict, seeds=3, max_examples=5, threads=(1,))
     assert r.verdict == "precision flake", r.evidence
     tol = r.evidence["proposed_tolerance"]
     assert 1e-9 < tol < 1e-4  # float32 rounding, not a float64 one
@@ -295,6 +304,24 @@ def test_rerun_float32_op_with_a_float64_tolerance_is_a_precision_flake():
         assert f["dtypes"]["float64"]["ok"] is True and f["dtypes"]["float32"]["ok"] is False
         assert f["fd_sweep"]["relative_floor"] < 1e-4
     assert "float64 passes, float32 fails" in str(r)
+    # the evidence is typed and reads as the JSON it is written as
+    ev = r.evidence
+    assert isinstance(ev, _triage_rerun.Evidence) and ev.proposed_tolerance == tol
+    assert list(ev) == [
+        "seeds",
+        "examples",
+        "failing_examples",
+        "failing_seeds",
+        "nondeterminism",
+        "proposed_tolerance",
+        "failures",
+    ]  # a precision flake's own figure only; the others are left out, not written as null
+    assert "region" not in ev and ev.get("region") is None and ev.region is None
+    with pytest.raises(KeyError):
+        ev["region"]
+    assert ev.failures[0].dtypes["float64"].ok is True and ev.failures[0].fd_sweep.explains
+    record = _reports_triage.rerun_record("tanh", r, "reproduce")
+    assert json.loads(json.dumps(record["evidence"])) == record["evidence"] == json.loads(gv_json(ev))
 
 
 def test_cli_rerun_a_check_target(capsys):
@@ -444,8 +471,50 @@ def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
     args = gst.arrays("torch", "float64", st.tuples(st.integers(2, 5)), min_value=-2.5, max_value=2.5).map(
         lambda a: (a,)
     )
-    r = _triage.rerun(torch.nn.functional.hardsigmoid, args, seeds=2, max_examples=5, threads=(1,))
+    r = _triage_rerun.rerun(torch.nn.functional.hardsigmoid, args, seeds=2, max_examples=5, threads=(1,))
     assert r.verdict == "precision flake", r.evidence
     for f in r.evidence["failures"]:
         assert f["check_fails"] and not f["confirmed"]
-        assert f["fd_sweep"]["relative_floor"] < _triage.STEP_EXPLAINS
+        assert f["fd_sweep"]["relative_floor"] < _triage_rerun.STEP_EXPLAINS
+
+
+def test_a_junit_row_is_the_json_object_it_is_written_as():
+    from gradverify._triage_junit import JunitRow, Run, triage_junit
+
+    runs = [
+        Run("a.xml", {"host": "x"}, {"t": "failed"}, {}),
+        Run("b.xml", {"host": "y"}, {"t": "passed"}, {}),
+    ]
+    (row,) = triage_junit(runs)
+    assert isinstance(row, JunitRow) and row.verdict == row["verdict"] == "environment-specific"
+    assert list(row) == [
+        "test",
+        "runs",
+        "failures",
+        "passed_on_rerun",
+        "attempts",
+        "failed_attempts",
+        "flip_rate",
+        "interval95",
+        "verdict",
+        "separating_fields",
+        "failing_files",
+    ]
+    assert json.loads(gv_json([row])) == [dict(row)]
+    assert row.separating_fields == {"host": {"failing": ["x"], "passing": ["y"]}}
+
+
+def test_fd_against_step_is_a_central_difference_that_weighs_only_what_u_weighs():
+    import numpy as np
+
+    def f(x):
+        return np.concatenate([np.sin(x), np.array([np.inf])])  # an infinite output u gives no weight
+
+    x = np.array([0.3, -1.2])
+    ev = _triage_rerun.evaluator(f, (x,))
+    u = np.array([0.0, 2.0, 0.0])
+    v = [np.array([0.0, 1.0])]
+    (h, fd, err), (h2, fd2, _) = _triage_rerun.fd_against_step(ev, u, v, ad=5.0, steps=[1e-3, 1e-6])
+    expected = 2.0 * (np.sin(-1.2 + 1e-3) - np.sin(-1.2 - 1e-3)) / 2e-3
+    assert (h, fd, err) == (1e-3, expected, abs(expected - 5.0))
+    assert abs(fd2 - 2.0 * np.cos(-1.2)) < 1e-8 and abs(fd - 2.0 * np.cos(-1.2)) > 1e-8  # the h^2 term, seen

@@ -12,6 +12,11 @@ from typing import Any
 
 import numpy as np
 
+#: numpy arrays, each with the dtype name fn is to get it in.
+HostArrays = Sequence[tuple[np.ndarray, str]]
+#: Positions of the arguments derivatives are taken with respect to.
+Wrt = Sequence[int]
+
 
 class Backend:
     name: str = "?"
@@ -91,14 +96,7 @@ class Backend:
     #: Whether ``call_host`` can ever answer (else callers skip building its arguments).
     takes_host_arrays = False
 
-    def call_host(
-        self,
-        fn: Callable,
-        form: str,
-        args: Sequence[tuple[np.ndarray, str]],
-        operands: Sequence[tuple[np.ndarray, str]] = (),
-        wrt: Sequence[int] = (),
-    ) -> Any:
+    def call_host(self, fn: Callable, form: str, args: HostArrays, operands: HostArrays = (), wrt: Wrt = ()) -> Any:
         """fn's compiled ``form`` on numpy arrays, each with its dtype name,
         where the backend can hand them to a compiled fn without building its
         own arrays first: "primal" (fn(*args)), "primal_flat" (flattened),

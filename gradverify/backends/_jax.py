@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import ModeUnavailable
-from ._base import Backend, on_wrt
+from ._base import Backend, HostArrays, Wrt, on_wrt
 from ._session import compiling_primal, session_cache, session_kinds
 
 _WIDE = ("float64", "int64", "uint64")
@@ -141,14 +141,7 @@ class JaxBackend(Backend):
 
     takes_host_arrays = True
 
-    def call_host(
-        self,
-        fn: Callable,
-        form: str,
-        args: Sequence[tuple[np.ndarray, str]],
-        operands: Sequence[tuple[np.ndarray, str]] = (),
-        wrt: Sequence[int] = (),
-    ) -> Any:
+    def call_host(self, fn: Callable, form: str, args: HostArrays, operands: HostArrays = (), wrt: Wrt = ()) -> Any:
         # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
         # arrays than making jax arrays of them first (jax never writes to them)
         entry = compiled(fn)
@@ -165,52 +158,20 @@ class JaxBackend(Backend):
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         try:
-            return _run(
-                compiled(fn),
-                "jvp",
-                lambda: _jvp(fn, tuple(args), tuple(tangents), tuple(wrt)),
-                tuple(args),
-                tuple(tangents),
-                tuple(wrt),
-            )
+            return _transform(compiled(fn), fn, "jvp", _jvp, args, tuple(tangents), wrt)
         except TypeError as e:
             if "custom_vjp" in str(e):
                 raise ModeUnavailable(f"jax: {e}") from e
             raise
 
     def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
-        out = _run(
-            compiled(fn),
-            "vjp",
-            lambda: _vjp(fn, tuple(args), cotangent, tuple(wrt)),
-            tuple(args),
-            cotangent,
-            tuple(wrt),
-        )
-        return list(out)
+        return list(_transform(compiled(fn), fn, "vjp", _vjp, args, cotangent, wrt))
 
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
-        return _run(
-            compiled(fn),
-            "jvp",
-            lambda: _jvps(fn, tuple(args), tuple(tangents), tuple(wrt)),
-            tuple(args),
-            tuple(tangents),
-            tuple(wrt),
-            attribute="jvps",
-        )
+        return _transform(compiled(fn), fn, "jvp", _jvps, args, tuple(tangents), wrt, attribute="jvps")
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
-        out = _run(
-            compiled(fn),
-            "vjp",
-            lambda: _vjps(fn, tuple(args), cotangents, tuple(wrt)),
-            tuple(args),
-            cotangents,
-            tuple(wrt),
-            attribute="vjps",
-        )
-        return list(out)
+        return list(_transform(compiled(fn), fn, "vjp", _vjps, args, cotangents, wrt, attribute="vjps"))
 
     def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
         entry = compiled(fn)
@@ -218,14 +179,7 @@ class JaxBackend(Backend):
             # fn's evaluations run compiled, and a vmap of its eager ops may
             # round otherwise: one compiled evaluation at a time
             raise NotImplementedError("fn is compiled alone")
-        return _run(
-            entry,
-            "primals",
-            lambda: _primals(fn, tuple(args), tuple(points), tuple(wrt)),
-            tuple(args),
-            tuple(points),
-            tuple(wrt),
-        )
+        return _transform(entry, fn, "primals", _primals, args, tuple(points), wrt)
 
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
@@ -311,3 +265,19 @@ def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any
         out = eager()
         entry.ok[kind] = False
         return out
+
+
+def _transform(
+    entry: Compiled | None,
+    fn: Callable,
+    kind: str,
+    eager: Callable,
+    args: Sequence[Any],
+    operand: Any,
+    wrt: Sequence[int],
+    attribute: str = "",
+) -> Any:
+    """``eager(fn, args, operand, wrt)`` - fn's JVP, VJP or batch of
+    evaluations - compiled where ``entry`` can."""
+    a, w = tuple(args), tuple(wrt)
+    return _run(entry, kind, lambda: eager(fn, a, operand, w), a, operand, w, attribute=attribute)
