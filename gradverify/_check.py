@@ -68,8 +68,13 @@ def check(
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise)
     options = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
-    with _observe.call("check", fn, args, {**options, "directions": directions, "name": name, "vectorise": vectorise}):
-        return _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise)
+    with _observe.call(
+        "check", fn, args, {**options, "directions": directions, "name": name, "vectorise": vectorise}
+    ) as outermost:
+        result = _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise)
+    if outermost:
+        _observe.finished("check", result)
+    return result
 
 
 def _check(

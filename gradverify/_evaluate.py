@@ -8,10 +8,13 @@ code into ``CallFailed`` with the stage it happened in."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +25,38 @@ from ._errors import ArgumentTypeError, ModeUnavailable, explain
 from ._rule import Rule
 from ._validate import resolve_wrt
 from .backends import Backend, backend_name_of
+
+#: Packages whose own warnings, raised while gradverify takes a derivative,
+#: are the machinery's and not fn's.
+FRAMEWORKS = ("torch", "functorch", "jax", "jaxlib", "numpy", "gradverify")
+
+
+def _framework_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in FRAMEWORKS:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(dirs)
+
+
+@contextlib.contextmanager
+def fns_warnings_only() -> Iterator[None]:
+    """Run a derivative with the warnings raised from the frameworks' own
+    code dropped (torch's forward mode, loading its decompositions on first
+    use, warns that torch.jit.script is deprecated: under ``-W error`` a
+    correct fn would fail). The others - fn's and its rules', attributed to
+    their code - are raised again once the call returns, under the caller's
+    filters, where an error is fn's as on its own run."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    if caught:
+        dirs = _framework_dirs()
+        for w in caught:
+            if not os.path.abspath(w.filename).startswith(dirs):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 class CallFailed(Exception):
@@ -343,7 +378,10 @@ class Evaluator:
         if stage == "evaluating fn":
             self.counts["primal"] += 1
         try:
-            return f(*args)
+            if stage == "evaluating fn":
+                return f(*args)
+            with fns_warnings_only():  # (a derivative: the framework's machinery runs too)
+                return f(*args)
         except ModeUnavailable:
             raise
         except Exception as e:  # user code: report, never crash the check

@@ -3,8 +3,10 @@
 
 ``gradverify triage rerun NODE_ID`` runs a pytest test with an observer
 registered and so learns the function and strategy the test checks, to rerun
-them across seeds, steps, dtypes and thread counts. Calls made inside another
-call (``gv.verify`` checks every example through ``gv.check``) are not offered.
+them across seeds, steps, dtypes and thread counts; the pytest plugin
+registers a result observer to show the report of every failing call a test
+made. Calls made inside another call (``gv.verify`` checks every example
+through ``gv.check``) are not offered.
 """
 
 from __future__ import annotations
@@ -15,23 +17,32 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 Observer = Callable[[str, Any, Any, dict[str, Any]], None]
+ResultObserver = Callable[[str, Any], None]
 _observers: list[Observer] = []
+_result_observers: list[ResultObserver] = []
 _depth = threading.local()
 
 
 @contextlib.contextmanager
-def call(kind: str, fn: Any, inputs: Any, options: dict[str, Any]) -> Iterator[None]:
+def call(kind: str, fn: Any, inputs: Any, options: dict[str, Any]) -> Iterator[bool]:
     """Mark one gradverify call: ``kind`` is "check" (``inputs`` the argument
-    tuple) or "verify" (``inputs`` the strategy)."""
+    tuple) or "verify" (``inputs`` the strategy). Yields whether it is the
+    outermost (whose result goes to ``finished``)."""
     depth = getattr(_depth, "n", 0)
     if depth == 0:
         for observer in list(_observers):
             observer(kind, fn, inputs, options)
     _depth.n = depth + 1
     try:
-        yield
+        yield depth == 0
     finally:
         _depth.n = depth
+
+
+def finished(kind: str, result: Any) -> None:
+    """The result of an outermost call, offered to each result observer."""
+    for observer in list(_result_observers):
+        observer(kind, result)
 
 
 @contextlib.contextmanager
@@ -41,3 +52,12 @@ def observing(observer: Observer) -> Iterator[None]:
         yield
     finally:
         _observers.remove(observer)
+
+
+@contextlib.contextmanager
+def observing_results(observer: ResultObserver) -> Iterator[None]:
+    _result_observers.append(observer)
+    try:
+        yield
+    finally:
+        _result_observers.remove(observer)

@@ -159,16 +159,17 @@ def verify(
         raise _Failed
 
     options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
+    outermost = False
     try:
         # one function at shapes that repeat: backends may compile it for the run
-        with _observe.call("verify", fn, args_strategy, options), reproducible_generation(), compiling():
+        with _observe.call("verify", fn, args_strategy, options) as outermost, reproducible_generation(), compiling():
             prop()
     except _Failed:
         pass
     label = state.label or label  # the check's own name for fn (e.g. Function.apply's class)
     failed = state.last is not None
     args, res = state.last if failed else ((), None)
-    return VerifyResult(
+    result = VerifyResult(
         ok=not failed,
         counterexample=tuple(args) if failed else None,
         result=res,
@@ -183,6 +184,9 @@ def verify(
         strategy=repr(args_strategy),
         worst_ratio=state.worst_ratio,
     )
+    if outermost:
+        _observe.finished("verify", result)
+    return result
 
 
 def derive_seed(base: int, key: str) -> int:

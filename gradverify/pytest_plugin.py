@@ -4,12 +4,16 @@
   ``--gradverify-profile``, ``--gradverify-report DIR`` and the matching ini keys;
 * a marker ``@pytest.mark.gradverify(**options)`` for per-test options
   (``max_examples``, ``seed``, ``order``, ``rtol``, ``atol``, ``full``, ``directions``);
-* a fixture ``gradverify``: ``gradverify.check(fn, *args)`` and
-  ``gradverify.verify(fn, strategy)`` bound to the test's own seed (derived from
-  the base seed and the node id: independent of order and worker count);
-* per-test figures in ``item.user_properties`` (so in JUnit XML, any family),
-  and every attempt's outcome where a test failed or was rerun (pytest-rerunfailures),
-  failures with their minimal counterexample in the terminal summary, and a
+* a fixture ``gradverify``: ``check``, ``verify``, ``assert_gradients`` and
+  ``assert_verified`` bound to the test's own seed (``seed_for``: from the
+  base seed and the test's file name and name, so the same whatever the
+  directory pytest runs from, the order, the process or the worker);
+* every ``gv.check`` / ``gv.verify`` a test makes (through the fixture or
+  not) recorded: the full report of each failing one beside the test's
+  failure (``assert r.ok, r`` shows it), the pair that disagrees, both values
+  and how to reproduce it in the terminal summary, per-test figures in
+  ``item.user_properties`` (so in JUnit XML, any family), every attempt's
+  outcome where a test failed or was rerun (pytest-rerunfailures), and a
   report written once, by the controller, under pytest-xdist.
 
 Loading the plugin imports neither torch nor jax (nor Hypothesis): the
@@ -19,13 +23,12 @@ for a settings profile.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gradverify import _io, _reports
+from gradverify import _io, _observe, _reports
 from gradverify._verify import derive_seed
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
@@ -126,24 +129,36 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
 
 
-class Checker:
-    """``gv.check`` and ``gv.verify`` bound to one test's seed and options;
-    every call is recorded for the test's figures and the report."""
+def seed_key(item: pytest.Item) -> str:
+    """What a test's seed is derived from: its file's name and its name
+    within the file, parameters included (``test_ops.py::TestX::test_y[a]``).
+    Unlike the node id it does not change with the directory pytest runs
+    from (the rootdir); renaming the test or its file does change it, which
+    ``@pytest.mark.gradverify(seed=...)`` pins against."""
+    return "::".join([item.path.name, *item.nodeid.split("::")[1:]])
 
-    def __init__(self, nodeid: str, settings: _Settings, marker_options: dict[str, Any]) -> None:
+
+def seed_for(base: int, item: pytest.Item) -> int:
+    """The seed a test's gradverify calls get from the base seed (``--gradverify-seed``)."""
+    return derive_seed(base, seed_key(item))
+
+
+class Checker:
+    """``gv.check`` and ``gv.verify`` bound to one test's seed and options
+    (every call a test makes is recorded, through the fixture or not)."""
+
+    def __init__(self, nodeid: str, settings: _Settings, marker_options: dict[str, Any], seed: int) -> None:
         self.nodeid = nodeid
-        self.seed = int(marker_options.get("seed", derive_seed(settings.seed, nodeid)))
+        self.pinned = "seed" in marker_options
+        self.seed = int(marker_options.get("seed", seed))
         self.max_examples = int(marker_options.get("max_examples", settings.max_examples))
         self.options = {k: v for k, v in marker_options.items() if k in _CHECK_OPTIONS}
         self.report_dir = settings.report
-        self.records: list[dict[str, Any]] = []
 
     def check(self, fn: Any, *args: Any, **options: Any) -> Any:
         import gradverify as gv
 
-        res = gv.check(fn, *args, **{"seed": self.seed, **self.options, **options})
-        self.records.append(_check_record(self.nodeid, res))
-        return res
+        return gv.check(fn, *args, **{"seed": self.seed, **self.options, **options})
 
     def verify(self, fn: Any, args_strategy: Any, **options: Any) -> Any:
         import gradverify as gv
@@ -156,50 +171,57 @@ class Checker:
             **self.options,
             **options,
         }
-        res = gv.verify(fn, args_strategy, **opts)
-        self.records.append(_verify_record(self.nodeid, res))
-        return res
+        return gv.verify(fn, args_strategy, **opts)
+
+    def assert_gradients(self, fn: Any, *args: Any, **options: Any) -> Any:
+        """``check``, raising ``gv.GradientError`` (an AssertionError) with the full report on failure."""
+        return _raise_if_failed(self.check(fn, *args, **options))
+
+    def assert_verified(self, fn: Any, args_strategy: Any, **options: Any) -> Any:
+        """``verify``, raising ``gv.GradientError`` with the full report (the
+        minimal failing input and its check) on failure."""
+        return _raise_if_failed(self.verify(fn, args_strategy, **options))
 
 
-def _check_record(nodeid: str, res: Any) -> dict[str, Any]:
-    worst = res.errors[0] if res.errors else None
+def _raise_if_failed(res: Any) -> Any:
+    from gradverify import GradientError
+
+    if not res.ok:
+        raise GradientError(res)
+    return res
+
+
+def _record(nodeid: str, kind: str, res: Any) -> dict[str, Any]:
+    """A JSON-ready record of one gv.check (``kind`` "check") or gv.verify call."""
+    import numpy as np
+
+    check = res if kind == "check" else res.result
+    worst = check.errors[0] if check is not None and check.errors else None
+    ratio = res.worst_ratio
+    if worst is not None and worst.error is not None and worst.bound:
+        ratio = max(ratio, worst.error / worst.bound)  # the failure's own: above 1
+    counterexample = getattr(res, "counterexample", None)
     return {
         "nodeid": nodeid,
-        "call": "check",
+        "call": kind,
         "function": res.function,
         "backend": res.backend,
         "seed": res.seed,
         "ok": res.ok,
         "inconclusive": int(res.inconclusive),
-        "worst_ratio": res.worst_ratio,
-        "error": None if worst is None else worst.error,
-        "bound": None if worst is None else worst.bound,
-        "counterexample": None,
-        "npz": None,
-        "report": None if res.ok else str(res),
-    }
-
-
-def _verify_record(nodeid: str, res: Any) -> dict[str, Any]:
-    import numpy as np
-
-    worst = res.result.errors[0] if res.result is not None and res.result.errors else None
-    return {
-        "nodeid": nodeid,
-        "call": "verify",
-        "function": res.function,
-        "backend": res.backend,
-        "seed": res.seed,
-        "ok": res.ok,
-        "inconclusive": res.inconclusive,
-        "examples_run": res.examples_run,
-        "worst_ratio": res.worst_ratio,
+        **({"examples_run": res.examples_run} if kind == "verify" else {}),
+        # the largest error / bound of the call: over the passing inputs, or the failure's
+        "worst_ratio": ratio,
+        "pair": None if worst is None or worst.pair is None else " vs ".join(worst.pair),
+        "values": {} if worst is None else dict(worst.values),
+        "where": None if worst is None else worst.message,
         "error": None if worst is None else worst.error,
         "bound": None if worst is None else worst.bound,
         "counterexample": None
-        if res.counterexample is None
-        else [_io.exact(np.asarray(_io.to_numpy(a))) for a in res.counterexample],
-        "npz": res.saved,
+        if counterexample is None
+        else [_io.exact(np.asarray(_io.to_numpy(a))) for a in counterexample],
+        "npz": getattr(res, "saved", None),
+        "reproduce": None if check is None else check.reproduce,
         "report": None if res.ok else str(res),
     }
 
@@ -218,9 +240,25 @@ def gradverify(request: pytest.FixtureRequest) -> Checker:
             f"@pytest.mark.gradverify: expected options from {list(_MARKER_OPTIONS)}; found {unknown}. "
             "Fix: drop or rename them"
         )
-    checker = Checker(request.node.nodeid, request.config.stash[_settings_key], options)
+    settings = request.config.stash[_settings_key]
+    checker = Checker(request.node.nodeid, settings, options, seed_for(settings.seed, request.node))
     request.node.stash[_checker_key] = checker
     return checker
+
+
+_results_key = pytest.StashKey[list[dict[str, Any]]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Record every outermost gv.check / gv.verify the test makes."""
+    records = item.stash.setdefault(_results_key, [])
+
+    def observer(kind: str, result: Any) -> None:
+        records.append(_record(item.nodeid, kind, result))
+
+    with _observe.observing_results(observer):
+        return (yield)
 
 
 _attempts_key = pytest.StashKey[list[str]]()
@@ -244,17 +282,22 @@ def _record_attempt(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     if call.when == "teardown":
         _record_attempt(item)
+    recs = item.stash.get(_results_key, []) if call.when == "call" else []
     checker = item.stash.get(_checker_key, None)
-    if call.when == "call" and checker is not None and checker.records:
-        recs = checker.records
+    if recs:
         failed = [r for r in recs if not r["ok"]]
+        first = failed[0] if failed else max(recs, key=lambda r: r["worst_ratio"] or 0.0)
         worst = max((r["worst_ratio"] or 0.0 for r in recs), default=0.0)
         item.user_properties.append(("gradverify_verdict", "failed" if failed else "passed"))
-        item.user_properties.append(("gradverify_seed", checker.seed))
+        item.user_properties.append(("gradverify_seed", first["seed"]))
         item.user_properties.append(("gradverify_calls", len(recs)))
+        # error / bound: below 1 where every call passed; a failure's own, above 1, where one failed
         item.user_properties.append(("gradverify_worst_ratio", f"{worst:.3g}"))
         if failed and failed[0]["error"] is not None:
-            item.user_properties.append(("gradverify_error", f"{failed[0]['error']:.3g} > {failed[0]['bound']:.3g}"))
+            f = failed[0]
+            item.user_properties.append(("gradverify_error", f"{f['error']:.3g} > {f['bound']:.3g}"))
+            item.user_properties.append(("gradverify_bound", f"{f['bound']:.3g}"))
+            item.user_properties.append(("gradverify_pair", f["pair"] or ""))
         npz = next((r["npz"] for r in failed if r["npz"]), None)
         if npz:
             item.user_properties.append(("gradverify_counterexample", npz))
@@ -265,9 +308,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             item.stash[_outcome_key] = "error" if call.when == "setup" else "failed"
         elif report.skipped and call.when == "setup":
             item.stash[_outcome_key] = "skipped"
-    if call.when == "call" and checker is not None and checker.records:
+    if recs:
         report = outcome.get_result()
-        setattr(report, _RECORDS_ATTR, list(checker.records))  # serialized to the xdist controller
+        for r in recs:
+            r["reproduce_test"] = _reproduce_test(item, r, checker)
+            r["test_failed"] = report.failed  # (a test may assert that a check fails)
+        failing = [r for r in recs if not r["ok"]]
+        if report.failed and failing:
+            # the full report of each failing call, beside the test's failure
+            report.sections.append(("gradverify report", "\n\n".join(r["report"] for r in failing)))
+        setattr(report, _RECORDS_ATTR, list(recs))  # serialized to the xdist controller
+
+
+def _reproduce_test(item: pytest.Item, record: dict[str, Any], checker: Checker | None) -> str:
+    """The command that runs the test again with the same inputs."""
+    command = f"pytest '{item.nodeid}'"
+    settings = item.config.stash[_settings_key]
+    if checker is not None and not checker.pinned and settings.seed:
+        command += f" --gradverify-seed {settings.seed}"
+    if checker is not None and not checker.pinned:
+        command += f"  (or pin it: @pytest.mark.gradverify(seed={checker.seed}))"
+    elif checker is None and record.get("reproduce"):
+        command += f"  (the call alone: {record['reproduce']})"
+    return command
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -287,19 +350,25 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     tr = terminalreporter
     tr.section("gradverify")
+    shown = [r for r in failed if r.get("test_failed", True)]
     tr.write_line(
         f"{len(_SESSION_RECORDS)} gradient check(s) in {len({r['nodeid'] for r in _SESSION_RECORDS})} test(s), "
-        f"{len(failed)} failed"
+        f"{len(failed)} failed" + (f" ({len(shown)} in failing tests)" if len(shown) != len(failed) else "")
     )
-    for r in failed:
+    for r in shown:
         tr.write_line(f"FAILED {r['nodeid']}: {r['function']} [{r['backend']}] seed {r['seed']}")
         if r["counterexample"]:
             for k, a in enumerate(r["counterexample"]):
                 tr.write_line(f"    arg{k}: {a['dtype']}{a['shape']} = {a['values']}")
+        if r.get("pair"):
+            shown = "  ".join(f"{k} = {v:.6g}" for k, v in r["values"].items())
+            tr.write_line(f"    {r['pair']}: {shown}")
         if r["error"] is not None:
             tr.write_line(f"    |error| {r['error']:.3g} > bound {r['bound']:.3g}")
         if r["npz"]:
             tr.write_line(f"    inputs: {r['npz']}")
+        if r.get("reproduce_test"):
+            tr.write_line(f"    reproduce: {r['reproduce_test']}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -319,4 +388,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "records": sorted(_SESSION_RECORDS, key=lambda r: (r["nodeid"], r["call"], r["function"])),
     }
     path = directory / "gradverify-pytest.json"
-    _io.atomic_write(path, json.dumps(data, indent=1, default=str) + "\n")
+    _io.atomic_write(path, _io.to_json(data) + "\n")

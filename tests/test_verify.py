@@ -314,7 +314,8 @@ def test_same_seed_same_examples_whatever_else_is_imported():
 
     script = (
         "import sys\n"
-        "if sys.argv[1] == 'more': import gradverify._sweep, gradverify.cli, gradverify._triage_rerun, gradverify._triage_junit\n"
+        "if sys.argv[1] == 'more':\n"
+        "    import gradverify._sweep, gradverify.cli, gradverify._triage_rerun, gradverify._triage_junit\n"
         "import gradverify as gv\n"
         "from gradverify import strategies as gst\n"
         "r = gv.verify(gst.normalization_call('layer_norm', 'fused', backend='numpy'),\n"

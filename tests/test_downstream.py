@@ -1,0 +1,252 @@
+"""A new project meets gradverify: a package ``mylib`` with a custom
+torch.autograd.Function whose backward has a planted bug (a scaled softplus
+whose slope uses exp(x) instead of sigmoid(x) for x < 0), the same function
+written correctly, and a jax.custom_vjp log-sum-exp; tests written the way
+the README teaches. pytest runs them for real, in subprocesses: plain, with
+``-n 2``, with ``-W error``, and from the project root and from ``tests/``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("jax")
+
+TORCH_OPS = """
+import torch
+
+
+class ScaledSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 2.0 * torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        slope = torch.where(x < 0, torch.exp(x), torch.sigmoid(x))  # the bug: exp(x) for x < 0
+        return 2.0 * g * slope
+
+
+def scaled_softplus(x):
+    return ScaledSoftplus.apply(x)
+
+
+def good_softplus(x):
+    return 2.0 * torch.nn.functional.softplus(x)
+"""
+
+JAX_OPS = """
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+
+
+@jax.custom_vjp
+def lse(x):
+    m = jnp.max(x)
+    return m + jnp.log(jnp.sum(jnp.exp(x - m)))
+
+
+def _fwd(x):
+    y = lse(x)
+    return y, (x, y)
+
+
+def _bwd(res, g):
+    x, y = res
+    return (g * jnp.exp(x - y),)
+
+
+lse.defvjp(_fwd, _bwd)
+"""
+
+TESTS = """
+import jax.numpy as jnp
+import pytest
+from hypothesis import strategies as st
+
+import gradverify as gv
+from gradverify import strategies as gst
+from mylib.jax_ops import lse
+from mylib.torch_ops import good_softplus, scaled_softplus
+
+
+def vectors(backend):
+    return gst.arrays(backend, "float64", st.tuples(st.integers(1, 4))).map(lambda a: (a,))
+
+
+def test_planted_bug(gradverify):
+    res = gradverify.verify(scaled_softplus, vectors("torch"))
+    assert res.ok, res
+
+
+def test_planted_bug_asserted(gradverify):
+    gradverify.assert_verified(scaled_softplus, vectors("torch"))
+
+
+def test_correct_softplus(gradverify):
+    res = gradverify.verify(good_softplus, vectors("torch"))
+    assert res.ok, res
+
+
+def test_correct_lse():
+    r = gv.check(lse, jnp.array([0.5, -1.0, 2.0]))
+    assert r.ok, r
+
+
+@pytest.mark.gradverify(seed=1234, max_examples=20)
+def test_pinned(gradverify):
+    res = gradverify.verify(good_softplus, vectors("torch"))
+    assert res.ok and res.seed == 1234 and res.max_examples == 20, res
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("downstream")
+    (root / "mylib").mkdir()
+    (root / "mylib" / "__init__.py").write_text("")
+    (root / "mylib" / "torch_ops.py").write_text(TORCH_OPS)
+    (root / "mylib" / "jax_ops.py").write_text(JAX_OPS)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_ops.py").write_text(TESTS)
+    return root
+
+
+def _pytest(project: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(project)}  # (mylib as if installed)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        cwd=cwd or project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _seeds(out: str) -> set[str]:
+    return set(re.findall(r"scaled_softplus - seed (\d+)", out))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "how",
+    [("plain", ()), ("xdist", ("-n", "2")), ("warnings as errors", ("-W", "error")), ("from tests/", ())],
+    ids=lambda h: h[0],
+)
+def test_the_planted_bug_is_caught_and_correct_code_passes(project, how, tmp_path):
+    name, extra = how
+    xml = tmp_path / "junit.xml"
+    if name == "from tests/":
+        done = _pytest(project, "-rA", f"--junitxml={xml}", ".", cwd=project / "tests")
+    else:
+        done = _pytest(project, "-rA", f"--junitxml={xml}", *extra, "tests")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    summary = {m[1]: m[0] for m in re.findall(r"^(PASSED|FAILED) \S*::(\w+)", out, re.M)}
+    assert summary == {
+        "test_planted_bug": "FAILED",
+        "test_planted_bug_asserted": "FAILED",
+        "test_correct_softplus": "PASSED",
+        "test_correct_lse": "PASSED",
+        "test_pinned": "PASSED",
+    }, out
+    # `assert res.ok, res` shows the whole report beside the failure: the
+    # minimal input, the pair that disagrees and both values (exp(-1) x 2
+    # against sigmoid(-1) x 2)
+    assert "gradverify report" in out and "arg0: float64[1] = [-1.0]" in out, out
+    assert "VJP = 0.735759" in out and "FD = 0.537883" in out, out
+    # ... and so does the fixture's assert_verified, as a GradientError
+    assert "GradientError: gradverify.verify FAILED: scaled_softplus" in out, out
+    # the summary names the pair, both values and how to reproduce it
+    assert "VJP vs FD: VJP = 0.735759  FD = 0.537883" in out, out
+    assert "reproduce: pytest '" in out and "@pytest.mark.gradverify(seed=" in out, out
+    # JUnit: the failing call's ratio is above 1, beside its error and bound
+    props = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        props[case.get("name")] = {p.get("name"): p.get("value") for p in case.iter("property")}
+    bug = props["test_planted_bug"]
+    assert bug["gradverify_verdict"] == "failed" and float(bug["gradverify_worst_ratio"]) > 1, bug
+    error, bound = (float(v) for v in bug["gradverify_error"].split(" > "))
+    assert float(bug["gradverify_bound"]) == bound and error / bound > 1 and bug["gradverify_pair"] == "VJP vs FD"
+    good = props["test_correct_softplus"]
+    assert good["gradverify_verdict"] == "passed" and float(good["gradverify_worst_ratio"]) <= 1, good
+    assert props["test_correct_lse"]["gradverify_verdict"] == "passed"
+
+
+@pytest.mark.slow
+def test_a_test_gets_the_same_seed_from_the_root_and_from_tests(project):
+    from_root = _pytest(project, "tests", "-k", "planted_bug and not asserted")
+    from_tests = _pytest(project, ".", "-k", "planted_bug and not asserted", cwd=project / "tests")
+    seeds = _seeds(from_root.stdout), _seeds(from_tests.stdout)
+    assert len(seeds[0]) == 1 and seeds[0] == seeds[1], (from_root.stdout, from_tests.stdout)
+    other = _pytest(project, "tests", "-k", "planted_bug and not asserted", "--gradverify-seed", "7")
+    assert _seeds(other.stdout) and _seeds(other.stdout) != seeds[0]
+    assert "--gradverify-seed 7" in other.stdout  # the reproducing command keeps the base seed
+
+
+def _warning_softplus(torch, message: str, filename: str | None = None):
+    """softplus whose (correct) backward warns, as from its own code or from ``filename``."""
+    import warnings
+
+    class Softplus(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.nn.functional.softplus(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            if filename is None:
+                warnings.warn(message, UserWarning, stacklevel=1)
+            else:
+                warnings.warn_explicit(message, DeprecationWarning, filename, 1)
+            return g * torch.sigmoid(x)
+
+    return Softplus.apply
+
+
+def test_warnings_of_fns_rules_stay_visible_and_follow_the_callers_filters():
+    import warnings
+
+    import torch
+
+    import gradverify as gv
+
+    # (plain calls of the rule: vectorised ones are silent, their warnings would be vmap's)
+    x = torch.tensor([-1.0, 0.5], dtype=torch.float64)
+    fn = _warning_softplus(torch, "from the rule")
+    with pytest.warns(UserWarning, match="from the rule"):
+        assert gv.check(fn, x, vectorise=False).ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the caller's policy: the rule's warning is an error of the rule
+        r = gv.check(fn, x, vectorise=False)
+    assert not r.ok and r.by_kind(gv.Kind.EXCEPTION), str(r)
+    assert "from the rule" in str(r)
+
+
+def test_warnings_the_frameworks_raise_from_their_own_code_are_dropped():
+    import warnings
+
+    import torch
+
+    import gradverify as gv
+
+    inside = os.path.join(os.path.dirname(torch.__file__), "autograd", "forward_ad.py")
+    fn = _warning_softplus(torch, "the machinery's", filename=inside)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = gv.check(fn, torch.tensor([-1.0, 0.5], dtype=torch.float64), vectorise=False)
+    assert r.ok, str(r)
