@@ -46,18 +46,19 @@ def finished(kind: str, result: Any) -> None:
 
 
 @contextlib.contextmanager
-def observing(observer: Observer) -> Iterator[None]:
-    _observers.append(observer)
+def _registered(registry: list[Any], observer: Any) -> Iterator[None]:
+    registry.append(observer)
     try:
         yield
     finally:
-        _observers.remove(observer)
+        registry.remove(observer)
 
 
-@contextlib.contextmanager
-def observing_results(observer: ResultObserver) -> Iterator[None]:
-    _result_observers.append(observer)
-    try:
-        yield
-    finally:
-        _result_observers.remove(observer)
+def observing(observer: Observer) -> contextlib.AbstractContextManager[None]:
+    """``observer(kind, fn, inputs, options)`` offered each outermost call, within the block."""
+    return _registered(_observers, observer)
+
+
+def observing_results(observer: ResultObserver) -> contextlib.AbstractContextManager[None]:
+    """``observer(kind, result)`` offered each outermost call's result, within the block."""
+    return _registered(_result_observers, observer)
