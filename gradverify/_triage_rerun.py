@@ -120,7 +120,7 @@ class Evidence(Record):
     failing_examples: int
     failing_seeds: list[int]
     nondeterminism: Nondeterminism | None
-    region: list[Any] | None = None  # bug in a region, bug: the pieces (or range) holding the failures
+    region: list[str] | None = None  # bug in a region, bug: the pieces between kinks (or the signs) of the failures
     kink_distances: list[float | None] | None = None  # kink flake
     avoid_with: str | None = None  # kink flake
     proposed_tolerance: float | None = None  # precision flake
@@ -425,7 +425,8 @@ def rerun(
     ``test(fn, *args) -> (ok, error)`` is the test as written (default: gv.check
     with the rounding model). Each failing input is judged again by gv.check:
     confirmed failures are a **bug** (nearly every input fails) or a **bug in a
-    region** (some do; the failing positions are given); unconfirmed ones are a
+    region** (some do; the pieces between ``kinks``, or the signs, that hold
+    the failing positions are given); unconfirmed ones are a
     **kink flake** when the input lies within 2 ``fd_step`` of one of ``kinks``
     (``position(*args)`` gives the points to measure, default the first
     argument) or gv.check finds a kink there, else a **precision flake** with
@@ -467,9 +468,8 @@ def rerun(
         # every input fails) or only where inputs reach a region
         verdict = Verdict.BUG if failing >= 0.95 * examples else Verdict.BUG_IN_A_REGION
         positions = np.concatenate([np.asarray(f.position, dtype=np.float64) for f in failures if f.confirmed])
-        figures["region"] = (
-            _pieces(positions, kinks) if len(kinks) else [float(positions.min()), float(positions.max())]
-        )
+        # the pieces between the kinks that hold the failures; without kinks, their signs
+        figures["region"] = _pieces(positions, kinks if len(kinks) else (0.0,))
     elif all(near_kink(f) for f in failures if not f.confirmed):
         verdict = Verdict.KINK_FLAKE
         figures["kink_distances"] = [f.kink_distance for f in failures]

@@ -192,6 +192,33 @@ def _naive_inputs(lo=-5.0, hi=5.0):
     return gst.arrays("numpy", "float64", st.tuples(st.integers(1, 6)), min_value=lo, max_value=hi).map(lambda a: (a,))
 
 
+def test_a_bug_on_negative_inputs_without_kinks_is_named_by_its_sign():
+    """A scaled softplus whose backward uses exp(x) for sigmoid(x) where x < 0:
+    the region is "x < 0", not the span of the elements it happened to locate."""
+    import torch
+    from hypothesis import strategies as st
+
+    import gradverify as gv
+    from gradverify import strategies as gst
+
+    class ScaledSoftplus(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return 2.0 * torch.nn.functional.softplus(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2.0 * g * torch.where(x < 0, torch.exp(x), torch.sigmoid(x))
+
+    args = gst.arrays("torch", "float64", st.tuples(st.integers(1, 6)), min_value=-5, max_value=5)
+    r = gv.triage(ScaledSoftplus.apply, args.map(lambda a: (a,)), seeds=3, max_examples=10, threads=(1,))
+    assert r.verdict in ("bug", "bug in a region"), r.evidence
+    assert r.evidence["region"] == ["x < 0"], r.evidence
+    assert all(v < 0 for f in r.evidence["failures"] for v in f["position"])
+
+
 def test_rerun_wrong_saturated_slope_is_a_bug_in_a_region():
     """The seed's hardsigmoid: slope 1 instead of 0 beyond +-3, random inputs in [-5, 5]."""
     import gradverify as gv
