@@ -108,3 +108,32 @@ def w2(x):
         if not hasattr(x, "new_tensor")
         else x.new_tensor(1.5 + 0.1 * np.arange(n))
     )
+
+
+#: A module of a downstream project: a scaled softplus as a
+#: torch.autograd.Function whose backward has a planted bug (exp(x) for
+#: sigmoid(x) where x < 0), and the same function written correctly.
+PLANTED_TORCH_OPS = """
+import torch
+
+
+class ScaledSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 2.0 * torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        slope = torch.where(x < 0, torch.exp(x), torch.sigmoid(x))  # the bug: exp(x) for x < 0
+        return 2.0 * g * slope
+
+
+def scaled_softplus(x):
+    return ScaledSoftplus.apply(x)
+
+
+def good_softplus(x):
+    return 2.0 * torch.nn.functional.softplus(x)
+"""

@@ -16,33 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from ._helpers import PLANTED_TORCH_OPS as TORCH_OPS
+
 pytest.importorskip("torch")
 pytest.importorskip("jax")
-
-TORCH_OPS = """
-import torch
-
-
-class ScaledSoftplus(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return 2.0 * torch.nn.functional.softplus(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        slope = torch.where(x < 0, torch.exp(x), torch.sigmoid(x))  # the bug: exp(x) for x < 0
-        return 2.0 * g * slope
-
-
-def scaled_softplus(x):
-    return ScaledSoftplus.apply(x)
-
-
-def good_softplus(x):
-    return 2.0 * torch.nn.functional.softplus(x)
-"""
 
 JAX_OPS = """
 import jax
