@@ -216,6 +216,18 @@ def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Prob
     status = ad.status
     if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
         return
+    if ev.rule is not None and not ev.backend.differentiates:
+        # the rules are numpy code: nothing can differentiate them
+        for mode in ("JVP", "VJP"):
+            if status.get(mode) == _modes.CHECKED:
+                ad.unavailable(
+                    f"the derivative of the {mode}",
+                    f"order 2 differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has no "
+                    "automatic differentiation: write the rules with torch or jax operations on torch or jax "
+                    "arrays, or check the rule itself as a function with rules of its own",
+                    order=2,
+                )
+        return
     rng = np.random.default_rng([options.seed, 2])
     v = _probes.signs(rng, _xp.size(primal.values), like=primal.values)
     u = _probes.signs(rng, probes.flat.n, like=probes.x)

@@ -339,7 +339,7 @@ class AD:
             self.report.add(kind, ERROR, f"{mode}: the {what} {message}", pair=pair, argument=argument)
         return invalid
 
-    def unavailable(self, mode: str, why: str) -> None:
+    def unavailable(self, mode: str, why: str, order: int = 1) -> None:
         if self.status.get(mode) == UNAVAILABLE:
             return
         self.status[mode] = UNAVAILABLE
@@ -348,6 +348,7 @@ class AD:
             WARNING,
             f"{mode} is unavailable ({why}); the other checks ran",
             pair=(mode, "-"),
+            order=order,
         )
 
 

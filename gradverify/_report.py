@@ -45,6 +45,8 @@ def render_text(r: CheckResult) -> str:
         verdict = "PASSED (partly inconclusive)"
     else:
         verdict = "PASSED"
+    if not errors and r.second_order_checked is False:
+        verdict += " (order 2 not checked: no derivative of the JVP or VJP could be taken)"
     n_warn = len(r.warnings)
     lines = [
         f"gradverify {verdict}: {r.function} [{r.backend}, order {r.order}] "

@@ -150,6 +150,13 @@ class CheckResult:
         """True when part of the check could not decide (a kink, a jump)."""
         return any(f.kind in Kind.INCONCLUSIVE for f in self.findings)
 
+    @property
+    def second_order_checked(self) -> bool | None:
+        """order=2: whether any derivative of the JVP or VJP was checked (None: order 1)."""
+        if self.order != 2:
+            return None
+        return any(" of " in mode and status == "checked" for mode, status in self.modes.items())
+
     def by_kind(self, kind: str) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.kind == kind)
 

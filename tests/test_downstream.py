@@ -227,3 +227,47 @@ def test_warnings_the_frameworks_raise_from_their_own_code_are_dropped():
         warnings.simplefilter("error")
         r = gv.check(fn, torch.tensor([-1.0, 0.5], dtype=torch.float64), vectorise=False)
     assert r.ok, str(r)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_blocks() -> list[str]:
+    """The README's fenced blocks, in order."""
+    blocks, current = [], None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+@pytest.mark.slow
+def test_the_readme_quick_start_runs_in_a_new_project_as_it_says(tmp_path):
+    """The README's "check your own function" snippet, run as written, prints
+    the report the README shows; the Softplus it defines, put in a package,
+    and the README's pytest test beside it fail with that report."""
+    blocks = _readme_blocks()
+    snippet = next(b for b in blocks if "class Softplus(torch.autograd.Function)" in b)
+    shown = next(b for b in blocks if b.startswith("gradverify FAILED: Softplus.apply"))
+    test = next(b for b in blocks if b.startswith("# tests/test_softplus.py"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    printed = run.stdout.splitlines()
+    for line in shown.splitlines():  # every line the README shows, as printed (the README trims one)
+        assert line.rstrip(" .)") in "\n".join(printed) or "..." in line, (line, run.stdout)
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (tmp_path / "mylib" / "softplus.py").write_text(snippet.split("torch.manual_seed")[0])
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_softplus.py").write_text(test)
+    done = _pytest(tmp_path, "tests")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "1 failed" in out, out
+    assert "gradverify report" in out and "mismatch (VJP vs FD)" in out, out

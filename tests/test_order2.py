@@ -118,3 +118,31 @@ def test_torch_second_order_of_a_piecewise_linear_function_is_zero_not_a_crash(n
     x, b = torch.tensor(2.5 * rng.standard_normal((3, 4))), torch.tensor(rng.standard_normal(4))
     r = gv.check(lambda x, b: ops.bias_act(name, x, b), x, b, order=2)
     assert r.ok, str(r)
+
+
+def test_order_2_that_could_not_be_checked_says_so_in_its_verdict():
+    """A numpy gv.Rule: nothing differentiates its numpy rules. The check
+    passes order 1 and says order 2 was not checked, with the reason, not a
+    hint to wrap what is already a gv.Rule."""
+    import numpy as np
+
+    import gradverify as gv
+
+    rule = gv.Rule(np.tanh, vjp=lambda args, v: (v * (1 - np.tanh(args[0]) ** 2),))
+    r = gv.check(rule, np.array([0.3, -1.2]), order=2)
+    assert r.ok and r.second_order_checked is False
+    first = str(r).splitlines()[0]
+    assert first.startswith("gradverify PASSED (order 2 not checked"), first
+    assert "wrap the function as gv.Rule" not in str(r)
+    assert any("numpy has no automatic differentiation" in f.message for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE))
+    assert gv.check(rule, np.array([0.3, -1.2])).second_order_checked is None  # order 1: not asked
+
+
+def test_order_2_checked_says_nothing_more():
+    import torch
+
+    import gradverify as gv
+
+    r = gv.check(torch.tanh, torch.tensor([0.3, -1.2], dtype=torch.float64), order=2)
+    assert r.ok and r.second_order_checked is True
+    assert str(r).splitlines()[0].startswith("gradverify PASSED: "), str(r)

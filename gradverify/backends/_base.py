@@ -20,6 +20,8 @@ Wrt = Sequence[int]
 
 class Backend:
     name: str = "?"
+    #: Whether it has automatic differentiation (of fn, and of a gv.Rule's rules written in it).
+    differentiates: bool = True
 
     # -- arrays ---------------------------------------------------------------
     def dtype_name(self, x: Any) -> str:

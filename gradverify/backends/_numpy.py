@@ -18,6 +18,7 @@ _NO_AD = (
 
 class NumpyBackend(Backend):
     name = "numpy"
+    differentiates = False
 
     def dtype_name(self, x: Any) -> str:
         return np.asarray(x).dtype.name
