@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import math
 import tempfile
 import time
@@ -52,6 +53,7 @@ class Case:
     seed: int
     max_examples: int
     strategy: str | None = None  # "pkg.mod:name" for a user target
+    path: str | None = None  # a user target: the directory its modules import from (the sweep's)
 
     @property
     def id(self) -> str:
@@ -95,6 +97,42 @@ def expand_targets(targets: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def user_strategies(targets: Sequence[str], strategies: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The targets without their inline strategies, and each user target's
+    strategy: ``MODULE:FN=MODULE:STRATEGY`` inline, else the ``--strategy``
+    values in the order of the user targets that have none (one value
+    serves them all)."""
+    plain, inline = [], {}
+    for t in targets:
+        target, eq, strategy = t.partition("=")
+        if eq and not strategy:
+            raise ArgumentValueError(
+                explain("TARGET=STRATEGY", "MODULE:FN=MODULE:STRATEGY", repr(t), "name the strategy after =")
+            )
+        plain.append(target)
+        if eq:
+            inline[target] = strategy
+    user = [t for t in dict.fromkeys(plain) if _is_user(t) and t not in inline]
+    given = list(strategies)
+    if len(given) == 1:
+        given = given * len(user)
+    if user and given and len(given) != len(user):
+        raise ArgumentValueError(
+            explain(
+                "--strategy",
+                f"one per module:function target without its own ({len(user)}: {', '.join(user)}), or one for all",
+                f"{len(given)}",
+                "write each target as MODULE:FN=MODULE:STRATEGY, or give --strategy once per target, in their order",
+            )
+        )
+    return plain, {**inline, **dict(zip(user, given))}
+
+
+def _is_user(target: str) -> bool:
+    """A ``module:function`` target (not a bundled op or an example)."""
+    return ":" in target and target not in EXAMPLES and not target.startswith("bias_act")
+
+
 def cases(
     targets: Sequence[str],
     *,
@@ -104,23 +142,81 @@ def cases(
     order: int = 1,
     seed: int = 0,
     max_examples: int = 10,
-    strategy: str | None = None,
+    strategy: str | Sequence[str] | None = None,
 ) -> list[Case]:
+    """Every (target, backend, impl, dtype) case. A user target's backend and
+    dtype are those of its strategy's arrays (see ``resolve``)."""
+    given = [strategy] if isinstance(strategy, str) else list(strategy or ())
+    targets, strategies = user_strategies(targets, given)
     out = []
     for target in expand_targets(targets):
-        user = target not in NORMS and target not in EXAMPLES and not target.startswith("bias_act:")
+        user = _is_user(target)
         op = "user" if user else "example" if target in EXAMPLES else target.split(":")[0]
         act = target.split(":", 1)[1] if op == "bias_act" else "swish" if op == "example" else None
         for backend in ("-",) if user else backends:
             for impl in ("-",) if user else ("fused",) if op == "example" else impls:
                 for dtype in ("-",) if user else dtypes:
                     key = f"{target}[{backend},{impl},{dtype}]/order{order}"
-                    out.append(
-                        Case(
-                            target, op, act, backend, impl, dtype, order, derive_seed(seed, key), max_examples, strategy
-                        )
-                    )
+                    case = Case(target, op, act, backend, impl, dtype, order, derive_seed(seed, key), max_examples)
+                    out.append(resolve(dataclasses.replace(case, strategy=strategies.get(target))) if user else case)
     return out
+
+
+def _backends_used(fn: Any) -> set[str]:
+    """The array libraries (torch, jax) the module defining ``fn`` imports."""
+    import sys
+
+    module = sys.modules.get(getattr(inspect.unwrap(fn), "__module__", None) or "")
+    names = {getattr(v, "__name__", "").split(".")[0] for v in vars(module).values()} if module else set()
+    return names & {"torch", "jax"}
+
+
+def resolve(case: Case) -> Case:
+    """A user case with its backend and dtype: those of the arrays its
+    strategy draws (impl "user"). An fn whose module uses one array library
+    given another's arrays is a usage error, not a gradient failure."""
+    import warnings
+
+    from .backends import backend_name_of
+
+    if case.strategy is None:
+        raise UsageError(
+            explain(
+                f"target {case.target}",
+                "a strategy for a module:function target (MODULE:FN=MODULE:STRATEGY, or --strategy MODULE:STRATEGY)",
+                "none",
+                "pass --strategy mypkg.tests:args, a Hypothesis strategy of argument tuples",
+            )
+        )
+    fn, strategy = _load(case.target, "target"), _load(case.strategy, "--strategy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (Hypothesis: .example() is meant for the interactive prompt)
+        example = strategy.example()
+    example = example if isinstance(example, tuple) else (example,)
+    arrays = [a for a in example if backend_name_of(a) is not None and hasattr(a, "dtype")]
+    backends = sorted({backend_name_of(a) for a in arrays})
+    if len(backends) != 1:
+        raise UsageError(
+            explain(
+                f"--strategy {case.strategy}",
+                "tuples of arrays of one backend (numpy, torch or jax)",
+                f"{[type(a).__name__ for a in example]}",
+                "draw the arguments of fn as one backend's arrays, e.g. gradverify.strategies.arrays('torch')",
+            )
+        )
+    backend, used = backends[0], _backends_used(fn)
+    if len(used) == 1 and backend not in used:
+        (own,) = used
+        raise UsageError(
+            explain(
+                f"{case.target} with --strategy {case.strategy}",
+                f"{own} arrays (the module of {case.target} uses {own})",
+                f"{backend} arrays",
+                f"give this target a strategy of {own} arrays: {case.target}=MODULE:STRATEGY",
+            )
+        )
+    dtype = str(getattr(arrays[0], "dtype", "-")).removeprefix("torch.")
+    return dataclasses.replace(case, backend=backend, impl="user", dtype=dtype, path=str(Path.cwd()))
 
 
 # -- building a case ------------------------------------------------------------------------
@@ -150,14 +246,7 @@ def build(case: Case) -> tuple[Callable[..., Any], Any]:
 
     if case.op == "user":
         if case.strategy is None:
-            raise UsageError(
-                explain(
-                    f"target {case.target}",
-                    "--strategy module:name for a user function",
-                    "no strategy",
-                    "pass --strategy mypkg.tests:args",
-                )
-            )
+            resolve(case)  # (raises: no strategy)
         return _load(case.target, "target"), _load(case.strategy, "--strategy")
     if not installed(case.backend):
         raise Skip(f"{case.backend} is not installed (pip install gradverify[{case.backend}])")
@@ -263,7 +352,7 @@ def _failure(case: Case, res: Any) -> dict[str, Any]:
 
 def case_of(record: dict[str, Any]) -> Case:
     """The case a record was made from (records carry every field of their case)."""
-    return Case(**{f.name: record[f.name] for f in dataclasses.fields(Case)})
+    return Case(**{f.name: record.get(f.name, f.default) for f in dataclasses.fields(Case)})
 
 
 def arrays_of(failure: dict[str, Any]) -> list[np.ndarray]:
@@ -343,7 +432,15 @@ def case_code(case: Case) -> str:
     """Python lines that rebuild the case's function as ``fn``."""
     if case.op == "user":
         module, _, name = case.target.partition(":")
-        return f"from {module} import {name} as fn"
+        head, _, rest = name.partition(".")
+        lines = (
+            ["import sys", f"sys.path.insert(0, {case.path!r})  # where the sweep imported it from"]
+            if case.path
+            else []
+        )
+        lines.append(f"from {module} import {head} as fn")
+        lines += [f"fn = fn.{part}" for part in rest.split(".") if part]
+        return "\n".join(lines)
     if case.op == "example":
         bug = case.target == "example:seed-bug"
         return f"from gradverify._examples import BUILDERS\nfn = BUILDERS[{case.backend!r}]({bug})"
@@ -382,7 +479,9 @@ def _write_script(case: Case, npz: Path) -> str:
         f"data = np.load(Path(__file__).with_name({npz.name!r}))",
         "arrays = [data[k] for k in sorted(data.files, key=lambda k: int(k[3:]))]",
         _CONVERT[backend],
-        f"print(gv.check(fn, *arrays, seed={case.seed}, order={case.order}))",
+        f"result = gv.check(fn, *arrays, seed={case.seed}, order={case.order})",
+        "print(result)",
+        "raise SystemExit(0 if result.ok else 1)  # 1 while the failure persists",
         "",
     ]
     path = npz.with_suffix(".py")

@@ -53,14 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradverify", description="Prove gradients right, or show where they are wrong.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="verify bundled ops, examples, or module:function targets")
-    c.add_argument("targets", nargs="+", metavar="TARGET", help="all, bias_act[:NAME], a normalization, module:fn")
+    c.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="all, bias_act[:NAME], a normalization, an example, module:fn or module:fn=module:strategy",
+    )
     c.add_argument("--backend", nargs="+", choices=(*BACKENDS, "all"), default=["all"], help="default: all")
     c.add_argument("--impl", choices=("reference", "fused", "both"), default="both")
     c.add_argument("--dtype", nargs="+", choices=("float64", "float32", "float16", "bfloat16"), default=["float64"])
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--max-examples", type=int, default=10)
     c.add_argument("--order", type=int, choices=(1, 2), default=1)
-    c.add_argument("--strategy", metavar="MODULE:NAME", help="the argument strategy of a module:function target")
+    c.add_argument(
+        "--strategy",
+        metavar="MODULE:NAME",
+        action="append",
+        default=[],
+        help="the argument strategy of a module:function target (one per such target, in order; one serves all)",
+    )
     c.add_argument("--report", metavar="DIR", default="reports", help="where reports go (default: reports/)")
     c.add_argument("--no-report", action="store_true", help="write no files")
     c.add_argument("--format", type=_formats, default=["md", "json", "junit", "html"], help="md,json,junit,html")
@@ -154,12 +165,6 @@ def _check(args: argparse.Namespace) -> int:
         )
     except (ValueError, TypeError) as e:
         raise _Usage(str(e)) from e
-    if any(c.op == "user" for c in cases) and not args.strategy:
-        raise _Usage(
-            "a module:function target: expected --strategy module:name for a user function "
-            "(a Hypothesis strategy of argument tuples); found none. Fix: pass --strategy mypkg.tests:args"
-        )
-
     if args.scheduler and args.workers != 1:
         raise _Usage(
             "--workers and --scheduler: expected one of them; found both. Fix: the cluster has its own workers"
@@ -318,8 +323,6 @@ def _rerun_command(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         max_examples=args.max_examples,
     )
-    if case.op == "user" and not args.strategy:
-        raise _Usage("a module:function target: expected --strategy module:name; found none")
     try:
         fn, strategy = _sweep.build(case)
     except _sweep.Skip as e:

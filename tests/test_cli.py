@@ -72,7 +72,7 @@ def test_seed_bug_fails_with_exit_1_and_writes_every_report(capsys, tmp_path):
     # the script next to the .npz reproduces the failure
     assert f["script"] == f["npz"][: -len(".npz")] + ".py" and f["npz"].startswith("cases/")  # relative: portable
     rerun = subprocess.run([sys.executable, tmp_path / f["script"]], capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.returncode == 1, rerun.stderr  # 1 while the failure persists
     assert "gradverify FAILED" in rerun.stdout and "mismatch" in rerun.stdout
     # no half-written files left behind
     assert not list(tmp_path.rglob("*.tmp"))
@@ -168,7 +168,7 @@ def test_list_shows_activations_kinks_and_conventions(capsys):
     [
         (["check", "nonsense"], "target: expected all, bias_act, bias_act:NAME"),
         (["check", "bias_act:relu7"], "relu7"),
-        (["check", "userops:f"], "--strategy module:name for a user function"),
+        (["check", "userops:f"], "expected a strategy for a module:function target"),
         (["check", "examples", "--max-examples", "0"], "--max-examples: expected an int >= 1"),
         (["report", "/nonexistent/report.json"], "a JSON report written by gradverify check"),
     ],

@@ -271,3 +271,105 @@ def test_the_readme_quick_start_runs_in_a_new_project_as_it_says(tmp_path):
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "1 failed" in out, out
     assert "gradverify report" in out and "mismatch (VJP vs FD)" in out, out
+
+
+STRATEGIES = """
+from hypothesis import strategies as st
+
+from gradverify import strategies as gst
+
+torch_vectors = gst.arrays("torch", "float64", st.tuples(st.integers(1, 4))).map(lambda a: (a,))
+jax_vectors = gst.arrays("jax", "float64", st.tuples(st.integers(1, 4))).map(lambda a: (a,))
+"""
+
+
+def _command(project: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # (the command imports from its directory)
+    return subprocess.run(
+        [sys.executable, "-m", "gradverify.cli", *args],
+        cwd=cwd or project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_the_command_on_a_projects_functions(tmp_path):
+    """``gradverify check MODULE:FN=MODULE:STRATEGY ...``: each target its own
+    strategy and a label of its backend and dtype; a strategy of the wrong
+    backend is a usage error; the reproducer it writes runs from the report
+    directory, exits 1 while the bug is there and 0 once it is fixed."""
+    project = tmp_path / "project"
+    (project / "mylib").mkdir(parents=True)
+    (project / "mylib" / "__init__.py").write_text("")
+    (project / "mylib" / "torch_ops.py").write_text(TORCH_OPS)
+    (project / "mylib" / "jax_ops.py").write_text(JAX_OPS)
+    (project / "mylib" / "strategies.py").write_text(STRATEGIES)
+    softplus, lse = "mylib.torch_ops:scaled_softplus", "mylib.jax_ops:lse"
+
+    done = _command(
+        project,
+        "check",
+        f"{softplus}=mylib.strategies:torch_vectors",
+        f"{lse}=mylib.strategies:jax_vectors",
+        "--report",
+        "rep",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"FAIL  {softplus} [torch, user, float64]" in done.stdout, done.stdout
+    assert f"PASS  {lse} [jax, user, float64]" in done.stdout, done.stdout
+    report = (project / "rep" / "report.md").read_text()
+    assert "[-,-,-]" not in report and "-/-/-" not in report and f"{softplus}[torch,user,float64]" in report
+
+    # --strategy once per target, in their order, does the same
+    aligned = _command(
+        project,
+        "check",
+        softplus,
+        lse,
+        "--strategy",
+        "mylib.strategies:torch_vectors",
+        "--strategy",
+        "mylib.strategies:jax_vectors",
+        "--no-report",
+    )
+    assert aligned.returncode == 1 and f"PASS  {lse} [jax, user, float64]" in aligned.stdout, aligned.stderr
+    # a jax function given torch arrays, or strategies that do not match the targets: usage errors
+    wrong = _command(project, "check", lse, "--strategy", "mylib.strategies:torch_vectors", "--no-report")
+    assert wrong.returncode == 2 and "expected jax arrays" in wrong.stderr and "found torch arrays" in wrong.stderr
+    counted = _command(
+        project,
+        "check",
+        softplus,
+        lse,
+        "--strategy",
+        "mylib.strategies:torch_vectors",
+        "--strategy",
+        "mylib.strategies:jax_vectors",
+        "--strategy",
+        "mylib.strategies:jax_vectors",
+    )
+    assert counted.returncode == 2 and "--strategy: expected one per module:function target" in counted.stderr
+
+    (script,) = (project / "rep" / "cases").glob("*.py")
+    run = subprocess.run(
+        [sys.executable, str(script.relative_to(project / "rep"))],
+        cwd=project / "rep",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1 and "gradverify FAILED: scaled_softplus" in run.stdout, run.stdout + run.stderr
+    fixed = TORCH_OPS.replace("torch.where(x < 0, torch.exp(x), torch.sigmoid(x))", "torch.sigmoid(x)")
+    assert fixed != TORCH_OPS
+    (project / "mylib" / "torch_ops.py").write_text(fixed)
+    run = subprocess.run(
+        [sys.executable, str(script.relative_to(project / "rep"))],
+        cwd=project / "rep",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and "gradverify PASSED: scaled_softplus" in run.stdout, run.stdout + run.stderr
