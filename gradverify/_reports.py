@@ -220,6 +220,8 @@ def to_junit(report: dict[str, Any]) -> str:
 
 
 _CSS = """
+figure.plot{display:inline-block;vertical-align:top;margin:.5em 1.5em .5em 0;max-width:420px}
+figcaption{font-size:.85em;color:#444}
 td,th{padding:.2em .5em;text-align:center}
 td.passed{background:#dfd}td.failed{background:#fbb;font-weight:bold}td.skipped{color:#888}td.error{background:#fd8}
 pre{padding:1em}
@@ -265,6 +267,102 @@ def to_html(report: dict[str, Any]) -> str:
     return _io.html_page("gradverify report", out, _CSS)
 
 
+_W, _H = 420, 260
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 44  # the plot area's margins: room for ticks and labels
+
+
+def _span(lo: float, hi: float, pad: float, least: float = 0.0) -> tuple[float, float]:
+    """A range to draw ``lo .. hi`` in: widened by ``pad`` of its width, at
+    least ``least`` wide (centred), and never degenerate (1 around a single value)."""
+    if hi - lo < least:
+        mid = (lo + hi) / 2
+        return mid - least / 2, mid + least / 2
+    if not hi > lo:
+        return lo - 1.0, hi + 1.0
+    return lo - pad * (hi - lo), hi + pad * (hi - lo)
+
+
+def _nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """Round values (1, 2 or 5 times a power of ten apart) within lo .. hi."""
+    raw = (hi - lo) / max(most - 1, 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def _svg_axes(
+    cls: str,
+    x: tuple[float, float],
+    y: tuple[float, float],
+    x_ticks: list[tuple[float, str]],
+    y_ticks: list[tuple[float, str]],
+    x_label: str,
+    y_label: str,
+    marks: Any,
+    caption: str,
+) -> str:
+    """A figure: axes with ticks and tick labels, axis labels, the marks
+    (``marks(sx, sy)`` gives the SVG elements in data coordinates) and a
+    caption saying what to read from it."""
+    (x0, x1), (y0, y1) = x, y
+    right, bottom = _W - _RIGHT, _H - _BOTTOM
+
+    def sx(v: float) -> float:
+        return _LEFT + (v - x0) / (x1 - x0) * (right - _LEFT)
+
+    def sy(v: float) -> float:
+        return bottom - (v - y0) / (y1 - y0) * (bottom - _TOP)
+
+    e = html.escape
+    parts = [
+        f'<rect x="{_LEFT}" y="{_TOP}" width="{right - _LEFT}" height="{bottom - _TOP}" fill="none" stroke="#555"/>'
+    ]
+    for v, text in x_ticks:
+        px = sx(v)
+        parts.append(f'<line x1="{px:.1f}" y1="{bottom}" x2="{px:.1f}" y2="{bottom + 5}" stroke="#555"/>')
+        parts.append(f'<text x="{px:.1f}" y="{bottom + 17}" text-anchor="middle" font-size="10">{e(text)}</text>')
+    for v, text in y_ticks:
+        py = sy(v)
+        parts.append(f'<line x1="{_LEFT - 5}" y1="{py:.1f}" x2="{_LEFT}" y2="{py:.1f}" stroke="#555"/>')
+        parts.append(f'<line x1="{_LEFT}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{_LEFT - 8}" y="{py + 3.5:.1f}" text-anchor="end" font-size="10">{e(text)}</text>')
+    parts.append(marks(sx, sy))
+    parts.append(
+        f'<text x="{(_LEFT + right) / 2:.0f}" y="{_H - 8}" text-anchor="middle" font-size="11">{e(x_label)}</text>'
+    )
+    mid = (_TOP + bottom) / 2
+    parts.append(
+        f'<text x="13" y="{mid:.0f}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 13 {mid:.0f})">{e(y_label)}</text>'
+    )
+    return (
+        f'<figure class="plot"><svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+        f'role="img" aria-label="{e(y_label)} against {e(x_label)}">{"".join(parts)}</svg>'
+        f"<figcaption>{e(caption)}</figcaption></figure>"
+    )
+
+
+def _distinct(values: list[float]) -> list[str]:
+    """The values with as few significant digits as keep their labels apart."""
+    for digits in range(2, 17):
+        labels = [f"{v:.{digits}g}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(v) for v in values]
+
+
+def _decades(lo: float, hi: float) -> list[tuple[float, str]]:
+    """Tick positions and labels of a log10 axis: every decade (every other
+    one past 8), or round values where the axis spans less than two."""
+    first, last = math.ceil(lo), math.floor(hi)
+    if last - first < 1:
+        ticks = _nice_ticks(lo, hi, 4)
+        return list(zip(ticks, _distinct([10.0**v for v in ticks])))
+    every = 1 if last - first <= 8 else 2
+    return [(float(k), f"1e{k}") for k in range(first, last + 1, every)]
+
+
 def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
     """|FD(h) - AD| against the step h, log-log, as inline SVG (no plotting
     library needed): a correct rule dips toward rounding; a wrong one levels
@@ -274,27 +372,27 @@ def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
     pts = [(math.log10(h), math.log10(max(e, 1e-18))) for h, _, e in rows if h > 0 and math.isfinite(e)]
     if len(pts) < 2:
         return None
-    w, ht, pad = 360, 220, 40
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys) - 0.5, max(ys) + 0.5
+    x = _span(min(p[0] for p in pts), max(p[0] for p in pts), 0.04)
+    # at least a decade: a difference that stays put must look flat, not show its last digits
+    y = _span(min(p[1] for p in pts), max(p[1] for p in pts), 0.1, least=1.0)
 
-    def sx(x: float) -> float:
-        return pad + (x - x0) / (x1 - x0 or 1) * (w - 2 * pad)
+    def marks(sx: Any, sy: Any) -> str:
+        line = " ".join(f"{sx(a):.1f},{sy(b):.1f}" for a, b in pts)
+        dots = "".join(f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="2.5" fill="#c33"/>' for a, b in pts)
+        return f'<polyline points="{line}" fill="none" stroke="#c33" stroke-width="1.5"/>{dots}'
 
-    def sy(y: float) -> float:
-        return ht - pad - (y - y0) / (y1 - y0 or 1) * (ht - 2 * pad)
-
-    line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-    dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5"/>' for x, y in pts)
-    return (
-        f'<svg class="fd-vs-step" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}">'
-        f'<rect x="{pad}" y="{pad}" width="{w - 2 * pad}" height="{ht - 2 * pad}" fill="none" stroke="#999"/>'
-        f'<polyline points="{line}" fill="none" stroke="#c33" stroke-width="1.5"/>{dots}'
-        f'<text x="{w / 2}" y="{ht - 8}" text-anchor="middle" font-size="11">log10 step h '
-        f"({x0:.0f} .. {x1:.0f})</text>"
-        f'<text x="12" y="{ht / 2}" font-size="11" transform="rotate(-90 12 {ht / 2})" text-anchor="middle">'
-        f"log10 |FD(h) - AD| ({y0 + 0.5:.1f} .. {y1 - 0.5:.1f})</text></svg>"
+    return _svg_axes(
+        "fd-vs-step",
+        x,
+        y,
+        _decades(*x),
+        _decades(*y),
+        "finite-difference step h",
+        "|FD(h) - AD|",
+        marks,
+        "|FD(h) - AD| of the failing element against the step h (log-log). Where the rule is right the "
+        "difference falls with h until rounding takes over; a wrong rule levels off at the size of its "
+        "error, whatever the step.",
     )
 
 
@@ -303,34 +401,37 @@ def _svg_ad_vs_fd(rows: list[dict[str, Any]] | None) -> str | None:
     output element, as inline SVG: the wrong elements stand apart."""
     if not rows:
         return None
-    w, ht, pad = 360, 220, 40
     vals = [v for r in rows for v in (r["AD"], r["FD"]) if math.isfinite(v)]
     if not vals:
         return None
-    lo, hi = min(vals), max(vals)
-    lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-12 else (lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
     n = len(rows)
+    y = _span(min(vals), max(vals), 0.1)
+    every = max(1, math.ceil(n / 8))
+    x_ticks = [(float(k), str(k + 1)) for k in range(0, n, every)]
+    ticks = _nice_ticks(*y)
+    y_ticks = list(zip(ticks, _distinct(ticks)))
 
-    def sx(k: int) -> float:
-        return pad + (k + 0.5) / n * (w - 2 * pad)
+    def marks(sx: Any, sy: Any) -> str:
+        out = []
+        for k, r in enumerate(rows):
+            if math.isfinite(r["FD"]):
+                out.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["FD"]):.1f}" r="5" fill="none" stroke="#36c"/>')
+            if math.isfinite(r["AD"]):
+                out.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["AD"]):.1f}" r="2.5" fill="#c33"/>')
+        return "".join(out)
 
-    def sy(v: float) -> float:
-        return ht - pad - (v - lo) / (hi - lo) * (ht - 2 * pad)
-
-    marks = []
-    for k, r in enumerate(rows):
-        if math.isfinite(r["FD"]):
-            marks.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["FD"]):.1f}" r="5" fill="none" stroke="#36c"/>')
-        if math.isfinite(r["AD"]):
-            marks.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["AD"]):.1f}" r="2.5" fill="#c33"/>')
-    return (
-        f'<svg class="ad-vs-fd" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}">'
-        f'<rect x="{pad}" y="{pad}" width="{w - 2 * pad}" height="{ht - 2 * pad}" fill="none" stroke="#999"/>'
-        + "".join(marks)
-        + f'<text x="{w / 2}" y="{ht - 8}" text-anchor="middle" font-size="11">input element (1 .. {n}): '
-        f"AD red, FD blue</text>"
-        f'<text x="12" y="{ht / 2}" font-size="11" transform="rotate(-90 12 {ht / 2})" text-anchor="middle">'
-        f"d output / d input ({lo:.3g} .. {hi:.3g})</text></svg>"
+    return _svg_axes(
+        "ad-vs-fd",
+        (-0.5, n - 0.5),
+        y,
+        x_ticks,
+        y_ticks,
+        "input element",
+        "d output / d input",
+        marks,
+        "The failing output element's derivative with respect to each input element: AD (red dots) "
+        "against finite differences (blue rings). Where a dot sits outside its ring, the rule is wrong "
+        "for that element.",
     )
 
 
