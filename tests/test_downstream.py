@@ -81,6 +81,28 @@ def test_correct_lse():
     assert r.ok, r
 
 
+def test_planted_bug_at_one_input(gradverify):
+    import torch
+
+    gradverify.assert_gradients(scaled_softplus, torch.tensor([-1.0, 0.5], dtype=torch.float64))
+
+
+def test_planted_bug_plain_check():
+    import torch
+
+    r = gv.check(scaled_softplus, torch.tensor([-2.0, 1.0], dtype=torch.float64))
+    assert r.ok, r
+
+
+def test_numpy_rule_order_2():
+    import numpy as np
+
+    rule = gv.Rule(np.tanh, vjp=lambda args, v: (v * (1 - np.tanh(args[0]) ** 2),))
+    r = gv.check(rule, np.array([0.3, -1.2]), order=2)
+    assert r.ok, r
+    assert "order 2 not checked" in str(r).splitlines()[0]
+
+
 @pytest.mark.gradverify(seed=1234, max_examples=20)
 def test_pinned(gradverify):
     res = gradverify.verify(good_softplus, vectors("torch"))
@@ -135,6 +157,9 @@ def test_the_planted_bug_is_caught_and_correct_code_passes(project, how, tmp_pat
     assert summary == {
         "test_planted_bug": "FAILED",
         "test_planted_bug_asserted": "FAILED",
+        "test_planted_bug_at_one_input": "FAILED",
+        "test_planted_bug_plain_check": "FAILED",
+        "test_numpy_rule_order_2": "PASSED",
         "test_correct_softplus": "PASSED",
         "test_correct_lse": "PASSED",
         "test_pinned": "PASSED",
@@ -143,9 +168,12 @@ def test_the_planted_bug_is_caught_and_correct_code_passes(project, how, tmp_pat
     # minimal input, the pair that disagrees and both values (exp(-1) x 2
     # against sigmoid(-1) x 2)
     assert "gradverify report" in out and "arg0: float64[1] = [-1.0]" in out, out
+    # one report section per failing test, through the fixture or a plain gv.check
+    assert len(re.findall(r"^-+ gradverify report -+$", out, re.M)) == 4, out
     assert "VJP = 0.735759" in out and "FD = 0.537883" in out, out
-    # ... and so does the fixture's assert_verified, as a GradientError
+    # ... and so do the fixture's assert_verified and assert_gradients, as a GradientError
     assert "GradientError: gradverify.verify FAILED: scaled_softplus" in out, out
+    assert "GradientError: gradverify FAILED: scaled_softplus [torch, order 1]" in out, out
     # the summary names the pair, both values and how to reproduce it
     assert "VJP vs FD: VJP = 0.735759  FD = 0.537883" in out, out
     assert "reproduce: pytest '" in out and "@pytest.mark.gradverify(seed=" in out, out
@@ -373,3 +401,35 @@ def test_the_command_on_a_projects_functions(tmp_path):
         timeout=300,
     )
     assert run.returncode == 0 and "gradverify PASSED: scaled_softplus" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_triage_of_the_projects_failing_test_names_the_bugs_region(project):
+    """``gradverify triage rerun NODE`` on the planted bug: a bug (in a region)
+    on x < 0, named by sign - not by the span of the elements it located."""
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gradverify.cli",
+            "triage",
+            "rerun",
+            "tests/test_ops.py::test_planted_bug",
+            "--seeds",
+            "1",
+            "--threads",
+            "1",
+            "--max-examples",
+            "5",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert re.search(r"verify scaled_softplus: bug( in a region)? ", out), out
+    assert "region: ['x < 0']" in out, out
