@@ -352,54 +352,28 @@ def test_the_command_on_a_projects_functions(tmp_path):
     assert "[-,-,-]" not in report and "-/-/-" not in report and f"{softplus}[torch,user,float64]" in report
 
     # --strategy once per target, in their order, does the same
-    aligned = _command(
-        project,
-        "check",
-        softplus,
-        lse,
-        "--strategy",
-        "mylib.strategies:torch_vectors",
-        "--strategy",
-        "mylib.strategies:jax_vectors",
-        "--no-report",
-    )
+    strategies = ["--strategy", "mylib.strategies:torch_vectors", "--strategy", "mylib.strategies:jax_vectors"]
+    aligned = _command(project, "check", softplus, lse, *strategies, "--no-report")
     assert aligned.returncode == 1 and f"PASS  {lse} [jax, user, float64]" in aligned.stdout, aligned.stderr
     # a jax function given torch arrays, or strategies that do not match the targets: usage errors
     wrong = _command(project, "check", lse, "--strategy", "mylib.strategies:torch_vectors", "--no-report")
     assert wrong.returncode == 2 and "expected jax arrays" in wrong.stderr and "found torch arrays" in wrong.stderr
-    counted = _command(
-        project,
-        "check",
-        softplus,
-        lse,
-        "--strategy",
-        "mylib.strategies:torch_vectors",
-        "--strategy",
-        "mylib.strategies:jax_vectors",
-        "--strategy",
-        "mylib.strategies:jax_vectors",
-    )
+    counted = _command(project, "check", softplus, lse, *strategies, "--strategy", "mylib.strategies:jax_vectors")
     assert counted.returncode == 2 and "--strategy: expected one per module:function target" in counted.stderr
 
     (script,) = (project / "rep" / "cases").glob("*.py")
-    run = subprocess.run(
-        [sys.executable, str(script.relative_to(project / "rep"))],
-        cwd=project / "rep",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def reproduce() -> subprocess.CompletedProcess[str]:  # from the report directory, nothing on the path
+        rel = str(script.relative_to(project / "rep"))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        return subprocess.run([sys.executable, rel], cwd=project / "rep", env=env, capture_output=True, text=True)
+
+    run = reproduce()
     assert run.returncode == 1 and "gradverify FAILED: scaled_softplus" in run.stdout, run.stdout + run.stderr
     fixed = TORCH_OPS.replace("torch.where(x < 0, torch.exp(x), torch.sigmoid(x))", "torch.sigmoid(x)")
     assert fixed != TORCH_OPS
     (project / "mylib" / "torch_ops.py").write_text(fixed)
-    run = subprocess.run(
-        [sys.executable, str(script.relative_to(project / "rep"))],
-        cwd=project / "rep",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = reproduce()
     assert run.returncode == 0 and "gradverify PASSED: scaled_softplus" in run.stdout, run.stdout + run.stderr
 
 
