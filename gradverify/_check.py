@@ -31,8 +31,15 @@ from ._modes import AD
 from ._oracle import Oracle
 from ._primal import Primal, summary
 from ._probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
-from ._result import ERROR, ArraySummary, CheckResult, Finding, Kind
-from ._validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
+from ._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind
+from ._validate import (
+    function_name,
+    resolve_wrt,
+    validate_arrays,
+    validate_fn,
+    validate_options,
+    validate_readable,
+)
 from .backends import Backend, backend_of
 
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check"]
@@ -91,6 +98,7 @@ def _check(
     vectorise: bool = True,
 ) -> CheckResult:
     backend = backend_of(args)
+    validate_readable(backend, args)
     placed = _placed(backend, args)
     with backend.working() if placed else contextlib.nullcontext():
         ev = Evaluator(fn, backend, args, (), placed)
@@ -178,6 +186,17 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
             return outcome
         outcome.output = primal.summary
         _primal.repeat(ev, primal, report)
+        if not _xp.any_(primal.finite):
+            # ok (no error was found) but inconclusive, and said so in the verdict line
+            empty = _xp.size(primal.values) == 0
+            report.add(
+                Kind.NOTHING_COMPARED,
+                WARNING,
+                "nothing compared: fn's output is "
+                + ("empty" if empty else "NaN or inf at every element")
+                + "; no derivative was checked (check fn at another point)",
+            )
+            return outcome
         precision = _primal.choose(ev, primal)
         outcome.oracle = precision.name
         outcome.notes = list(precision.notes)

@@ -41,6 +41,8 @@ def render_text(r: CheckResult) -> str:
     errors = r.errors
     if errors:
         verdict = "FAILED"
+    elif any(f.kind == "nothing_compared" for f in r.findings):
+        verdict = "PASSED (nothing compared)"
     elif r.inconclusive:
         verdict = "PASSED (partly inconclusive)"
     else:

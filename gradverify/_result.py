@@ -31,6 +31,7 @@ class Kind(Word):
     NONDIFFERENTIABLE = "nondifferentiable"  # a kink at the point: inconclusive
     DISCONTINUITY = "discontinuity"  # a jump at the point: inconclusive
     FD_UNRELIABLE = "fd_unreliable"  # finite differences cannot decide there: inconclusive
+    NOTHING_COMPARED = "nothing_compared"  # no output element to compare (empty, or all NaN/inf): inconclusive
     PRECISION = "precision"  # low-precision AD off its float64 AD by rounding, not a wrong rule
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
@@ -38,7 +39,12 @@ class Kind(Word):
 
 #: Every kind, and those that leave a check inconclusive (FD could not decide).
 Kind.ALL = tuple(Kind)  # type: ignore[attr-defined]
-Kind.INCONCLUSIVE = (Kind.NONDIFFERENTIABLE, Kind.DISCONTINUITY, Kind.FD_UNRELIABLE)  # type: ignore[attr-defined]
+Kind.INCONCLUSIVE = (  # type: ignore[attr-defined]
+    Kind.NONDIFFERENTIABLE,
+    Kind.DISCONTINUITY,
+    Kind.FD_UNRELIABLE,
+    Kind.NOTHING_COMPARED,
+)
 
 
 class Level(Word):

@@ -25,6 +25,15 @@ def validate_fn(fn: Any) -> None:
         )
 
 
+def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
+    """Arguments the checker can read the values of (before it copies them)."""
+    for i, a in enumerate(args):
+        bad = backend.unsupported(a)
+        if bad is not None:
+            what, fix = bad
+            raise ArgumentTypeError(explain(f"argument {i}", "a dense array with values", what, fix))
+
+
 def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> None:
     for i, (a, v) in enumerate(zip(args, values)):
         if _xp.size(v) == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -113,6 +114,63 @@ def test_mixed_backends_error():
     assert "expected arrays of one backend" in msg and "numpy and torch mixed" in msg
     assert "argument 1: torch" in msg and "Fix:" in msg
     assert isinstance(e.value, TypeError)
+
+
+@pytest.mark.parametrize(
+    ("layout", "found", "fix"),
+    [
+        ("coo", "a tensor of layout torch.sparse_coo", "densify it first"),
+        ("csr", "a tensor of layout torch.sparse_csr", "densify it first"),
+        ("meta", "a tensor on the meta device", "materialise it with values"),
+    ],
+)
+def test_tensors_without_readable_values_are_refused(layout, found, fix):
+    import torch
+
+    dense = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch: sparse CSR support is in beta)
+        x = {
+            "coo": lambda: dense.to_sparse(),
+            "csr": lambda: dense.to_sparse_csr(),
+            "meta": lambda: torch.empty(2, 2, dtype=torch.float64, device="meta"),
+        }[layout]()
+    with pytest.raises(gv.ArgumentTypeError) as e:
+        gv.check(lambda a: a * 2, x)
+    msg = str(e.value)
+    assert msg.startswith("argument 0: expected a dense array with values; found " + found) and fix in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("fn", "why"),
+    [
+        (lambda x: x[:0] * 2, "empty"),  # an op with an empty output
+        (lambda x: (-2.0) ** x, "NaN or inf at every element"),  # negative bases: every output NaN
+    ],
+    ids=["empty output", "every output NaN"],
+)
+def test_a_check_that_compared_nothing_says_so(fn, why):
+    """ok (no error found) but inconclusive, and the verdict line says so; verify counts it inconclusive."""
+    import torch
+    from hypothesis import strategies as st
+
+    x = torch.tensor([0.5, 1.5], dtype=torch.float64)
+    r = gv.check(fn, x)
+    assert r.ok and r.inconclusive
+    (nothing,) = r.by_kind(gv.Kind.NOTHING_COMPARED)
+    assert why in nothing.message
+    assert str(r).startswith("gradverify PASSED (nothing compared):"), str(r)
+    v = gv.verify(fn, st.just((x,)), max_examples=3)
+    assert v.ok and v.inconclusive == v.examples_run >= 1
+
+
+def test_a_zero_tensor_gradient_is_a_zero_gradient():
+    """torch.sgn's derivative is torch's storage-less ZeroTensor: read as zeros, it passes."""
+    import torch
+
+    r = gv.check(torch.sgn, torch.tensor([-1.5, 0.5, 2.0], dtype=torch.float64))
+    assert r.ok and not r.inconclusive, str(r)
+    assert r.modes["VJP"] == "checked"
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -33,6 +33,11 @@ class Backend:
     def is_complex(self, x: Any) -> bool:
         return False
 
+    def unsupported(self, x: Any) -> tuple[str, str] | None:
+        """(what ``x`` is, how to make it checkable) for an array the checker
+        cannot read (no values on a device, a sparse layout); None for the others."""
+        return None
+
     def to_numpy(self, x: Any) -> np.ndarray:
         """A fresh numpy copy (low-precision floats widened to float32)."""
         raise NotImplementedError

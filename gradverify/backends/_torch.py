@@ -27,6 +27,19 @@ class TorchBackend(Backend):
     def is_complex(self, x: Any) -> bool:
         return bool(x.is_complex())
 
+    def unsupported(self, x: Any) -> tuple[str, str] | None:
+        if x.layout != torch.strided:
+            return (
+                f"a tensor of layout {x.layout}",
+                "densify it first (x.to_dense()); fn may take it back with x.to_sparse()",
+            )
+        if x.device.type == "meta":
+            return (
+                "a tensor on the meta device (a shape with no values)",
+                "materialise it with values, e.g. torch.randn_like(x, device='cpu')",
+            )
+        return None
+
     def to_numpy(self, x: Any) -> np.ndarray:
         t = x.detach()
         if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
