@@ -64,22 +64,43 @@ def execute(
     elif workers > 1:
         stream = _on_pool(items, workers)
     else:
-        stream = ((i, _sweep.run_case(case)) for i, case in items)
+        stream = _serially(items)
     records = []
-    for i, rec in stream:
-        rec["index"] = i
-        records.append(rec)
-        if on_record is not None:
-            on_record(rec)
+    try:
+        for i, rec in stream:
+            rec["index"] = i
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    except KeyboardInterrupt:
+        stream.close()  # (a pool cancels what has not started)
+        raise Interrupted(sorted(records, key=lambda r: r["index"])) from None
     return sorted(records, key=lambda r: r["index"])
+
+
+class Interrupted(Exception):
+    """The sweep was interrupted (SIGINT): ``records`` holds the cases that finished."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        super().__init__(f"interrupted after {len(records)} case(s)")
+        self.records = records
+
+
+def _serially(items: Sequence[tuple[int, _sweep.Case]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for i, case in items:
+        yield i, _sweep.run_case(case)
 
 
 def _on_pool(items: Sequence[tuple[int, _sweep.Case]], workers: int) -> Iterator[tuple[int, dict[str, Any]]]:
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
         futures = {pool.submit(_sweep.run_case, case): i for i, case in items}
         for future in as_completed(futures):
             yield futures[future], future.result()
+    finally:
+        # done, or interrupted: what has not started is cancelled, the running cases end with their workers
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _on_dask(items: Sequence[tuple[int, _sweep.Case]], address: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -147,6 +168,37 @@ class ResultsFile:
         self._f.close()
 
 
+#: What a case record must hold for merge to place it.
+RECORD_KEYS = ("id", "order", "seed", "max_examples", "status")
+
+
+def _json_lines(path: Path, text: str) -> tuple[dict[str, Any], list[Any]]:
+    """A results file's header and records. A last line cut short (a run
+    killed mid-write) is left out with a warning that names it; every
+    complete record before it is kept. A bad line elsewhere is an error."""
+    import warnings
+
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    parsed = []
+    for k, (n, ln) in enumerate(lines):
+        try:
+            parsed.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if k == len(lines) - 1 and k > 0 and not text.endswith("\n"):
+                warnings.warn(
+                    f"{path}: line {n} is cut short ({e}), as a killed run leaves it; "
+                    f"merged the {len(parsed) - 1} complete record(s) before it",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                break
+            raise ValueError(f"line {n} is not JSON ({e})") from e
+    head = parsed[0] if parsed else {}
+    if not isinstance(head, dict) or head.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"first line is not a {RESULTS_SCHEMA} header")
+    return head, parsed[1:]
+
+
 def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int]:
     """The records of several results files (``results.jsonl``, or a
     ``report.json``), each case once, in matrix order; and their base seed.
@@ -165,12 +217,8 @@ def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int
                 seeds.add(data["seed"])
                 records = data["cases"]
             else:
-                lines = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-                head = lines[0] if lines else {}
-                if head.get("schema") != RESULTS_SCHEMA:
-                    raise ValueError(f"first line is not a {RESULTS_SCHEMA} header")
+                head, records = _json_lines(p, text)
                 seeds.add(head["seed"])
-                records = lines[1:]
         except (OSError, ValueError, KeyError) as e:
             raise ArgumentValueError(
                 explain(
@@ -180,7 +228,17 @@ def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int
                     "pass the files the shards wrote",
                 )
             ) from e
-        for rec in records:
+        for k, rec in enumerate(records):
+            missing = [f for f in RECORD_KEYS if not isinstance(rec, dict) or f not in rec]
+            if missing:
+                raise ArgumentValueError(
+                    explain(
+                        f"merge FILE {p}",
+                        "records of gradverify check (" + ", ".join(RECORD_KEYS) + ", ...)",
+                        f"record {k + 1} without {', '.join(missing)}",
+                        "pass the files the shards wrote, unedited",
+                    )
+                )
             key = (rec["id"], rec["order"], rec["seed"], rec["max_examples"])
             if key in by_key and _reports.canonical_case(by_key[key][0]) != _reports.canonical_case(rec):
                 raise ArgumentValueError(

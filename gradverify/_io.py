@@ -11,6 +11,7 @@ import html
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -132,3 +133,112 @@ def html_page(title: str, body: Sequence[str], css: str = "") -> str:
     head = f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
     style = f"<style>{PAGE_CSS}{css}</style></head><body>"
     return "\n".join(["<!doctype html>", head, style, f"<h1>{html.escape(title)}</h1>", *body, "</body></html>"]) + "\n"
+
+
+# -- a report directory: one run's, whole ------------------------------------------------------
+#: What gradverify writes into a report directory; anything else there is the user's.
+REPORT_NAMES = frozenset(
+    {"report.json", "report.md", "report.html", "junit.xml", "results.jsonl", "cases", "gradverify-pytest.json"}
+)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE);
+    False where the system cannot."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+class ReportDirectory:
+    """One run's report directory, replaced whole or not at all.
+
+    The run writes into a staging directory beside it (``staging``), so the
+    previous run's files stay as they were until this run has its own; on
+    ``commit`` the staging directory takes the report directory's place in
+    one step (where the system can swap two directories; elsewhere the old
+    one is moved aside for an instant). A run killed before then leaves the
+    previous report untouched, and its staging directory is removed by the
+    next run. The run holds a lock (``flock``, released by the system even on
+    SIGKILL): a second run on the same directory stops with a usage error."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.shown = Path(path)  # (as the user named it)
+        self.path = Path(path).absolute()
+        self._lock_file: IO[bytes] | None = None
+        self.staging = self.path.parent / f".{self.path.name}.staging-{os.getpid()}"
+
+    def __enter__(self) -> ReportDirectory:
+        import fcntl
+
+        from ._errors import UsageError, explain
+
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(
+                explain("--report", "a directory (made if missing)", f"the file {self.path}", "name a directory")
+            )
+        if self.path.is_dir():
+            foreign = sorted(p.name for p in self.path.iterdir() if p.name not in REPORT_NAMES)
+            if foreign:
+                raise UsageError(
+                    explain(
+                        "--report",
+                        "a directory of gradverify's own (it is replaced whole by each run)",
+                        f"{self.path} holding other files: {', '.join(foreign[:5])}",
+                        "name a directory for the reports alone, e.g. --report reports/",
+                    )
+                )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.path.parent / f".{self.path.name}.lock", "ab")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise UsageError(
+                explain(
+                    "--report",
+                    "a report directory no other run is writing",
+                    f"{self.path} locked by another gradverify run",
+                    "wait for it to finish, or pass another --report directory",
+                )
+            ) from None
+        # what a killed run left (no run holds the lock): its staging directory, and
+        # the previous report where it died between moving it aside and putting its own in
+        for aside in sorted(self.path.parent.glob(f".{self.path.name}.previous-*")):
+            if not self.path.exists():
+                os.replace(aside, self.path)
+            else:
+                shutil.rmtree(aside, ignore_errors=True)
+        for stale in self.path.parent.glob(f".{self.path.name}.staging-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.staging.mkdir()
+        return self
+
+    def commit(self) -> None:
+        """Put the staging directory in the report directory's place."""
+        os.chmod(self.staging, 0o777 & ~_umask())
+        if not self.path.exists():
+            os.replace(self.staging, self.path)
+        elif _exchange(self.staging, self.path):
+            shutil.rmtree(self.staging, ignore_errors=True)  # (now the previous run's)
+        else:
+            aside = self.path.parent / f".{self.path.name}.previous-{os.getpid()}"
+            os.replace(self.path, aside)
+            os.replace(self.staging, self.path)
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)  # (gone already once committed)
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None

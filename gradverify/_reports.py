@@ -1,4 +1,4 @@
-"""Sweep reports: JSON (versioned schema, see reports/README.md), Markdown fit
+"""Sweep reports: JSON (versioned schema, see docs/report-schema.md), Markdown fit
 for a CI step summary, JUnit XML, and a self-contained HTML page. Every file
 is written to a temporary name and renamed into place: never half-written."""
 
@@ -87,6 +87,19 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ArgumentValueError(
             explain("report FILE", f"schema {SCHEMA!r}", repr(found), "regenerate it with this gradverify version")
+        )
+    fields = {"command": str, "seed": int, "totals": dict, "cases": list}
+    wrong = [f"{k} ({type(data.get(k)).__name__})" for k, kind in fields.items() if not isinstance(data.get(k), kind)]
+    cases = data.get("cases") if isinstance(data.get("cases"), list) else []
+    wrong += [f"cases[{i}]" for i, c in enumerate(cases) if not (isinstance(c, dict) and {"id", "status"} <= set(c))]
+    if wrong:
+        raise ArgumentValueError(
+            explain(
+                f"report FILE {p}",
+                "a whole report: command (str), seed (int), totals (object), cases (a list of records)",
+                "missing or malformed " + ", ".join(wrong[:5]),
+                "write it again with gradverify check, or merge the run's results.jsonl",
+            )
         )
     return data
 

@@ -230,9 +230,19 @@ def _load(spec: str, what: str) -> Any:
         raise UsageError(explain(what, "module:name", repr(spec), "e.g. mypkg.kernels:fused_gelu"))
     try:
         obj = importlib.import_module(module)
+    except Exception as e:  # not found, or the module itself fails (a syntax error, an exception at import)
+        raise UsageError(
+            explain(
+                what,
+                "an importable module:name",
+                f"{spec!r} ({type(e).__name__}: {e})",
+                "fix the module, or the spelling",
+            )
+        ) from e
+    try:
         for part in name.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
+    except AttributeError as e:
         raise UsageError(explain(what, "an importable module:name", f"{spec!r} ({e})", "check the spelling")) from e
     return obj
 

@@ -23,6 +23,7 @@ strategies it costs ~90 ms of start-up, and Hypothesis).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -172,50 +173,73 @@ def _check(args: argparse.Namespace) -> int:
     items = _distribute.shard(cases, args.shard)
     report_dir = None if args.no_report else args.report
     command = "gradverify check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["check"] else args.targets)
-    results = None
-    if report_dir is not None:
-        results = _distribute.ResultsFile(Path(report_dir) / "results.jsonl", command=command, seed=args.seed)
-    bar = _progress(len(items))
+    with _io.ReportDirectory(report_dir) if report_dir is not None else contextlib.nullcontext() as out:
+        staging = None if out is None else out.staging
+        results = None
+        if staging is not None:
+            results = _distribute.ResultsFile(staging / "results.jsonl", command=command, seed=args.seed)
+        bar = _progress(len(items))
 
-    def arrived(rec: dict[str, Any]) -> None:
-        if report_dir is not None:
-            _sweep.materialize(rec, report_dir)
-            results.add(rec)
-        print(_line(rec), flush=True)
-        if rec["status"] == "failed":
-            print("\n".join("      " + ln for ln in rec["failure"]["report"].splitlines()), flush=True)
-        if bar is not None:
-            bar[0]()
+        def arrived(rec: dict[str, Any]) -> None:
+            if staging is not None:
+                _sweep.materialize(rec, staging)
+                results.add(rec)
+            print(_line(rec), flush=True)
+            if rec["status"] == "failed":
+                print("\n".join("      " + ln for ln in rec["failure"]["report"].splitlines()), flush=True)
+            if bar is not None:
+                bar[0]()
 
-    try:
-        records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
-    finally:
-        if bar is not None:
-            bar[1]()
-        if results is not None:
-            results.close()
-    return _finish(records, report_dir, args.format, command, args.seed)
+        interrupted = False
+        try:
+            records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
+        except _distribute.Interrupted as e:  # SIGINT: the report of what finished
+            records, interrupted = e.records, True
+        finally:
+            if bar is not None:
+                bar[1]()
+            if results is not None:
+                results.close()
+        return _finish(records, out, args.format, command, args.seed, interrupted=interrupted)
 
 
-def _finish(records: list[dict[str, Any]], report_dir: str | None, formats: list[str], command: str, seed: int) -> int:
-
+def _finish(
+    records: list[dict[str, Any]],
+    out: _io.ReportDirectory | None,
+    formats: list[str],
+    command: str,
+    seed: int,
+    interrupted: bool = False,
+) -> int:
+    """Write the reports into the staging directory and put it in place;
+    the summary line; the exit status (130 when interrupted)."""
     totals = _sweep.summary(records)
-    if report_dir is not None:
-        paths = _reports.write(_reports.build(records, command=command, seed=seed), report_dir, formats)
-        print("reports: " + ", ".join(paths))
-    print(_reports._totals_line(totals))
+    if out is not None:
+        report = _reports.build(records, command=command, seed=seed)
+        written = _reports.write(report, out.staging, formats)
+        out.commit()
+        print("reports: " + ", ".join(str(out.shown / Path(p).name) for p in written))
+    print(_reports._totals_line(totals) + (" (interrupted)" if interrupted else ""))
+    if interrupted:
+        return 130
     if totals["error"]:
         return 2
     return 1 if totals["failed"] else 0
 
 
 def _merge(args: argparse.Namespace) -> int:
+    import warnings
 
-    records, seed = _distribute.read_results(args.files)
-    for rec in records:
-        _sweep.materialize(rec, args.report)
-    print(f"merged {len(records)} case(s) from {len(args.files)} file(s)")
-    return _finish(records, args.report, args.format, "gradverify merge " + " ".join(map(str, args.files)), seed)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        records, seed = _distribute.read_results(args.files)
+    for w in said:
+        print(f"gradverify: warning: {w.message}", file=sys.stderr)
+    with _io.ReportDirectory(args.report) as out:
+        for rec in records:
+            _sweep.materialize(rec, out.staging)
+        print(f"merged {len(records)} case(s) from {len(args.files)} file(s)")
+        return _finish(records, out, args.format, "gradverify merge " + " ".join(map(str, args.files)), seed)
 
 
 # -- list / report --------------------------------------------------------------------------------
@@ -358,6 +382,8 @@ def _report(args: argparse.Namespace) -> int:
 
     data = _reports.load(args.file)
     out = Path(args.output) if args.output else Path(args.file).with_name(_reports.FILES[args.format])
+    if out.is_dir():
+        raise _Usage(f"--output: expected a file to write; found the directory {str(out)!r}. Fix: name a file in it")
     _io.atomic_write(out, _reports.RENDER[args.format](data))
     print(f"wrote {out}")
     return 0
@@ -396,8 +422,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # an internal error: say so, exit 2
-        print(f"gradverify: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:  # gradverify's own bug: say so, with what to report, exit 2
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"gradverify: internal error: {type(e).__name__}: {e}\n"
+            "This is a bug in gradverify, not in your input: please report it with the traceback above "
+            "and the command that ran.",
+            file=sys.stderr,
+        )
         return 2
 
 
