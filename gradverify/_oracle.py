@@ -492,6 +492,16 @@ class Oracle:
                 where=probes.direction_name(b),
                 detail=reason,
             )
+        compared = 0
+        for r in self.refs:
+            compared += _xp.count((r.status != _fd.JUMP) & (r.status != _fd.UNRELIABLE) & primal.finite)
+        if compared == 0:
+            report.add(
+                Kind.NOTHING_COMPARED,
+                WARNING,
+                "nothing compared: at every element fn jumps or finite differences cannot decide; "
+                "no derivative was checked (check fn at another point)",
+            )
 
 
 def _noise_bound(ref: _fd.Reference, h: float) -> np.ndarray:

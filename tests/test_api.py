@@ -164,6 +164,18 @@ def test_a_check_that_compared_nothing_says_so(fn, why):
     assert v.ok and v.inconclusive == v.examples_run >= 1
 
 
+def test_a_check_where_every_element_is_a_jump_compared_nothing():
+    """floor at an integer: a jump at its one element - nothing compared; at
+    [1, 2.5] the second element is compared (slope 0): partly inconclusive."""
+    import torch
+
+    alone = gv.check(torch.floor, torch.tensor([1.0], dtype=torch.float64))
+    assert alone.ok and alone.by_kind(gv.Kind.NOTHING_COMPARED) and alone.by_kind(gv.Kind.DISCONTINUITY)
+    assert str(alone).startswith("gradverify PASSED (nothing compared)")
+    some = gv.check(torch.floor, torch.tensor([1.0, 2.5], dtype=torch.float64))
+    assert some.inconclusive and not some.by_kind(gv.Kind.NOTHING_COMPARED), str(some)
+
+
 def test_a_zero_tensor_gradient_is_a_zero_gradient():
     """torch.sgn's derivative is torch's storage-less ZeroTensor: read as zeros, it passes."""
     import torch
