@@ -5,7 +5,6 @@ mistakes get the usual message, never "internal error"."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,13 +20,11 @@ SWEEP = ["check", "bias_act", "--backend", "numpy", "--impl", "fused", "--max-ex
 
 
 def _start(report: Path, *extra: str, seed: int = 0, umask: int | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gradverify.cli", *SWEEP, "--seed", str(seed), "--report", str(report), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
-    )
+    argv = [*SWEEP, "--seed", str(seed), "--report", str(report), *extra]
+    # (the umask set in the child itself: preexec_fn is unsafe in a process with threads)
+    code = f"import os; os.umask({umask!r}) if {umask!r} is not None else None; "
+    code += f"from gradverify.cli import main; raise SystemExit(main({argv!r}))"
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_cases(p: subprocess.Popen[str], n: int) -> list[str]:
