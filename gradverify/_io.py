@@ -178,7 +178,10 @@ class ReportDirectory:
         self.staging = self.path.parent / f".{self.path.name}.staging-{os.getpid()}"
 
     def __enter__(self) -> ReportDirectory:
-        import fcntl
+        try:
+            import fcntl
+        except ImportError:  # (Windows: no flock; runs on one directory are not kept apart there)
+            fcntl = None
 
         from ._errors import UsageError, explain
 
@@ -200,7 +203,8 @@ class ReportDirectory:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(self.path.parent / f".{self.path.name}.lock", "ab")  # noqa: SIM115
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if fcntl is not None:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             self._lock_file = None
