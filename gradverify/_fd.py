@@ -807,6 +807,25 @@ def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
     )
 
 
+def _levels(p: Problem) -> dict[float, Stencil]:
+    """Every level the ladder may descend to, from one vectorised evaluation
+    of fn where F offers one (each level is otherwise evaluated when the
+    ladder reaches it; a level it never reaches costs a batch a few points
+    longer, not a call)."""
+    many = getattr(p.F, "many", None)
+    steps, k = [], p.h
+    while k / tol.LADDER_FACTOR >= p.floor:
+        k /= tol.LADDER_FACTOR
+        steps.append(k)
+    if many is None or len(steps) < 2:
+        return {}
+    values = many([o * k / 4 for k in steps for o in OFFSETS])
+    if values is None:
+        return {}
+    n = len(OFFSETS)
+    return {k: Stencil(k, tuple(values[j * n : (j + 1) * n])) for j, k in enumerate(steps)}
+
+
 def _ladder(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Settle the flagged elements ``suspects`` (flat indices, on the host):
     their value, err and status (host arrays in the order of ``suspects``).
@@ -847,9 +866,11 @@ def _ladder(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
     settled_sides = np.zeros(count, dtype=bool)  # one-sided derivatives agreed between two levels
     k = h
     open_ = everything  # positions in suspects
+    levels = _levels(p)
     while open_.size and k / tol.LADDER_FACTOR >= p.floor:
         k /= tol.LADDER_FACTOR
-        est = estimate(evaluate_level(p.F, k), p.f0, u_oracle, ad_tol, p.f0_scale, outer=p.outer, point=p.point)
+        stencil = levels.pop(k, None) or evaluate_level(p.F, k)
+        est = estimate(stencil, p.f0, u_oracle, ad_tol, p.f0_scale, outer=p.outer, point=p.point)
         sub = est.take("kink", suspects[open_])
         if sub.any():
             sub[sub] = ~_noise_explains(est, suspects[open_[sub]], ad_tol)

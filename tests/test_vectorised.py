@@ -208,6 +208,27 @@ def test_torch_stencil_points_in_one_call_give_the_plain_verdict_bit_for_bit():
     assert on.worst_ratio == off.worst_ratio  # the same F values, bit for bit
 
 
+def test_the_kink_ladder_evaluates_all_its_levels_in_one_call():
+    """relu at its kink: the flagged column goes down the ladder; its
+    levels come from one vectorised call, and the verdict is the plain one's
+    bit for bit."""
+    calls = {"batched": 0, "plain": 0}
+
+    def fn(x):
+        calls["batched" if _batched(x) else "plain"] += 1
+        return torch.relu(x)
+
+    x = torch.tensor([0.0, -0.7, 1.3], dtype=torch.float64)
+    on = gv.check(fn, x)
+    batched = calls["batched"]
+    off = gv.check(fn, x, vectorise=False)
+    assert on.ok and off.ok and on.by_kind(gv.Kind.NONDIFFERENTIABLE), str(on)
+    assert on.worst_ratio == off.worst_ratio and on.findings == off.findings
+    # plainly: 8 points a level, several levels; vectorised: a call for the stencils, one for the ladder
+    ladder_points = off.evaluations["primal"] - 6 * 3
+    assert ladder_points >= 16 and on.evaluations["primal"] < 8 and batched <= 5, (on.evaluations, batched)
+
+
 def test_a_vectorised_fn_that_rounds_otherwise_is_evaluated_point_by_point():
     """fn under vmap is off by 1e-13 (a batched kernel that rounds otherwise):
     its value at the point itself is not fn's own there, and the stencils are
