@@ -9,8 +9,6 @@ code into ``CallFailed`` with the stage it happened in."""
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import traceback
 import warnings
 from collections import Counter
@@ -29,34 +27,21 @@ from .backends import Backend, backend_name_of
 #: Packages whose own warnings, raised while gradverify takes a derivative,
 #: are the machinery's and not fn's.
 FRAMEWORKS = ("torch", "functorch", "jax", "jaxlib", "numpy", "gradverify")
-
-
-def _framework_dirs() -> tuple[str, ...]:
-    dirs = []
-    for name in FRAMEWORKS:
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if path:
-            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
-    return tuple(dirs)
+_FRAMEWORK_MODULES = r"(" + "|".join(FRAMEWORKS) + r")(\..*)?$"
 
 
 @contextlib.contextmanager
 def fns_warnings_only() -> Iterator[None]:
-    """Run a derivative with the warnings raised from the frameworks' own
-    code dropped (torch's forward mode, loading its decompositions on first
+    """Run a derivative with the warnings the frameworks raise from their own
+    modules ignored (torch's forward mode, loading its decompositions on first
     use, warns that torch.jit.script is deprecated: under ``-W error`` a
-    correct fn would fail). The others - fn's and its rules', attributed to
-    their code - are raised again once the call returns, under the caller's
-    filters, where an error is fn's as on its own run."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    correct fn would fail). Warnings from any other module - fn's and its
+    rules' - meet the caller's filters as they are. (Like every
+    ``warnings.catch_warnings``, this sets the process's filters while the
+    call runs.)"""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=_FRAMEWORK_MODULES)
         yield
-    if caught:
-        dirs = _framework_dirs()
-        for w in caught:
-            if not os.path.abspath(w.filename).startswith(dirs):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 class CallFailed(Exception):

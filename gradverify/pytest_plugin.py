@@ -252,7 +252,8 @@ _results_key = pytest.StashKey[list[dict[str, Any]]]()
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """Record every outermost gv.check / gv.verify the test makes."""
-    records = item.stash.setdefault(_results_key, [])
+    records: list[dict[str, Any]] = []  # this attempt's (a rerun starts afresh)
+    item.stash[_results_key] = records
 
     def observer(kind: str, result: Any) -> None:
         records.append(_record(item.nodeid, kind, result))
