@@ -176,3 +176,33 @@ def test_fine():
     name = next(t for t in run.outcomes if t.endswith("test_first_attempt_fails"))
     assert run.outcomes[name] == "passed" and run.attempts[name] == ["failed", "passed"]
     assert run.failed(name) and not run.failed(next(t for t in run.outcomes if t.endswith("test_fine")))
+
+
+@pytest.mark.slow
+def test_a_rerun_that_passes_reports_its_own_calls(pytester):
+    """pytest-rerunfailures: the first attempt's failing check is not carried
+    into the passing attempt's figures."""
+    pytester.makepyfile(
+        test_rerun="""
+import pathlib
+import numpy as np
+import gradverify as gv
+
+def test_wrong_then_right(gradverify):
+    counter = pathlib.Path(__file__).with_name("attempts")
+    n = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(n + 1))
+    sign = -1.0 if n == 0 else 1.0  # the first attempt's rule is wrong
+    rule = gv.Rule(np.sin, vjp=lambda p, g: (sign * np.cos(p[0]) * g,))
+    assert gradverify.check(rule, np.array([0.3, 1.1])).ok
+"""
+    )
+    result = pytester.runpytest_subprocess("--reruns", "1", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    import xml.etree.ElementTree as ET
+
+    *_, last = ET.parse(pytester.path / "out.xml").getroot().iter("testcase")  # (the passing attempt's)
+    props = {p.get("name"): p.get("value") for p in last.iter("property")}
+    assert props["gradverify_verdict"] == "passed" and props["gradverify_calls"] == "1", props
+    # the session saw both attempts' calls, the first one failing
+    assert "2 gradient check(s) in 1 test(s), 1 failed" in result.stdout.str()
