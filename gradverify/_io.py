@@ -137,21 +137,21 @@ def html_page(title: str, body: Sequence[str], css: str = "") -> str:
 
 # -- a report directory: one run's, whole ------------------------------------------------------
 #: What gradverify writes into a report directory; anything else there is the user's.
-REPORT_NAMES = frozenset(
-    {"report.json", "report.md", "report.html", "junit.xml", "results.jsonl", "cases", "gradverify-pytest.json"}
-)
+REPORT_NAMES = frozenset({"report.json", "report.md", "report.html", "junit.xml", "results.jsonl", "cases"})
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE);
     False where the system cannot."""
     import ctypes
-    import ctypes.util
     import sys
 
     if not sys.platform.startswith("linux"):
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # (the C library the interpreter runs on)
+    except OSError:
+        return False
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
         return False
@@ -173,8 +173,9 @@ class ReportDirectory:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.shown = Path(path)  # (as the user named it)
-        self.path = Path(path).absolute()
+        self.path = Path(path).resolve()  # (a link's target: the directory the reports belong in)
         self._lock_file: IO[bytes] | None = None
+        self.committed = False
         self.staging = self.path.parent / f".{self.path.name}.staging-{os.getpid()}"
 
     def __enter__(self) -> ReportDirectory:
@@ -189,6 +190,15 @@ class ReportDirectory:
             raise UsageError(
                 explain("--report", "a directory (made if missing)", f"the file {self.path}", "name a directory")
             )
+        if Path.cwd().resolve().is_relative_to(self.path):
+            raise UsageError(
+                explain(
+                    "--report",
+                    "a directory of the reports' own (it is replaced whole by each run)",
+                    f"{self.shown}, the current directory or one above it",
+                    "name a subdirectory, e.g. --report reports/",
+                )
+            )
         if self.path.is_dir():
             foreign = sorted(p.name for p in self.path.iterdir() if p.name not in REPORT_NAMES)
             if foreign:
@@ -200,8 +210,13 @@ class ReportDirectory:
                         "name a directory for the reports alone, e.g. --report reports/",
                     )
                 )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.path.parent / f".{self.path.name}.lock", "ab")  # noqa: SIM115
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_file = open(self.path.parent / f".{self.path.name}.lock", "ab")  # noqa: SIM115
+        except OSError as e:
+            raise UsageError(
+                explain("--report", "a directory whose parent can be written in", f"{self.path} ({e})", "name another")
+            ) from e
         try:
             if fcntl is not None:
                 fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -231,18 +246,36 @@ class ReportDirectory:
     def commit(self) -> None:
         """Put the staging directory in the report directory's place."""
         os.chmod(self.staging, 0o777 & ~_umask())
-        if not self.path.exists():
-            os.replace(self.staging, self.path)
-        elif _exchange(self.staging, self.path):
-            shutil.rmtree(self.staging, ignore_errors=True)  # (now the previous run's)
-        else:
-            aside = self.path.parent / f".{self.path.name}.previous-{os.getpid()}"
-            os.replace(self.path, aside)
-            os.replace(self.staging, self.path)
-            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            if not self.path.exists():
+                os.replace(self.staging, self.path)
+            elif _exchange(self.staging, self.path):
+                shutil.rmtree(self.staging, ignore_errors=True)  # (now the previous run's)
+            else:
+                aside = self.path.parent / f".{self.path.name}.previous-{os.getpid()}"
+                os.replace(self.path, aside)
+                os.replace(self.staging, self.path)
+                shutil.rmtree(aside, ignore_errors=True)
+        except OSError:
+            # a directory that cannot move (a mount point): its files are replaced one by one
+            for name in REPORT_NAMES:
+                old = self.path / name
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
+            shutil.copytree(self.staging, self.path, dirs_exist_ok=True)
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self.committed = True
 
     def __exit__(self, *exc: Any) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)  # (gone already once committed)
+        import sys
+
+        if not self.committed and exc[0] is not None and (self.staging / "results.jsonl").exists():
+            # a run that failed: the cases that finished stay until the next run on the directory
+            print(f"gradverify: the cases that finished are in {self.staging / 'results.jsonl'}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.staging, ignore_errors=True)
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
             self._lock_file = None

@@ -46,19 +46,24 @@ def environment() -> dict[str, Any]:
     }
 
 
-def build(records: Sequence[dict[str, Any]], *, command: str, seed: int) -> dict[str, Any]:
+def build(records: Sequence[dict[str, Any]], *, command: str, seed: int, interrupted: bool = False) -> dict[str, Any]:
+    """The report of a sweep's records; ``interrupted``: of the cases that finished before it was stopped."""
+    totals = summary(records)
+    if interrupted:
+        totals["interrupted"] = 1
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "seed": seed,
         "environment": environment(),
-        "totals": summary(records),
+        "totals": totals,
         "cases": list(records),
     }
 
 
-TIMING = ("seconds",)
+#: What a case record may hold that depends on where and when it ran, not on its result.
+TIMING = ("seconds", "path")
 
 
 def canonical_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +147,8 @@ def matrix(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, str]
 
 def _totals_line(t: dict[str, int]) -> str:
     line = f"{t['passed']} passed, {t['failed']} failed"
+    if t.get("interrupted"):
+        line += " (interrupted: the cases that finished)"
     for k in ("skipped", "error"):
         if t.get(k):
             line += f", {t[k]} {k}"

@@ -192,8 +192,9 @@ def _check(args: argparse.Namespace) -> int:
 
         interrupted = False
         try:
-            records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
-        except _distribute.Interrupted as e:  # SIGINT: the report of what finished
+            with _terminate_as_interrupt():
+                records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
+        except _distribute.Interrupted as e:  # SIGINT or SIGTERM: the report of what finished
             records, interrupted = e.records, True
         finally:
             if bar is not None:
@@ -201,6 +202,27 @@ def _check(args: argparse.Namespace) -> int:
             if results is not None:
                 results.close()
         return _finish(records, out, args.format, command, args.seed, interrupted=interrupted)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM (a CI job's timeout, ``docker stop``) ends a sweep as Ctrl-C does:
+    with the report of what finished."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _finish(
@@ -215,11 +237,13 @@ def _finish(
     the summary line; the exit status (130 when interrupted)."""
     totals = _sweep.summary(records)
     if out is not None:
-        report = _reports.build(records, command=command, seed=seed)
+        report = _reports.build(records, command=command, seed=seed, interrupted=interrupted)
         written = _reports.write(report, out.staging, formats)
         out.commit()
         print("reports: " + ", ".join(str(out.shown / Path(p).name) for p in written))
-    print(_reports._totals_line(totals) + (" (interrupted)" if interrupted else ""))
+    if interrupted:
+        totals["interrupted"] = 1
+    print(_reports._totals_line(totals))
     if interrupted:
         return 130
     if totals["error"]:

@@ -95,18 +95,21 @@ def test_a_killed_run_leaves_the_previous_report_or_its_own_whole(previous, afte
 
 
 @pytest.mark.slow
-def test_sigint_writes_the_report_of_what_finished_and_exits_130(previous):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_writes_the_report_of_what_finished_and_exits_130(previous, sig):
+    """Ctrl-C, or a CI job's timeout (SIGTERM): the report of the cases that finished, said to be so."""
     p = _start(previous, seed=1)
     printed = _wait_for_cases(p, 3)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     assert "Traceback" not in err, err
     last = out.strip().splitlines()[-1]
-    assert last.endswith("(interrupted)"), out
+    assert "(interrupted: the cases that finished)" in last, out
     data = _whole(previous)  # this run's report, of the cases that finished
-    assert data["seed"] == 1 and len(printed) <= len(data["cases"]) < 26
+    assert data["seed"] == 1 and len(printed) <= len(data["cases"]) < 26 and data["totals"]["interrupted"] == 1
     assert f"{data['totals']['passed']} passed" in last
+    assert "(interrupted: the cases that finished)" in (previous / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -205,3 +208,24 @@ def test_an_internal_error_asks_for_a_report_with_its_traceback(capsys, monkeypa
     code, err = _run(capsys, "list")
     assert code == 2 and "internal error: RuntimeError: a bug of gradverify's own" in err
     assert "Traceback (most recent call last)" in err and "please report it" in err
+
+
+def test_the_current_directory_is_no_report_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    for report in (".", str(tmp_path / "sub" / "..")):
+        code, err = _run(capsys, "check", "bias_act:relu", "--backend", "numpy", "--impl", "fused", "--report", report)
+        assert code == 2 and "the current directory or one above it" in err, err
+    assert (tmp_path / "keep.txt").read_text() == "mine" and Path.cwd() == tmp_path
+
+
+def test_a_report_directory_behind_a_link_gets_the_reports(tmp_path, capsys):
+    target = tmp_path / "artifacts"
+    target.mkdir()
+    link = tmp_path / "reports"
+    link.symlink_to(target)
+    argv = ["check", "bias_act:relu", "--backend", "numpy", "--impl", "fused", "--report", str(link)]
+    assert _run(capsys, *argv)[0] == 0
+    assert _run(capsys, *argv)[0] == 0  # (and again, replacing the first run's)
+    assert link.is_symlink() and (target / "report.json").exists() and (link / "report.json").exists()
+    assert not [p.name for p in tmp_path.iterdir() if ".staging-" in p.name or ".previous-" in p.name]
