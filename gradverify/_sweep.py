@@ -30,7 +30,7 @@ from ._errors import ArgumentValueError, UsageError, explain
 from ._examples import BUILDERS
 from ._triage_rerun import evaluator, fd_against_step
 from ._triage_rerun import kink_distance as distance
-from ._verify import derive_seed, literal, verify
+from ._verify import derive_seed, literal, reproducible_generation, verify
 from .backends import BACKENDS
 
 IMPLS = ("reference", "fused")
@@ -171,11 +171,36 @@ def _backends_used(fn: Any) -> set[str]:
     return names & {"torch", "jax"}
 
 
+def _first_example(strategy: Any) -> tuple[Any, ...]:
+    """The strategy's first example at a fixed seed: the same on every run (its
+    arrays name the case's backend and dtype)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    found: list[Any] = []
+
+    @settings(
+        max_examples=1,
+        database=None,
+        deadline=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis_seed(0)
+    @given(strategy)
+    def first(example: Any) -> None:
+        found.append(example)
+
+    with reproducible_generation():
+        first()
+    example = found[0]
+    return example if isinstance(example, tuple) else (example,)
+
+
 def resolve(case: Case) -> Case:
     """A user case with its backend and dtype: those of the arrays its
     strategy draws (impl "user"). An fn whose module uses one array library
     given another's arrays is a usage error, not a gradient failure."""
-    import warnings
 
     from .backends import backend_name_of
 
@@ -189,10 +214,7 @@ def resolve(case: Case) -> Case:
             )
         )
     fn, strategy = _load(case.target, "target"), _load(case.strategy, "--strategy")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (Hypothesis: .example() is meant for the interactive prompt)
-        example = strategy.example()
-    example = example if isinstance(example, tuple) else (example,)
+    example = _first_example(strategy)
     arrays = [a for a in example if backend_name_of(a) is not None and hasattr(a, "dtype")]
     backends = sorted({backend_name_of(a) for a in arrays})
     if len(backends) != 1:
