@@ -73,7 +73,10 @@ def execute(
             if on_record is not None:
                 on_record(rec)
     except KeyboardInterrupt:
-        stream.close()  # (a pool cancels what has not started)
+        try:
+            stream.close()  # (a pool cancels what has not started and waits for what runs)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting
         raise Interrupted(sorted(records, key=lambda r: r["index"])) from None
     return sorted(records, key=lambda r: r["index"])
 

@@ -446,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside a sweep (which writes what finished): nothing to keep
+        print("gradverify: interrupted", file=sys.stderr)
+        return 130
     except Exception as e:  # gradverify's own bug: say so, with what to report, exit 2
         import traceback
 
