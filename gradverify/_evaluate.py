@@ -22,7 +22,7 @@ from . import _xp
 from ._errors import ArgumentTypeError, ModeUnavailable, explain
 from ._rule import Rule
 from ._validate import resolve_wrt
-from .backends import Backend, backend_name_of
+from .backends import Backend, backend_name_of, backend_of
 
 #: Packages whose own warnings, raised while gradverify takes a derivative,
 #: are the machinery's and not fn's.
@@ -90,10 +90,10 @@ class Evaluator:
         self.batches = True  # False once fn at stacked points failed or disagreed with its plain run
 
     @classmethod
-    def for_call(cls, fn: Callable, backend: Backend, args: Sequence[Any]) -> Evaluator:
-        """An Evaluator of fn at args with respect to every floating argument
-        (gv.check's default), for probes outside a check."""
-        ev = cls(fn, backend, args, ())
+    def for_call(cls, fn: Callable, args: Sequence[Any]) -> Evaluator:
+        """An Evaluator of fn at args (their backend's) with respect to every
+        floating argument (gv.check's default), for probes outside a check."""
+        ev = cls(fn, backend_of(args), args, ())
         ev.wrt = resolve_wrt(None, ev.floating, ev.dtypes)
         return ev
 

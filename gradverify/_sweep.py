@@ -27,10 +27,11 @@ import numpy as np
 
 from . import _io
 from ._errors import ArgumentValueError, UsageError, explain
+from ._evaluate import Evaluator
 from ._examples import BUILDERS
-from ._triage_rerun import evaluator, fd_against_step
+from ._triage_rerun import fd_against_step
 from ._triage_rerun import kink_distance as distance
-from ._verify import derive_seed, literal, reproducible_generation, verify
+from ._verify import derive_seed, generated, literal, verify
 from .backends import BACKENDS
 
 IMPLS = ("reference", "fused")
@@ -174,25 +175,8 @@ def _backends_used(fn: Any) -> set[str]:
 def _first_example(strategy: Any) -> tuple[Any, ...]:
     """The strategy's first example at a fixed seed: the same on every run (its
     arrays name the case's backend and dtype)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
-
     found: list[Any] = []
-
-    @settings(
-        max_examples=1,
-        database=None,
-        deadline=None,
-        phases=(Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-    )
-    @hypothesis_seed(0)
-    @given(strategy)
-    def first(example: Any) -> None:
-        found.append(example)
-
-    with reproducible_generation():
-        first()
+    generated(strategy, 0, 1, found.append)
     example = found[0]
     return example if isinstance(example, tuple) else (example,)
 
@@ -425,7 +409,7 @@ def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, li
     fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
     args = res.counterexample
     try:
-        ev = evaluator(fn, args)
+        ev = Evaluator.for_call(fn, args)
         base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
         cot = np.zeros(ev.primal(None, None).shape)
         cot[tuple(err.output_index)] = 1.0

@@ -22,7 +22,7 @@ from ._errors import ModeUnavailable
 from ._evaluate import Evaluator
 from ._io import Record
 from ._result import CheckResult, Kind, Verdict
-from ._verify import reproducible_generation, verify
+from ._verify import generated, verify
 from .backends import backend_name_of, backend_of
 
 KINK_MARGIN = 1e-3  # a minimal case stays this far (relative) from any declared kink
@@ -195,14 +195,9 @@ def kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) ->
     return float(np.min(np.abs(z.reshape(-1, 1) - np.asarray(kinks, dtype=np.float64))))
 
 
-def evaluator(fn: Any, args: Sequence[Any]) -> Evaluator:
-    """The checker's Evaluator of fn at args, with respect to every floating argument."""
-    return Evaluator.for_call(fn, backend_of(args), args)
-
-
 def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[Any]:
     """VJP of fn at args for a fixed cotangent, through the checker's Evaluator."""
-    ev = evaluator(fn, args)
+    ev = Evaluator.for_call(fn, args)
     out = ev.primal(None, None)
     v = np.random.default_rng(cotangent_seed).standard_normal(out.shape)
     dtype = next(d for d, f in zip(ev.dtypes, ev.floating) if f)
@@ -257,21 +252,9 @@ def _first_failure(
 ) -> tuple[list[Any], dict[str, int]]:
     """The first input (in the seed's order, unshrunk) on which the test fails,
     and how many of the seed's inputs ran and failed."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
-
     found: list[Any] = []
     counts = {"examples": 0, "failing": 0}
 
-    @settings(
-        max_examples=max_examples,
-        database=None,
-        deadline=None,
-        phases=(Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-    )
-    @hypothesis_seed(seed)
-    @given(strategy)
     def explore(args: Any) -> None:
         if not first_args:
             first_args.append(args)
@@ -281,8 +264,7 @@ def _first_failure(
         if not ok and not found:
             found.append((args, err))
 
-    with reproducible_generation():
-        explore()
+    generated(strategy, seed, max_examples, explore)
     return found, counts
 
 
@@ -313,7 +295,7 @@ def fd_step_sweep(fn: Any, args: Sequence[Any], steps: Sequence[float] = FD_STEP
     off at the size of the mistake whatever the step; a stencil across a kink
     is wrong while h exceeds the distance to the kink and falls once it does
     not; rounding levels off at the AD's own precision (float32: ~1e-7)."""
-    ev = evaluator(fn, args)
+    ev = Evaluator.for_call(fn, args)
     rng = np.random.default_rng(seed)
     base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
     v = [rng.standard_normal(b.shape) for b in base]

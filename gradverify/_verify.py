@@ -196,6 +196,29 @@ def derive_seed(base: int, key: str) -> int:
     return int(hashlib.sha256(f"{base}:{key}".encode()).hexdigest()[:8], 16)
 
 
+def generated(strategy: Any, seed: int, max_examples: int, body: Callable[[Any], None]) -> None:
+    """``body(example)`` on the strategy's examples at ``seed``, in the order
+    Hypothesis generates them (unshrunk; no database, no deadline), drawn as
+    gv.verify draws (see ``reproducible_generation``)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    @settings(
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis_seed(seed)
+    @given(strategy)
+    def run(example: Any) -> None:
+        body(example)
+
+    with reproducible_generation():
+        run()
+
+
 @contextlib.contextmanager
 def reproducible_generation() -> Any:
     """Hypothesis mixes literals found in the source of every loaded local

@@ -533,7 +533,9 @@ def test_fd_against_step_is_a_central_difference_that_weighs_only_what_u_weighs(
         return np.concatenate([np.sin(x), np.array([np.inf])])  # an infinite output u gives no weight
 
     x = np.array([0.3, -1.2])
-    ev = _triage_rerun.evaluator(f, (x,))
+    from gradverify._evaluate import Evaluator
+
+    ev = Evaluator.for_call(f, (x,))
     u = np.array([0.0, 2.0, 0.0])
     v = [np.array([0.0, 1.0])]
     (h, fd, err), (h2, fd2, _) = _triage_rerun.fd_against_step(ev, u, v, ad=5.0, steps=[1e-3, 1e-6])
