@@ -536,6 +536,56 @@ def model_reference(
     return xp.reshape(value, shape), xp.reshape(err, shape), xp.reshape(shift, shape), typical
 
 
+def model_references(
+    fs: list[dict[int, np.ndarray]],
+    f0: np.ndarray,
+    h: float,
+    u_oracle: float,
+    ad_tols: list[np.ndarray | float],
+    f0_scale: float,
+    ads: list[np.ndarray] | None,
+    points: list[float],
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float] | None]:
+    """model_reference() along many directions at once (host arrays of at
+    most CHUNK elements): direction b's points ``fs[b]``, AD tolerance
+    ``ad_tols[b]``, AD values ``ads[b]`` and ``points[b]``, all sharing F(0)
+    and the step. Element for element the same operations as
+    model_reference(), on a row per direction: each row's result is bit for
+    bit that direction's."""
+    shape = tuple(f0.shape)
+    f0f = np.ravel(f0)
+    n = f0f.size
+    stacked = {k: np.stack([np.ravel(f[k]) for f in fs]) for k in MODEL_OFFSETS}
+    with _xp.quiet():
+        d2 = (stacked[2] - stacked[-2]) * (1.0 / h)  # (as _scales computes them)
+        slopes = np.max(np.abs(d2), axis=-1, where=np.isfinite(d2), initial=0.0)
+        outer = np.maximum(
+            *(np.max(np.abs(stacked[k]), axis=-1, where=np.isfinite(stacked[k]), initial=0.0) for k in (-4, 4))
+        )
+        limits, typicals = [], []
+        for slope, edge, point in zip(slopes.tolist(), outer.tolist(), points):
+            eps_f = _model_noise(u_oracle, h, f0_scale, edge, slope, point)
+            typical = max(f0_scale, slope)
+            typicals.append(typical)
+            limits.append(
+                (
+                    (tol.NOISE_SAFETY * _R1_WEIGHT / h) * eps_f,
+                    (tol.NOISE_SAFETY * _R2_WEIGHT / h) * eps_f,
+                    typical,
+                    (tol.NOISE_SAFETY * _KAPPA_WEIGHT) * eps_f,
+                    (tol.NOISE_SAFETY * _DIFF_WEIGHT / h) * eps_f,
+                )
+            )
+        columns = tuple(np.array(c)[:, None] for c in zip(*limits))
+        t = np.stack([np.ravel(np.broadcast_to(a, shape)) if np.ndim(a) else np.full(n, float(a)) for a in ad_tols])
+        ad = None if ads is None else np.stack([np.ravel(a) for a in ads])
+        ok, value, err, shift = _model_block(tuple(stacked[k] for k in MODEL_OFFSETS), f0f, t, ad, h, columns)
+    return [
+        (value[b].reshape(shape), err[b].reshape(shape), shift[b].reshape(shape), typicals[b]) if ok[b] else None
+        for b in range(len(fs))
+    ]
+
+
 def _model_block(
     fs: tuple[Array, ...],
     f0: Array,
@@ -554,6 +604,10 @@ def _model_block(
     f = dict(zip(MODEL_OFFSETS, fs))
     xp = _xp.ns(f0, *fs)
     m = tuple(f0.shape)[0]
+    rows = len(tuple(fs[0].shape)) == 2  # (model_references: a row per direction)
+
+    def every(a: Array) -> Any:
+        return np.all(a, axis=-1) if rows else xp.all(a)
 
     def tmp(name: str) -> Array | None:
         return None if scratch is None else scratch(name, m)
@@ -567,7 +621,7 @@ def _model_block(
     kappa -= _xp.mul(f0, 6.0, tmp("a"))
     limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
     limit += kappa_max
-    ok = xp.all(_xp.iabs(kappa) <= limit)
+    ok = every(_xp.iabs(kappa) <= limit)
     trunc = _xp.iabs(_xp.sub(r1, r2, tmp("trunc")))
     trunc *= tol.FD_SAFETY
     e1 = _xp.mul(trunc, 16.0 / 15.0, tmp("e1"))
@@ -582,15 +636,15 @@ def _model_block(
     room = _xp.absolute(v, tmp("room"))
     room += typical
     room *= 0.5
-    ok = ok & xp.all(e <= room)
+    ok = ok & every(e <= room)
     drift = _xp.iabs(_xp.sub(d2, d4, tmp("drift")))
     wide = _xp.iabs(_xp.sub(d1, d2, tmp("a")))
     wide *= 0.5
     drift -= wide
-    ok = ok & xp.all(drift <= drift_max)
+    ok = ok & every(drift <= drift_max)
     if ad is not None:
         room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
-        ok = ok & xp.all(_xp.iabs(_xp.sub(ad, v, tmp("a"))) <= room)
+        ok = ok & every(_xp.iabs(_xp.sub(ad, v, tmp("a"))) <= room)
     r1 -= v
     r2 -= v
     shift = _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
@@ -667,6 +721,10 @@ class Problem:
     outer: float = 0.0
 
 
+#: reference()'s ``quick`` before model_reference() has run.
+UNKNOWN: Any = object()
+
+
 def reference(
     F: Callable[[float], Array],
     f0: Array,
@@ -683,6 +741,7 @@ def reference(
     sparse: bool = False,
     point: float = 1.0,
     have: dict[int, Array] | None = None,
+    quick: Any = UNKNOWN,
 ) -> Reference:
     """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
     the largest input magnitude (what fn's terms are at least, for telling its
@@ -692,13 +751,16 @@ def reference(
     and ``Reference.measure`` measures fn's noise when a comparison needs it.
     ``sparse``: estimate only the outputs the steps move (see _on_support).
     ``point``: the point's magnitude along the direction (see _model_noise).
-    ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first)."""
+    ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first);
+    ``quick``: model_reference()'s result on them (None included), where
+    model_references() worked it out already."""
     if f0_scale is None:
         f0_scale = _xp.fmax(f0)
     problem = Problem(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
     if model_first:
         have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
-        quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+        if quick is UNKNOWN:
+            quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
         if quick is not None:
             value, err, shift, typical = quick
             if _xp.size(value) > KEEP_POINTS:

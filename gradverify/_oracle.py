@@ -139,6 +139,7 @@ class Oracle:
         j: int | None = None,
         point: float | None = None,
         have: dict[int, np.ndarray] | None = None,
+        quick: Any = _fd.UNKNOWN,
     ) -> _fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -149,25 +150,27 @@ class Oracle:
         estimated (see _fd.estimate's ``sparse``). ``point``: the magnitude
         at which the point and fn's terms round, in units of c (see
         _fd._model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
-        default; along e_j see ``terms``."""
+        default; along e_j see ``terms``. ``quick``: see _fd.reference."""
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)
+        ad_tol, ad = _along_c(ad_tol, ad, c)
         ref = _fd.reference(
             self.F(u, c, j=j),
             self.f0,
             p.h if h is None else h,
             p.floor,
             p.u_oracle,
-            ad_tol * c if c != 1.0 else ad_tol,
+            ad_tol,
             ladder=ladder,
             f0_scale=p.f0_scale,
             inputs=self.probes.inputs_max,
             model_first=model_first,
-            ad=ad if ad is None or c == 1.0 else ad * c,
+            ad=ad,
             sparse=j is not None,
             point=point,
             have=have,
+            quick=quick,
         )
         return self._in_units(ref, c)
 
@@ -198,13 +201,31 @@ class Oracle:
         JVP's rounding bound along b (the kink test allows for it)."""
         probes = self.probes
         us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
-        # a full Jacobian's columns: small, many stencils - fn at all their points at once
+        # a full Jacobian's columns: small, many stencils - fn at all their
+        # points at once, and the rounding model's references in one pass
         have = self.stencils(us, probes.cs) if probes.full else None  # (None where not vectorised)
+        cs = probes.cs[: len(us)]
+        points = [self.terms(c, column=probes.full) for c in cs]
+        tols = [bound(b) if jvps else 0.0 for b in range(len(us))]
+        quick = [_fd.UNKNOWN] * len(us)
+        if have and _xp.size(self.f0) and _xp.size(self.f0) <= _fd.CHUNK:
+            scaled = [_along_c(t, jvps[b] if jvps else None, c) for b, (t, c) in enumerate(zip(tols, cs))]
+            p = self.precision
+            quick = _fd.model_references(
+                have,
+                self.f0,
+                p.h,
+                p.u_oracle,
+                [t for t, _ in scaled],
+                p.f0_scale,
+                [a for _, a in scaled] if jvps else None,
+                points,
+            )
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
-            c = probes.cs[b]
-            point = self.terms(c, column=probes.full)
-            ref = self.fd(u, bound(b) if jvps else 0.0, c, model_first=True, ad=jv, point=point, have=have and have[b])
+            ref = self.fd(
+                u, tols[b], cs[b], model_first=True, ad=jv, point=points[b], have=have and have[b], quick=quick[b]
+            )
             self.refs.append(ref)
 
     def measured(self, b: int) -> _fd.Reference:
@@ -547,6 +568,13 @@ def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:
     noisy = tilt > err
     reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0)) if _xp.any_(noisy) else 0.0
     return noisy if reach >= excess else noisy & False
+
+
+def _along_c(ad_tol: Any, ad: Any, c: float) -> tuple[Any, Any]:
+    """The AD tolerance and values in the units of a step along c u."""
+    if c == 1.0:
+        return ad_tol, ad
+    return ad_tol * c, None if ad is None else ad * c
 
 
 def _mover(u: Any, c: float) -> tuple[Any, float]:

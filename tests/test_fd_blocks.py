@@ -221,6 +221,57 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
         assert _fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk) is None
 
 
+@pytest.mark.parametrize("with_ad", [True, False])
+def test_the_model_references_of_many_directions_are_each_directions_own(with_ad):
+    """model_references() works out a full Jacobian's columns in one pass, a
+    row each; every row is model_reference() along that column bit for bit,
+    a failing column None (a kink, a NaN, AD off at one element) - whatever
+    its neighbours do - with tolerances per element or one number per column."""
+    rng = np.random.default_rng(5)
+    m, h = 7, 2.0**-18 * 0.7
+    x = rng.standard_normal(m) * 3.0
+    f0 = np.tanh(x)
+    columns = []
+    for j in range(6):
+        c = float(2.0 ** rng.integers(-3, 3))
+        u = np.zeros(m)
+        u[j] = c
+        if j == 2:  # a kink at one output
+            fn = lambda z: np.where(np.arange(m) == 4, np.abs(z - x[4]), np.tanh(z))  # noqa: E731
+            have = {k: fn(x + k * h / 4 * u) for k in _fd.MODEL_OFFSETS}
+        else:
+            have = {k: np.tanh(x + k * h / 4 * u) for k in _fd.MODEL_OFFSETS}
+        if j == 3:
+            have[-1] = have[-1].copy()
+            have[-1][1] = np.nan
+        ad = (1.0 - f0 * f0) * u
+        if j == 5:
+            ad[j] *= 1 + 1e-5  # AD wrong at the element the column moves
+        tol = np.abs(ad) * 1e-12 + 1e-15 if j % 2 else 1e-12
+        point = float(np.max(np.abs(x))) / c
+        columns.append((have, tol, ad if with_ad else None, point))
+    f0_scale = float(np.max(np.abs(f0)))
+    batched = _fd.model_references(
+        [c[0] for c in columns],
+        f0,
+        h,
+        2.0**-53,
+        [c[1] for c in columns],
+        f0_scale,
+        [c[2] for c in columns] if with_ad else None,
+        [c[3] for c in columns],
+    )
+    alone = [_fd.model_reference(have, f0, h, 2.0**-53, t, f0_scale, ad, point=p) for have, t, ad, p in columns]
+    assert [b is None for b in batched] == [a is None for a in alone]
+    assert alone[2] is None and alone[3] is None and (alone[5] is None) == with_ad
+    assert sum(a is not None for a in alone) >= 3
+    for a, b in zip(alone, batched):
+        if a is not None:
+            assert a[3] == b[3]
+            for x_a, x_b in zip(a[:3], b[:3]):
+                assert x_a.shape == x_b.shape and np.array_equal(x_a, x_b)
+
+
 def test_the_grid_of_a_cancelling_fn_is_u_times_its_terms_not_its_value():
     from gradverify import _fd
 
