@@ -87,6 +87,8 @@ class Estimate:
     noise: Array  # measured noise of one F value (sigma), per element
     eps_f: float  # modelled error of one F value (the same for every element)
     slope: float = 0.0  # the largest finite |D(h/2)|: the vector's slope scale
+    # F at the indices last asked for (the ladder asks several tests of the same ones)
+    _at: tuple[bytes, dict[int, np.ndarray]] | None = dataclasses.field(default=None, repr=False)
 
     def curvature(self, smooth: Array) -> float:
         """The largest |F''| over the ``smooth`` elements: at a minimum the slope
@@ -138,8 +140,13 @@ class Estimate:
             return np.maximum(np.abs(F[4] - F[0]), np.abs(F[-4] - F[0]))
 
     def _values(self, idx: np.ndarray) -> dict[int, np.ndarray]:
+        """F(k h/4) at the flat indices ``idx`` (offset -> host array; read only)."""
+        key = np.asarray(idx, dtype=np.int64).tobytes()
+        if self._at is not None and self._at[0] == key:
+            return self._at[1]
         F = {k: _xp.take(_xp.flat(a), idx) for k, a in zip(OFFSETS, self.stencil.f)}
         F[0] = _xp.take(_xp.flat(self.f0), idx)
+        self._at = (key, F)
         return F
 
     def grid(self, idx: np.ndarray) -> np.ndarray:
