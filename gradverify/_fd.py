@@ -169,14 +169,14 @@ def grid(values: list[np.ndarray], f0: np.ndarray) -> np.ndarray:
     noise of GRID_NOISE x the spacing in every value, which a few differences
     can still show as exactly 0: a finer step's estimate of such an fn can
     be flat, or smooth, with a bound from no noise at all."""
-    q = np.full(np.shape(f0), np.inf)
+    if not len(values):
+        return np.zeros(np.shape(f0))
     with np.errstate(invalid="ignore", over="ignore"):
-        for v in values:
-            d = np.asarray(v, dtype=np.float64) - f0  # (exact between neighbouring values)
-            m, e = np.frexp(np.where(np.isfinite(d), d, 0.0))
-            mant = np.abs(m * 2.0**53).astype(np.int64)
-            low = (mant & -mant).astype(np.float64) * np.ldexp(1.0, e - 53)
-            q = np.where(d != 0, np.minimum(q, low), q)
+        d = np.asarray(values, dtype=np.float64) - f0  # a row per value (exact between neighbours)
+        m, e = np.frexp(np.where(np.isfinite(d), d, 0.0))
+        mant = np.abs(m * 2.0**53).astype(np.int64)
+        low = (mant & -mant).astype(np.float64) * np.ldexp(1.0, e - 53)
+        q = np.min(np.where(d != 0, low, np.inf), axis=0)
     return np.where(np.isfinite(q), q, 0.0)
 
 
