@@ -6,14 +6,15 @@ never a mismatch.
 Every case runs 10 seeds of GRADVERIFY_NAIVE_EXAMPLES examples (120 by
 default, which CI runs; ``GRADVERIFY_NAIVE_EXAMPLES=200 pytest -n auto
 tests/test_naive.py`` runs the full 228,000 checks over the 114 case/dtype
-pairs, which pass, but the whole suite at 200 takes 17-20 minutes on two
-cores, too close to CI's limit; jax also compiles fn at its stacked points,
-its JVP and its VJP for every new shape). An example
-costs ~3-10 ms (a full Jacobian: a vectorised evaluation of fn at every
-column's stencil points, a vectorised JVP and VJP, and the checker's
-arithmetic; more down the kink ladder), and Hypothesis's own generation
-~1 ms. ``benchmarks/bench_false_alarms.py`` runs the same cases beside
-gradcheck and check_grads (its table is in docs/false-alarms.md)."""
+pairs, which pass, in about 18 minutes on two cores: more than CI's time
+holds beside the rest of the suite). An example costs ~3-15 ms (a full
+Jacobian: a vectorised evaluation of fn at every column's stencil points, a
+vectorised JVP and VJP - twice for float32, whose AD also runs in float64 -
+and the checker's arithmetic; more down the kink ladder; jax also compiles
+fn, its JVP and its VJP for every new shape), and Hypothesis's own
+generation ~1.2 ms; docs/benchmarks.md splits it by part.
+``benchmarks/bench_false_alarms.py`` runs the same cases beside gradcheck
+and check_grads (its table is in docs/false-alarms.md)."""
 
 from __future__ import annotations
 
