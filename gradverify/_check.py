@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _modes, _observe, _primal, _probes, _xp
+from . import _batched, _modes, _observe, _primal, _probes, _xp
 from ._compare import Bounds, Comparisons
 from ._errors import GradientError, ModeUnavailable
 from ._evaluate import CallFailed, Evaluator
@@ -57,6 +57,7 @@ def check(
     directions: int = 2,
     name: str | None = None,
     vectorise: bool = True,
+    batched: bool = False,
 ) -> CheckResult:
     """Check the derivatives of ``fn`` at ``args``.
 
@@ -70,15 +71,21 @@ def check(
     number of random directions otherwise. ``vectorise``: a full Jacobian's
     columns and rows come from one vmap call per mode, and fn at its finite
     differences' points from one more, where fn allows (a failure is always
-    confirmed with plain calls); False asks one at a time.
+    confirmed with plain calls); False asks one at a time. ``batched``: also
+    run the JVP and VJP under the backend's vmap over a batch of points near
+    ``args`` and compare each member with its plain derivative (torch and
+    jax; see docs/verdicts.md).
     """
     validate_fn(fn)
-    validate_options(order, seed, rtol, atol, directions, vectorise)
+    validate_options(order, seed, rtol, atol, directions, vectorise, batched)
     options = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
     with _observe.call(
-        "check", fn, args, {**options, "directions": directions, "name": name, "vectorise": vectorise}
+        "check",
+        fn,
+        args,
+        {**options, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
     ) as outermost:
-        result = _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise)
+        result = _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise, batched)
     if outermost:
         _observe.finished("check", result)
     return result
@@ -96,6 +103,7 @@ def _check(
     directions: int,
     name: str | None,
     vectorise: bool = True,
+    batched: bool = False,
 ) -> CheckResult:
     backend = backend_of(args)
     validate_readable(backend, args)
@@ -105,7 +113,9 @@ def _check(
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         ev.wrt = wrt_t
-        options = _Options(seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise)
+        options = _Options(
+            seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
+        )
         outcome = _stages(ev, options, order)
         if outcome.vectorised and not outcome.ok:
             # A failure is reported from fn and its derivatives as written,
@@ -126,7 +136,7 @@ def _check(
         strategy=outcome.strategy,
         modes=dict(outcome.modes),
         evaluations=dict(ev.counts),
-        reproduce=_reproduce(label, len(args), wrt, order, seed, rtol, atol, full, directions, vectorise),
+        reproduce=_reproduce(label, len(args), wrt, order, seed, rtol, atol, full, directions, vectorise, batched),
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
@@ -155,6 +165,7 @@ class _Options:
     full: bool | None
     k: int  # random directions
     vectorise: bool = True  # a full Jacobian's rows and columns in one vmap call each
+    batched: bool = False  # the modes under vmap too (see _batched)
 
 
 @dataclass
@@ -211,6 +222,8 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
             oracle.first_order(modes.jvps, bounds.jvp)
             ad.status["FD"] = oracle.label
             Comparisons(ad, oracle, modes, bounds, report, closeness).run()
+            if options.batched:
+                _batched.run(ev, primal, probes, ad, report, options.seed, options.rtol, options.atol)
             if not modes.jvps and not modes.vjps:
                 ad.status.setdefault("JVP", _modes.UNAVAILABLE)
                 ad.status.setdefault("VJP", _modes.UNAVAILABLE)
@@ -318,7 +331,17 @@ def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
 
 
 def _reproduce(
-    label: str, nargs: int, wrt: Any, order: int, seed: int, rtol: Any, atol: Any, full: Any, k: int, vectorise: bool
+    label: str,
+    nargs: int,
+    wrt: Any,
+    order: int,
+    seed: int,
+    rtol: Any,
+    atol: Any,
+    full: Any,
+    k: int,
+    vectorise: bool,
+    batched: bool = False,
 ) -> str:
     argnames = ", ".join(f"arg{i}" for i in range(nargs))
     opts = [f"seed={seed}"]
@@ -330,6 +353,7 @@ def _reproduce(
         ("full", full, None),
         ("directions", k, 2),
         ("vectorise", vectorise, True),
+        ("batched", batched, False),
     ):
         if value != default:
             opts.append(f"{key}={value!r}")

@@ -286,6 +286,59 @@ class Evaluator:
                     return [list(row) for row in zip(*parts)]
         return None
 
+    def batched(self, mode: str, points: Sequence[Sequence[Any]], operands: Sequence[Any], out_dtype: str) -> list[Any]:
+        """``mode`` ("JVP" or "VJP") at k points in one call under the backend's
+        vmap, in fn's own dtypes: ``points[j]``, member j's wrt arguments
+        (working arrays); ``operands[j]``, its tangents (one per wrt argument)
+        or its cotangent (of the output's shape, in ``out_dtype``). Per member,
+        the JVP's Derivative, or the VJP's list of them (one per wrt argument).
+        Raises ModeUnavailable where the backend has no vmap, or fn or a rule
+        inside it cannot run under it (in the framework's words)."""
+        if self.rule is not None:
+            raise ModeUnavailable("a gv.Rule's rules are numpy code, which nothing can vmap")
+        if self.backend.no_batching:
+            raise ModeUnavailable(self.backend.no_batching)
+        k = len(points)
+        self.counts["batched"] += 1
+        with self.backend.precision(self.native_precision):
+            stacked = [
+                self._array(_stack([p[q] for p in points]), self.originals[i], self.dtypes[i], True)
+                for q, i in enumerate(self.wrt)
+            ]
+            args = self._args(None, None)
+            try:
+                with fns_warnings_only():
+                    if mode == "JVP":
+                        tangents = [
+                            self._array(_stack([t[q] for t in operands]), self.originals[i], self.dtypes[i], True)
+                            for q, i in enumerate(self.wrt)
+                        ]
+                        out: Any = self.backend.batched_jvp(self.fn, args, self.wrt, stacked, tangents)
+                    else:
+                        cot = self._array(_stack(list(operands)), self.originals[0], out_dtype, True)
+                        out = self.backend.batched_vjp(self.fn, args, self.wrt, stacked, cot)
+            except ModeUnavailable:
+                raise
+            except Exception as e:
+                words = " ".join(str(e).split())
+                raise ModeUnavailable(f"{type(e).__name__} under vmap: {words[:400]}") from e
+
+        def members(d: Any) -> list[Derivative]:
+            if d is None:  # (fn ignores this argument)
+                return [Derivative(None, None, None, "None")] * k
+            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (k,):
+                got = f"shape {tuple(d.shape)}" if hasattr(d, "shape") else type(d).__name__
+                raise ModeUnavailable(f"the batched {mode} came back as {got}, not a stack of {k}")
+            w = self._working(d)
+            return [
+                Derivative(_xp.copy(w[j]), self.backend.dtype_name(d), tuple(d.shape[1:]), "array") for j in range(k)
+            ]
+
+        if mode == "JVP":
+            return members(out)
+        per_argument = [members(d) for d in out]
+        return [[part[j] for part in per_argument] for j in range(k)]
+
     def _vectorised(self, mode: str, call: Callable[[], Any], k: int) -> Any:
         """Run a vectorised mode; its k results as Derivatives (a list, or a
         list per wrt argument), or None on any trouble."""

@@ -55,6 +55,7 @@ class Case:
     max_examples: int
     strategy: str | None = None  # "pkg.mod:name" for a user target
     path: str | None = None  # a user target: the directory its modules import from (the sweep's)
+    batched: bool = False  # the JVP and VJP under vmap too (gv.check's batched)
 
     @property
     def id(self) -> str:
@@ -144,6 +145,7 @@ def cases(
     seed: int = 0,
     max_examples: int = 10,
     strategy: str | Sequence[str] | None = None,
+    batched: bool = False,
 ) -> list[Case]:
     """Every (target, backend, impl, dtype) case. A user target's backend and
     dtype are those of its strategy's arrays (see ``resolve``)."""
@@ -157,8 +159,19 @@ def cases(
         for backend in ("-",) if user else backends:
             for impl in ("-",) if user else ("fused",) if op == "example" else impls:
                 for dtype in ("-",) if user else dtypes:
-                    key = f"{target}[{backend},{impl},{dtype}]/order{order}"
-                    case = Case(target, op, act, backend, impl, dtype, order, derive_seed(seed, key), max_examples)
+                    key = f"{target}[{backend},{impl},{dtype}]/order{order}" + ("/batched" if batched else "")
+                    case = Case(
+                        target,
+                        op,
+                        act,
+                        backend,
+                        impl,
+                        dtype,
+                        order,
+                        derive_seed(seed, key),
+                        max_examples,
+                        batched=batched,
+                    )
                     out.append(resolve(dataclasses.replace(case, strategy=strategies.get(target))) if user else case)
     return out
 
@@ -324,7 +337,15 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
         record.update(status="error", reason=str(e))
         return record
     with tempfile.TemporaryDirectory(prefix="gradverify-case-") as scratch:
-        res = verify(fn, strategy, max_examples=case.max_examples, seed=case.seed, order=case.order, report_dir=scratch)
+        res = verify(
+            fn,
+            strategy,
+            max_examples=case.max_examples,
+            seed=case.seed,
+            order=case.order,
+            report_dir=scratch,
+            batched=case.batched,
+        )
         record.update(
             status="passed" if res.ok else "failed",
             examples_run=res.examples_run,
@@ -495,7 +516,8 @@ def _write_script(case: Case, npz: Path) -> str:
         f"data = np.load(Path(__file__).with_name({npz.name!r}))",
         "arrays = [data[k] for k in sorted(data.files, key=lambda k: int(k[3:]))]",
         _CONVERT[backend],
-        f"result = gv.check(fn, *arrays, seed={case.seed}, order={case.order})",
+        f"result = gv.check(fn, *arrays, seed={case.seed}, order={case.order}"
+        + (", batched=True)" if case.batched else ")"),
         "print(result)",
         "raise SystemExit(0 if result.ok else 1)  # 1 while the failure persists",
         "",

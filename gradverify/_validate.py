@@ -116,7 +116,9 @@ def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tu
     return tuple(out)
 
 
-def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: Any, vectorise: Any = True) -> None:
+def validate_options(
+    order: Any, seed: Any, rtol: Any, atol: Any, directions: Any, vectorise: Any = True, batched: Any = False
+) -> None:
     if order not in (1, 2) or isinstance(order, bool):
         raise ArgumentValueError(explain("order", "1 or 2", repr(order), "order=1 checks first derivatives"))
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
@@ -132,6 +134,8 @@ def validate_options(order: Any, seed: Any, rtol: Any, atol: Any, directions: An
         raise ArgumentValueError(explain("directions", "an int >= 1", repr(directions), "e.g. directions=2"))
     if not isinstance(vectorise, bool):
         raise ArgumentValueError(explain("vectorise", "True or False", repr(vectorise), "e.g. vectorise=False"))
+    if not isinstance(batched, bool):
+        raise ArgumentValueError(explain("batched", "True or False", repr(batched), "e.g. batched=True"))
 
 
 def function_name(fn: Callable) -> str:

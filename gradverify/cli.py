@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--max-examples", type=int, default=10)
     c.add_argument("--order", type=int, choices=(1, 2), default=1)
+    c.add_argument("--batched", action="store_true", help="also check the JVP and VJP under vmap (torch, jax)")
     c.add_argument(
         "--strategy",
         metavar="MODULE:NAME",
@@ -163,6 +164,7 @@ def _check(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_examples=args.max_examples,
             strategy=args.strategy,
+            batched=args.batched,
         )
     except (ValueError, TypeError) as e:
         raise _Usage(str(e)) from e

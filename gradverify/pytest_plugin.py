@@ -3,7 +3,9 @@
 * options ``--gradverify-seed``, ``--gradverify-max-examples``,
   ``--gradverify-profile``, ``--gradverify-report DIR`` and the matching ini keys;
 * a marker ``@pytest.mark.gradverify(**options)`` for per-test options
-  (``max_examples``, ``seed``, ``order``, ``rtol``, ``atol``, ``full``, ``directions``);
+  (``max_examples``, ``seed``, ``order``, ``rtol``, ``atol``, ``full``, ``directions``,
+  ``batched``); ``--gradverify-batched`` (ini ``gradverify_batched``) turns
+  ``batched`` on for every test that does not set it;
 * a fixture ``gradverify``: ``check``, ``verify``, ``assert_gradients`` and
   ``assert_verified`` bound to the test's own seed (``seed_for``: from the
   base seed and the test's file name and name, so the same whatever the
@@ -31,7 +33,7 @@ import pytest
 from gradverify import _io, _observe, _reports
 from gradverify._verify import derive_seed
 
-_CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise")
+_CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise", "batched")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
 _RECORDS_ATTR = "gradverify_records"
 
@@ -44,10 +46,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--gradverify-profile", choices=("ci", "dev", "thorough"), default=None, help="Hypothesis settings profile"
     )
     group.addoption("--gradverify-report", metavar="DIR", default=None, help="write gradverify's report here")
+    group.addoption(
+        "--gradverify-batched",
+        action="store_const",
+        const=True,
+        default=None,
+        help="also check the JVP and VJP under vmap (torch, jax) in the gradverify fixture's calls",
+    )
     parser.addini("gradverify_seed", "base seed (default 0)", default="0")
     parser.addini("gradverify_max_examples", "examples per gradverify.verify (default 100)", default="")
     parser.addini("gradverify_profile", "Hypothesis settings profile: ci, dev or thorough", default="")
     parser.addini("gradverify_report", "directory for gradverify's report", default="")
+    parser.addini("gradverify_batched", "check the JVP and VJP under vmap too (true/false)", type="bool", default=False)
 
 
 class _Settings:
@@ -65,6 +75,7 @@ class _Settings:
             max_examples = PROFILES[self.profile]["max_examples"]
         self.max_examples = int(max_examples or 100)
         self.report = pick("gradverify_report", "gradverify_report")
+        self.batched = bool(pick("gradverify_batched", "gradverify_batched"))
         self.records: list[dict[str, Any]] = []
 
 
@@ -75,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gradverify(**options): per-test gradverify options "
-        "(max_examples, seed, order, rtol, atol, full, directions, wrt)",
+        "(max_examples, seed, order, rtol, atol, full, directions, wrt, vectorise, batched)",
     )
     settings = _Settings(config)
     config.stash[_settings_key] = settings
@@ -153,6 +164,8 @@ class Checker:
         self.seed = int(marker_options.get("seed", seed))
         self.max_examples = int(marker_options.get("max_examples", settings.max_examples))
         self.options = {k: v for k, v in marker_options.items() if k in _CHECK_OPTIONS}
+        if settings.batched:
+            self.options.setdefault("batched", True)
         self.report_dir = settings.report
 
     def check(self, fn: Any, *args: Any, **options: Any) -> Any:

@@ -146,6 +146,27 @@ class Backend:
         cannot be vectorised; the checker then evaluates one point at a time."""
         raise NotImplementedError("this backend does not vectorise fn")
 
+    # -- batched derivatives, for batched=True ----------------------------------
+    #: Why this backend cannot batch derivatives (None: it can).
+    no_batching: str | None = "this backend has no vmap: batched derivatives need torch or jax arrays"
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        """fn's JVP under the backend's vmap: at each of k points along its own
+        tangent (each wrt argument's points and tangents stacked on a new leading
+        axis of length k, the other arguments fixed at ``args``), the output
+        tangents stacked the same way."""
+        raise NotImplementedError(self.no_batching)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        """fn's VJP under the backend's vmap: at each of k stacked points for its
+        own cotangent (stacked likewise), the input cotangents stacked per wrt
+        argument (None where fn ignores one)."""
+        raise NotImplementedError(self.no_batching)
+
     # -- derivative functions, for order=2 --------------------------------------
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         """x -> concat(flatten(J(x)^T v)) as a function this backend can differentiate."""

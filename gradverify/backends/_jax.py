@@ -181,6 +181,27 @@ class JaxBackend(Backend):
             raise NotImplementedError("fn is compiled alone")
         return _transform(entry, fn, "primals", _primals, args, tuple(points), wrt)
 
+    no_batching = None
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        k = len(wrt)
+
+        def one(*parts: Any) -> Any:
+            return jax.jvp(on_wrt(fn, args, wrt), tuple(parts[:k]), tuple(parts[k:]))[1]
+
+        return jax.vmap(one)(*points, *tangents)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        def one(*parts: Any) -> Any:
+            out, pullback = jax.vjp(on_wrt(fn, args, wrt), *parts[:-1])
+            return pullback(parts[-1].astype(out.dtype))
+
+        return list(jax.vmap(one)(*points, cotangents))
+
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
             out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))

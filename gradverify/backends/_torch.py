@@ -150,6 +150,30 @@ class TorchBackend(Backend):
             return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
         return list(grads)
 
+    no_batching = None
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        k = len(wrt)
+
+        def one(*parts: Any) -> Any:
+            out = torch.func.jvp(on_wrt(fn, args, wrt), tuple(parts[:k]), tuple(parts[k:]))[1]
+            _require_tensor(out)
+            return out
+
+        return torch.func.vmap(one)(*points, *tangents)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        def one(*parts: Any) -> Any:
+            out, pullback = torch.func.vjp(on_wrt(fn, args, wrt), *parts[:-1])
+            _require_tensor(out)
+            return pullback(parts[-1].to(out.dtype))
+
+        return list(torch.func.vmap(one)(*points, cotangents))
+
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
             # Differentiate through a zero offset rather than the arguments

@@ -1,0 +1,64 @@
+"""torch rules for the batched checks: sin with its own rules (vmapped by the
+generated rule), and variants - a backward that calls a cos kernel whose
+batched version (its vmap rule) gives every member the first member's
+values, right alone and wrong under vmap, and one with no vmap support.
+tests/test_batched.py also writes this file into a user's project, where
+``sin`` and ``args`` are the command's target and strategy."""
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+
+class Sin(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * x.cos()
+
+
+class CosKernel(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x.cos()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        x = x.movedim(in_dims[0], 0)
+        return x[:1].cos().expand_as(x), 0
+
+
+class SinBatchedBackwardBug(Sin):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * CosKernel.apply(x)
+
+
+class SinWithoutVmap(Sin):
+    generate_vmap_rule = False
+
+
+sin = SinBatchedBackwardBug.apply
+args = st.tuples(hnp.arrays(np.float64, st.integers(2, 4), elements=st.floats(-3, 3)).map(torch.from_numpy))

@@ -1,0 +1,206 @@
+"""Batched derivatives (``batched=True``): the JVP and VJP under torch.func.vmap
+and jax.vmap, member by member against their plain values. A rule right
+alone and wrong under vmap is an error; one that cannot run under vmap is a
+warning in the framework's words; a right one passes, in float64 and float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+
+torch = pytest.importorskip("torch")
+
+
+# -- torch ------------------------------------------------------------------------------
+from ._batchops import Sin, SinBatchedBackwardBug, SinWithoutVmap  # noqa: E402
+
+
+def _x(dtype="float64", shape=(3, 2), seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).uniform(-2, 2, shape)).to(getattr(torch, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("fn", [torch.tanh, Sin.apply, lambda x: torch.logsumexp(x, -1)], ids=["tanh", "Sin", "lse"])
+def test_right_torch_rules_pass_batched(fn, dtype):
+    r = gv.check(fn, _x(dtype), batched=True)
+    assert r.ok, str(r)
+    assert r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked"
+    assert not r.findings, str(r)
+
+
+def test_a_torch_backward_wrong_only_under_vmap_is_an_error_naming_the_member():
+    x = _x()
+    assert gv.check(SinBatchedBackwardBug.apply, x).ok  # alone, every rule is right
+    r = gv.check(SinBatchedBackwardBug.apply, x, batched=True)
+    assert not r.ok
+    (f,) = r.errors
+    assert f.kind == gv.Kind.MISMATCH and f.pair == ("batched VJP", "VJP")
+    assert f.where in ("batch member 1 of 3", "batch member 2 of 3")  # the first member is its own
+    assert f.error > f.bound and set(f.values) == {"batched VJP", "VJP"}
+    assert r.modes["batched JVP"] == "checked"  # its jvp rule does not use the kernel
+    assert "batched=True" in r.reproduce
+    assert "batched VJP vs VJP" in str(r)
+
+
+def test_a_torch_function_without_a_vmap_rule_is_a_warning_in_torchs_words():
+    r = gv.check(SinWithoutVmap.apply, _x(), batched=True)
+    assert r.ok, str(r)
+    warned = r.by_kind(gv.Kind.MODE_UNAVAILABLE)
+    assert {f.pair[0] for f in warned} == {"batched JVP", "batched VJP"}
+    assert all("generate_vmap_rule" in f.message for f in warned)
+    assert r.modes["batched VJP"] == "unavailable" and r.modes["VJP"] == "checked"
+
+
+def test_verify_finds_the_batched_bug_and_shrinks_it():
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    strategy = st.tuples(hnp.arrays(np.float64, st.integers(1, 4), elements=st.floats(-3, 3)).map(torch.from_numpy))
+    assert gv.verify(SinBatchedBackwardBug.apply, strategy, max_examples=20, seed=0).ok
+    r = gv.verify(SinBatchedBackwardBug.apply, strategy, max_examples=20, seed=0, batched=True)
+    assert not r.ok and r.result.errors[0].pair == ("batched VJP", "VJP")
+
+
+# -- jax --------------------------------------------------------------------------------
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+
+def _log_softmax_with_a_host_kernel():
+    """log_softmax whose backward runs a numpy kernel written for one vector but
+    declared to take batches (vmap_method="broadcast_all"): under vmap it sums
+    the cotangent over every member, not each one's."""
+
+    @jax.custom_vjp
+    def log_softmax(x):
+        return x - jax.nn.logsumexp(x)
+
+    def fwd(x):
+        y = log_softmax(x)
+        return y, y
+
+    def bwd(y, g):
+        def kernel(y, g):
+            return g - np.exp(y) * g.sum()
+
+        out = jax.ShapeDtypeStruct(g.shape, g.dtype)
+        return (jax.pure_callback(kernel, out, y, g, vmap_method="broadcast_all"),)
+
+    log_softmax.defvjp(fwd, bwd)
+    return log_softmax
+
+
+def _softplus_with_a_numpy_backward():
+    """softplus whose backward converts its arguments to numpy: fine alone
+    (eagerly), impossible under vmap."""
+
+    @jax.custom_vjp
+    def softplus(x):
+        return jnp.logaddexp(x, 0.0)
+
+    def fwd(x):
+        return softplus(x), x
+
+    def bwd(x, g):
+        return (jnp.asarray(np.asarray(g) / (1.0 + np.exp(-np.asarray(x)))),)
+
+    softplus.defvjp(fwd, bwd)
+    return softplus
+
+
+def _jx(seed=0):
+    with jax.enable_x64(True):
+        return jnp.asarray(np.random.default_rng(seed).uniform(-2, 2, 4))
+
+
+def test_a_right_jax_function_passes_batched():
+    with jax.enable_x64(True):
+        r = gv.check(lambda x: jnp.tanh(x) * jax.nn.logsumexp(x), _jx(), batched=True)
+    assert r.ok and not r.findings, str(r)
+    assert r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked"
+
+
+def test_a_jax_custom_vjp_wrong_only_under_vmap_is_an_error():
+    fn = _log_softmax_with_a_host_kernel()
+    with jax.enable_x64(True):
+        assert gv.check(fn, _jx()).ok
+        r = gv.check(fn, _jx(), batched=True)
+    assert not r.ok
+    assert [f.pair for f in r.errors] == [("batched VJP", "VJP")]
+
+
+def test_a_jax_custom_vjp_that_cannot_be_vmapped_is_a_warning():
+    with jax.enable_x64(True):
+        r = gv.check(_softplus_with_a_numpy_backward(), _jx(), batched=True)
+    assert r.ok, str(r)
+    assert r.modes["VJP"] == "checked" and r.modes["batched VJP"] == "unavailable"
+    (f,) = [f for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE) if f.pair[0] == "batched VJP"]
+    assert "TracerArrayConversionError" in f.message
+
+
+# -- what cannot be batched, and bad input ----------------------------------------------
+def test_numpy_rules_say_they_cannot_be_vmapped():
+    rule = gv.Rule(np.tanh, vjp=lambda args, g: (g * (1 - np.tanh(args[0]) ** 2),))
+    r = gv.check(rule, np.linspace(-1, 1, 4), batched=True)
+    assert r.ok and r.modes["batched VJP"] == "unavailable"
+    (f,) = [f for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE) if f.pair[0] == "batched VJP"]
+    assert "vmap" in f.message
+
+
+def test_batched_must_be_a_bool():
+    with pytest.raises(gv.ArgumentValueError, match="batched"):
+        gv.check(torch.tanh, _x(), batched="yes")
+
+
+# -- the command and the pytest plugin ---------------------------------------------------
+#: The rules above as a module of a user's project.
+BATCHOPS = (Path(__file__).parent / "_batchops.py").read_text()
+
+
+def _run(argv, cwd, env_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(env_path)}
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def test_the_command_checks_under_vmap_with_batched(tmp_path):
+    (tmp_path / "batchops.py").write_text(BATCHOPS)
+    target = ["-m", "gradverify.cli", "check", "batchops:sin=batchops:args", "--max-examples", "10"]
+    plain = _run([*target, "--no-report"], tmp_path, tmp_path)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    batched = _run([*target, "--batched", "--report", str(tmp_path / "r")], tmp_path, tmp_path)
+    assert batched.returncode == 1, batched.stdout + batched.stderr
+    assert "batched VJP" in batched.stdout
+    (script,) = (tmp_path / "r" / "cases").glob("*.py")
+    assert "batched=True" in script.read_text()
+    rerun = _run([str(script)], tmp_path / "r" / "cases", "")
+    assert rerun.returncode == 1 and "batched VJP vs VJP" in rerun.stdout, rerun.stdout + rerun.stderr
+
+
+def test_the_plugin_turns_batching_on_by_flag_ini_and_marker(tmp_path):
+    (tmp_path / "batchops.py").write_text(BATCHOPS)
+    (tmp_path / "test_ops.py").write_text(
+        "import pytest\n"
+        "import batchops\n\n\n"
+        "def test_plain(gradverify):\n"
+        "    assert gradverify.verify(batchops.sin, batchops.args, max_examples=5).ok\n\n\n"
+        "@pytest.mark.gradverify(batched=True)\n"
+        "def test_marked(gradverify):\n"
+        "    assert gradverify.verify(batchops.sin, batchops.args, max_examples=5).ok\n"
+    )
+    base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_ops.py"]
+    plain = _run(base, tmp_path, tmp_path)
+    assert plain.returncode == 1 and "1 failed, 1 passed" in plain.stdout, plain.stdout
+    assert "test_marked" in plain.stdout and "batched VJP" in plain.stdout
+    flagged = _run([*base, "--gradverify-batched"], tmp_path, tmp_path)
+    assert "2 failed" in flagged.stdout, flagged.stdout
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngradverify_batched = true\n")
+    ini = _run(base, tmp_path, tmp_path)
+    assert "2 failed" in ini.stdout, ini.stdout
