@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _batched, _modes, _observe, _primal, _probes, _xp
+from . import _batched, _complex, _modes, _observe, _primal, _probes, _xp
 from ._compare import Bounds, Comparisons
 from ._errors import GradientError, ModeUnavailable
 from ._evaluate import CallFailed, Evaluator
@@ -107,6 +107,37 @@ def _check(
 ) -> CheckResult:
     backend = backend_of(args)
     validate_readable(backend, args)
+    label = name or function_name(fn)
+    real = (fn, args, wrt, order, seed, rtol, atol, full, directions, label, vectorise, batched)
+    complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
+    if any(complex_args):
+        view = _complex.real_view(fn, complex_args, backend)
+        real_args = tuple(backend.as_real(a) if c else a for a, c in zip(args, complex_args))
+        result = _check_real(backend, view, real_args, *real[2:])
+        return _complex.parts(result, args, view, backend)
+    try:
+        return _check_real(backend, *real)
+    except _complex.ComplexOutput:
+        view = _complex.real_view(fn, complex_args, backend)
+        return _complex.parts(_check_real(backend, view, *real[1:]), args, view, backend)
+
+
+def _check_real(
+    backend: Backend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+    full: bool | None,
+    directions: int,
+    label: str,
+    vectorise: bool,
+    batched: bool,
+) -> CheckResult:
+    """gv.check of fn on real arguments (with a real output)."""
     placed = _placed(backend, args)
     with backend.working() if placed else contextlib.nullcontext():
         ev = Evaluator(fn, backend, args, (), placed)
@@ -123,7 +154,6 @@ def _check(
             # (vmap) form.
             outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
         inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
-    label = name or function_name(fn)
     return CheckResult(
         findings=tuple(outcome.findings),
         function=label,

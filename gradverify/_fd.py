@@ -802,7 +802,8 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
         suspects = suspects[~_noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
-        v_s, e_s, s_s = _ladder(p, level0, suspects)
+        with _xp.quiet():  # (a level's sides may be inf - inf: unsettled, not a warning)
+            v_s, e_s, s_s = _ladder(p, level0, suspects)
         xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)

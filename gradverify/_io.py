@@ -65,9 +65,12 @@ def to_numpy(a: Any) -> Any:
 
 
 def exact(a: np.ndarray) -> dict[str, Any]:
-    """Values that round-trip: repr of each float (shortest exact) and float.hex."""
+    """Values that round-trip: repr of each float (shortest exact) and float.hex
+    (a complex array: each element's real and imaginary parts in turn)."""
     flat = a.reshape(-1)
-    floating = np.issubdtype(a.dtype, np.floating)
+    if np.issubdtype(a.dtype, np.complexfloating):
+        flat = np.ascontiguousarray(flat).view(flat.real.dtype)
+    floating = np.issubdtype(flat.dtype, np.floating)
     return {
         "shape": list(a.shape),
         "dtype": str(a.dtype),

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _tolerance as tol
 from . import _xp
+from ._complex import ComplexOutput
 from ._errors import ArgumentTypeError, explain
 from ._evaluate import CallFailed, Evaluator
 from ._findings import Findings, unravel
@@ -85,6 +86,8 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
     except CallFailed as e:
         report.exception(e)
         return None
+    if str(out_dtype).startswith("complex"):
+        raise ComplexOutput(out_dtype)  # (gv.check checks its real view instead)
     if not _xp.is_floating(out1):
         raise ArgumentTypeError(
             explain(

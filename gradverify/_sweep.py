@@ -397,7 +397,11 @@ def arrays_of(failure: dict[str, Any]) -> list[np.ndarray]:
     out = []
     for a in failure["counterexample"]:
         values = [float.fromhex(h) for h in a["hex"]] if a.get("hex") else a["values"]
-        out.append(np.array(values, dtype=a["dtype"]).reshape(a["shape"]))
+        dtype = np.dtype(a["dtype"])
+        if np.issubdtype(dtype, np.complexfloating):  # (parts in turn: see _io.exact)
+            out.append(np.array(values, dtype=np.empty(0, dtype).real.dtype).view(dtype).reshape(a["shape"]))
+            continue
+        out.append(np.array(values, dtype=dtype).reshape(a["shape"]))
     return out
 
 

@@ -45,15 +45,6 @@ def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.n
                     "check fn at a point with at least one element",
                 )
             )
-        if backend.is_complex(a):
-            raise ArgumentTypeError(
-                explain(
-                    f"argument {i}",
-                    "a real floating, integer or bool array",
-                    f"complex dtype {backend.dtype_name(a)}",
-                    "split complex inputs into real and imaginary parts",
-                )
-            )
         if backend.is_floating(a) and not _xp.all_finite(v):
             bad = ~_xp.finite(v)
             if _xp.any_(bad):

@@ -3,6 +3,8 @@ statistics, with fixed seeds. Installed as ``gradverify.strategies``.
 
 * :func:`arrays` - dense, varied arrays of any backend and dtype, kept away
   from the kinks a user declares (``kinks=``);
+* :func:`complex_arrays` - complex arrays by magnitude and phase, kept off
+  the negative real axis and 0 (the branch cut of log, sqrt, angle) on request;
 * :func:`bias_act_args` - ``(x, b)`` with x + b off every kink of the
   activation yet covering every piece;
 * :func:`normalization_args` / :func:`normalization_call` - inputs whose
@@ -14,6 +16,7 @@ statistics, with fixed seeds. Installed as ``gradverify.strategies``.
 from ._arrays import BACKENDS as BACKENDS
 from ._arrays import DTYPES as DTYPES
 from ._arrays import arrays as arrays
+from ._arrays import complex_arrays as complex_arrays
 from ._arrays import default_shapes as default_shapes
 from ._arrays import kink_margin as kink_margin
 from ._ops import KINDS as KINDS
@@ -35,6 +38,7 @@ __all__ = [
     "activations",
     "arrays",
     "bias_act_args",
+    "complex_arrays",
     "default_shapes",
     "kink_margin",
     "load_profile",

@@ -183,3 +183,86 @@ def arrays(
         )
 
     return shapes.flatmap(build)
+
+
+#: The complex dtypes and the real dtype of their parts.
+COMPLEX_DTYPES = {"complex128": "float64", "complex64": "float32"}
+
+
+def complex_arrays(
+    backend: str,
+    dtype: str = "complex128",
+    shape: Any = None,
+    *,
+    min_magnitude: float = 0.0,
+    max_magnitude: float = 10.0,
+    branch_cut: bool = False,
+    margin: float | None = None,
+) -> st.SearchStrategy:
+    """Complex arrays of ``backend`` (numpy, torch, jax) and ``dtype``
+    (complex128, complex64): each element r e^(i theta) with its magnitude r
+    in [min_magnitude, max_magnitude] and its phase theta in (-pi, pi].
+
+    ``branch_cut``: keep off the principal branch cut of log, sqrt, angle
+    and the powers - the negative real axis and 0 - as :func:`arrays` keeps
+    off kinks: every element at least ``margin`` from 0 and ``margin`` (in
+    its imaginary part) from the negative real axis (default:
+    :func:`kink_margin` of the parts' dtype at the magnitude). Across the
+    cut those functions jump: without the margin a check there says
+    ``discontinuity`` (inconclusive), not a verdict on the rule.
+    ``shape``: an int, a tuple or a strategy (default: 1-2 axes of 1-5)."""
+    if backend not in BACKENDS:
+        raise ArgumentValueError(explain("backend", f"one of {BACKENDS}", repr(backend), "e.g. backend='torch'"))
+    if dtype not in COMPLEX_DTYPES:
+        raise ArgumentValueError(explain("dtype", f"one of {tuple(COMPLEX_DTYPES)}", repr(dtype), "e.g. 'complex128'"))
+    if not (math.isfinite(max_magnitude) and 0.0 <= min_magnitude < max_magnitude):
+        raise ArgumentValueError(
+            explain(
+                "complex_arrays(min_magnitude, max_magnitude)",
+                "finite magnitudes with 0 <= min_magnitude < max_magnitude",
+                f"[{min_magnitude}, {max_magnitude}]",
+                "e.g. min_magnitude=0, max_magnitude=10",
+            )
+        )
+    m = kink_margin(COMPLEX_DTYPES[dtype], max_magnitude) if margin is None else float(margin)
+    low = max(min_magnitude, m) if branch_cut else min_magnitude
+    if low >= max_magnitude:
+        raise ArgumentValueError(
+            explain(
+                "complex_arrays(branch_cut=True)",
+                "room between the margin from 0 and max_magnitude",
+                f"margin {m:.3g} >= max_magnitude {max_magnitude}",
+                "raise max_magnitude or lower margin",
+            )
+        )
+    shapes = _shape_strategy(default_shapes() if shape is None else shape)
+
+    def build(shp: tuple[int, ...]) -> st.SearchStrategy:
+        n = math.prod(shp)
+        radii = values(n, min_value=low, max_value=max_magnitude, distinct=True)
+        phases = values(n, min_value=-math.pi, max_value=math.pi, distinct=True)
+        return st.tuples(radii, phases).map(lambda rp: _complex(rp[0], rp[1], shp, branch_cut, m, backend, dtype))
+
+    return shapes.flatmap(build)
+
+
+def _complex(
+    r: np.ndarray, theta: np.ndarray, shape: tuple[int, ...], away: bool, margin: float, backend: str, dtype: str
+) -> Any:
+    z = r * np.exp(1j * theta)
+    if away:
+        # off the negative real axis: an imaginary part at least ``margin`` there
+        near = (z.real < 0) & (np.abs(z.imag) < margin)
+        z = np.where(near, z.real + 1j * np.where(z.imag < 0, -margin, margin), z)
+    z = z.reshape(shape)
+    if backend == "numpy":
+        return z.astype(dtype)
+    if backend == "torch":
+        import torch
+
+        return torch.from_numpy(z.astype(np.complex128)).to(getattr(torch, dtype))
+    import jax
+    import jax.numpy as jnp
+
+    with jax.enable_x64(dtype == "complex128"):
+        return jnp.asarray(z, dtype=getattr(jnp, dtype))

@@ -146,6 +146,16 @@ class Backend:
         cannot be vectorised; the checker then evaluates one point at a time."""
         raise NotImplementedError("this backend does not vectorise fn")
 
+    # -- complex arrays, as their real and imaginary parts ------------------------
+    def as_real(self, z: Any) -> Any:
+        """A complex array as a real one with a trailing axis of 2 (real,
+        imaginary), differentiably (a fresh array)."""
+        return np.stack([np.real(z), np.imag(z)], axis=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        """The inverse of ``as_real``, differentiably."""
+        return a[..., 0] + 1j * a[..., 1]
+
     # -- batched derivatives, for batched=True ----------------------------------
     #: Why this backend cannot batch derivatives (None: it can).
     no_batching: str | None = "this backend has no vmap: batched derivatives need torch or jax arrays"

@@ -183,6 +183,12 @@ class JaxBackend(Backend):
 
     no_batching = None
 
+    def as_real(self, z: Any) -> Any:
+        return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        return jax.lax.complex(a[..., 0], a[..., 1])
+
     def batched_jvp(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
     ) -> Any:

@@ -152,6 +152,12 @@ class TorchBackend(Backend):
 
     no_batching = None
 
+    def as_real(self, z: Any) -> Any:
+        return torch.stack([z.real, z.imag], dim=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        return torch.complex(a[..., 0], a[..., 1])
+
     def batched_jvp(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
     ) -> Any:

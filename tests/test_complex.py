@@ -1,0 +1,196 @@
+"""Complex arguments and outputs, checked as their real and imaginary parts:
+right rules pass (holomorphic or not: abs, angle, conj, real-valued losses),
+a wrong conjugation is caught and located (element and part) on torch, jax
+and a numpy gv.Rule, a branch cut is inconclusive, not a mismatch, and the
+strategy keeps off the cut when asked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import gradverify as gv
+from gradverify import strategies as gst
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+Z = np.array([0.3 + 0.4j, -1.2 + 0.5j, 2.0 - 0.7j])
+C = 0.5 + 2.0j
+
+TORCH_RIGHT = {
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "abs": torch.abs,
+    "angle": torch.angle,
+    "conj": lambda z: torch.conj(z) * 2.0,
+    "|z|^2 loss": lambda z: (z * z.conj()).real.sum(),
+    "z conj(z) + z^2": lambda z: z * z.conj() + z * z,
+    "real": lambda z: z.real * z.imag,
+}
+
+
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+@pytest.mark.parametrize("name", sorted(TORCH_RIGHT))
+def test_right_complex_functions_pass_on_torch(name, dtype):
+    z = torch.from_numpy(Z).to(getattr(torch, dtype))
+    r = gv.check(TORCH_RIGHT[name], z)
+    assert r.ok and not r.inconclusive, str(r)
+    assert r.modes["JVP"] == "checked" and r.modes["VJP"] == "checked"
+    assert "complex values checked as their real and imaginary parts" in r.notes[-1]
+    assert z.dtype == getattr(torch, dtype)  # (the caller's array untouched)
+
+
+JAX_RIGHT = {
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "abs": jnp.abs,
+    "angle": jnp.angle,
+    "conj": lambda z: jnp.conj(z) * 2.0,
+    "|z|^2 loss": lambda z: jnp.sum(jnp.real(z * jnp.conj(z))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JAX_RIGHT))
+def test_right_complex_functions_pass_on_jax(name):
+    with jax.enable_x64(True):
+        r = gv.check(JAX_RIGHT[name], jnp.asarray(Z))
+    assert r.ok and not r.inconclusive, str(r)
+
+
+def test_a_real_function_with_a_complex_output_is_checked():
+    r = gv.check(lambda x: torch.exp(1j * x) * x, torch.tensor([0.1, 0.7, -2.0], dtype=torch.float64))
+    assert r.ok and r.modes["VJP"] == "checked", str(r)
+    assert "and the output" in r.notes[-1]
+
+
+class _ScaleForgotConj(torch.autograd.Function):
+    """f(z) = C z, whose backward forgets torch's conjugate (g C, not g conj(C))."""
+
+    @staticmethod
+    def forward(z):
+        return C * z
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * C
+
+    @staticmethod
+    def jvp(ctx, t):
+        return C * t
+
+
+class _Scale(_ScaleForgotConj):
+    @staticmethod
+    def backward(ctx, g):
+        return g * np.conj(C)
+
+
+def test_a_wrong_conjugation_is_caught_on_torch_and_the_right_one_passes():
+    z = torch.from_numpy(Z)
+    assert gv.check(_Scale.apply, z).ok
+    r = gv.check(_ScaleForgotConj.apply, z)
+    assert not r.ok
+    f = r.errors[0]
+    assert f.kind == gv.Kind.MISMATCH and f.pair == ("VJP", "FD")
+    assert len(f.input_index) == 1 and len(f.output_index) == 1  # the element, its part named in `where`
+    assert "part of argument 0" in f.where and "part of output" in f.where
+    assert r.modes["JVP"] == "checked"
+    assert not r.by_kind(gv.Kind.MISMATCH)[0].pair == ("JVP", "FD")
+
+
+def _jax_scale(conjugate: bool):
+    """f(z) = C z as a custom_vjp; jax's VJP for a holomorphic f is ct f'(z),
+    so conjugating C there is the bug (the opposite of torch's convention)."""
+
+    @jax.custom_vjp
+    def scale(z):
+        return C * z
+
+    def fwd(z):
+        return scale(z), None
+
+    def bwd(_, ct):
+        return (ct * (np.conj(C) if conjugate else C),)
+
+    scale.defvjp(fwd, bwd)
+    return scale
+
+
+def test_a_wrong_conjugation_is_caught_on_jax_and_the_right_one_passes():
+    with jax.enable_x64(True):
+        z = jnp.asarray(Z)
+        assert gv.check(_jax_scale(conjugate=False), z).ok
+        r = gv.check(_jax_scale(conjugate=True), z)
+    assert not r.ok and r.errors[0].pair == ("VJP", "FD")
+
+
+def _rule(vjp_factor: complex) -> gv.Rule:
+    return gv.Rule(
+        lambda z: C * z * z,
+        jvp=lambda p, t: 2 * C * p[0] * t[0],
+        vjp=lambda p, g: (g * np.conj(2 * C * p[0]) if vjp_factor == 1 else g * 2 * C * p[0],),
+    )
+
+
+def test_a_numpy_rule_gives_its_vjp_in_torchs_convention():
+    assert gv.check(_rule(1), Z).ok
+    r = gv.check(_rule(0), Z)
+    assert not r.ok and r.errors[0].pair in (("VJP", "FD"), ("JVP", "VJP"))
+
+
+def test_a_branch_cut_is_inconclusive_not_a_mismatch():
+    on_cut = torch.tensor([-1.0 + 0.0j, -4.0 + 0.0j], dtype=torch.complex128)
+    for fn in (torch.log, torch.sqrt, torch.angle):
+        r = gv.check(fn, on_cut)
+        assert r.ok and r.inconclusive, str(r)
+        assert r.by_kind(gv.Kind.DISCONTINUITY) and not r.by_kind(gv.Kind.MISMATCH)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+def test_the_complex_strategy_keeps_off_the_cut_when_asked(backend):
+    from hypothesis import given, settings
+
+    m = gst.kink_margin("float64", 10.0)
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(gst.complex_arrays(backend, "complex128", st.tuples(st.integers(1, 6)), branch_cut=True))
+    def drawn(z):
+        v = np.asarray(z.numpy() if hasattr(z, "numpy") else z)
+        assert v.dtype == np.complex128
+        assert (np.abs(v) >= m * 0.999).all()
+        assert not ((v.real < 0) & (np.abs(v.imag) < m)).any()
+
+    drawn()
+
+
+def test_verify_passes_log_off_its_cut_and_finds_the_conjugation_bug():
+    strategy = gst.complex_arrays("torch", branch_cut=True).map(lambda z: (z,))
+    r = gv.verify(torch.log, strategy, max_examples=40, seed=0)
+    assert r.ok and r.examples_run == 40, str(r)
+    bad = gv.verify(_ScaleForgotConj.apply, strategy, max_examples=40, seed=0)
+    assert not bad.ok and bad.counterexample[0].is_complex()
+
+
+def test_bad_complex_strategy_arguments_say_what_was_expected():
+    with pytest.raises(gv.ArgumentValueError, match="complex128"):
+        gst.complex_arrays("torch", "float64")
+    with pytest.raises(gv.ArgumentValueError, match="min_magnitude"):
+        gst.complex_arrays("torch", min_magnitude=5.0, max_magnitude=1.0)
+
+
+def test_a_complex_counterexample_round_trips_through_the_report_record():
+    from gradverify import _io, _sweep
+
+    a = np.array([0.1 + 1e-300j, -np.pi + np.e * 1j], dtype=np.complex128)
+    b = a.astype(np.complex64)
+    back = _sweep.arrays_of({"counterexample": [_io.exact(a), _io.exact(b)]})
+    assert back[0].dtype == np.complex128 and np.array_equal(back[0], a)
+    assert back[1].dtype == np.complex64 and np.array_equal(back[1], b)
