@@ -108,18 +108,19 @@ def _check(
     backend = backend_of(args)
     validate_readable(backend, args)
     label = name or function_name(fn)
-    real = (fn, args, wrt, order, seed, rtol, atol, full, directions, label, vectorise, batched)
+    options = _Options(
+        seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
+    )
     complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
     if any(complex_args):
         view = _complex.real_view(fn, complex_args, backend)
         real_args = tuple(backend.as_real(a) if c else a for a, c in zip(args, complex_args))
-        result = _check_real(backend, view, real_args, *real[2:])
-        return _complex.parts(result, args, view, backend)
+        return _complex.parts(_check_real(backend, view, real_args, wrt, order, label, options), args, view, backend)
     try:
-        return _check_real(backend, *real)
+        return _check_real(backend, fn, args, wrt, order, label, options)
     except _complex.ComplexOutput:
         view = _complex.real_view(fn, complex_args, backend)
-        return _complex.parts(_check_real(backend, view, *real[1:]), args, view, backend)
+        return _complex.parts(_check_real(backend, view, args, wrt, order, label, options), args, view, backend)
 
 
 def _check_real(
@@ -128,14 +129,8 @@ def _check_real(
     args: tuple[Any, ...],
     wrt: int | Sequence[int] | None,
     order: int,
-    seed: int,
-    rtol: float | None,
-    atol: float | None,
-    full: bool | None,
-    directions: int,
     label: str,
-    vectorise: bool,
-    batched: bool,
+    options: _Options,
 ) -> CheckResult:
     """gv.check of fn on real arguments (with a real output)."""
     placed = _placed(backend, args)
@@ -144,9 +139,6 @@ def _check_real(
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         ev.wrt = wrt_t
-        options = _Options(
-            seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
-        )
         outcome = _stages(ev, options, order)
         if outcome.vectorised and not outcome.ok:
             # A failure is reported from fn and its derivatives as written,
@@ -158,7 +150,7 @@ def _check_real(
         findings=tuple(outcome.findings),
         function=label,
         backend=backend.name,
-        seed=int(seed),
+        seed=options.seed,
         order=order,
         inputs=inputs,
         output=outcome.output,
@@ -166,7 +158,7 @@ def _check_real(
         strategy=outcome.strategy,
         modes=dict(outcome.modes),
         evaluations=dict(ev.counts),
-        reproduce=_reproduce(label, len(args), wrt, order, seed, rtol, atol, full, directions, vectorise, batched),
+        reproduce=_reproduce(label, len(args), wrt, order, options),
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
@@ -360,30 +352,18 @@ def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
     return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
 
 
-def _reproduce(
-    label: str,
-    nargs: int,
-    wrt: Any,
-    order: int,
-    seed: int,
-    rtol: Any,
-    atol: Any,
-    full: Any,
-    k: int,
-    vectorise: bool,
-    batched: bool = False,
-) -> str:
+def _reproduce(label: str, nargs: int, wrt: Any, order: int, options: _Options) -> str:
     argnames = ", ".join(f"arg{i}" for i in range(nargs))
-    opts = [f"seed={seed}"]
+    opts = [f"seed={options.seed}"]
     for key, value, default in (
         ("wrt", wrt, None),
         ("order", order, 1),
-        ("rtol", rtol, None),
-        ("atol", atol, None),
-        ("full", full, None),
-        ("directions", k, 2),
-        ("vectorise", vectorise, True),
-        ("batched", batched, False),
+        ("rtol", options.rtol, None),
+        ("atol", options.atol, None),
+        ("full", options.full, None),
+        ("directions", options.k, 2),
+        ("vectorise", options.vectorise, True),
+        ("batched", options.batched, False),
     ):
         if value != default:
             opts.append(f"{key}={value!r}")
