@@ -194,3 +194,11 @@ def test_a_complex_counterexample_round_trips_through_the_report_record():
     back = _sweep.arrays_of({"counterexample": [_io.exact(a), _io.exact(b)]})
     assert back[0].dtype == np.complex128 and np.array_equal(back[0], a)
     assert back[1].dtype == np.complex64 and np.array_equal(back[1], b)
+
+
+def test_order_two_and_batched_work_on_the_real_view():
+    z = torch.from_numpy(Z)
+    r = gv.check(torch.exp, z, order=2)
+    assert r.ok and r.second_order_checked, str(r)
+    r = gv.check(lambda z: torch.exp(z) * z.conj(), z, batched=True)
+    assert r.ok and r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked", str(r)
