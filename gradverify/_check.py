@@ -74,7 +74,7 @@ def check(
     confirmed with plain calls); False asks one at a time. ``batched``: also
     run the JVP and VJP under the backend's vmap over a batch of points near
     ``args`` and compare each member with its plain derivative (torch and
-    jax; see docs/verdicts.md).
+    jax; see docs/api.md, "Batched derivatives").
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise, batched)
