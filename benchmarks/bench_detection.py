@@ -35,7 +35,7 @@ import torch
 from jax.test_util import check_grads
 
 import gradverify as gv
-from gradverify._examples import tanh_bias_flipped
+from gradverify._sweep.examples import tanh_bias_flipped
 
 COLS = 10
 

@@ -1,7 +1,7 @@
 """False alarms on correct functions, side by side with torch.autograd.gradcheck
 and jax.test_util.check_grads, and the bug catalogue's detection rate beside.
 
-1. The naive-strategy suite (gradverify._examples.naive_cases): every
+1. The naive-strategy suite (gradverify._sweep.examples.naive_cases): every
    activation of the table through its reference implementation on torch and
    jax, and library functions that cancel, saturate or divide, fed what a new
    user writes - floats in [-10, 10], zeros, subnormals and repeats included,
@@ -33,7 +33,7 @@ from hypothesis import seed as hypothesis_seed
 from jax.test_util import check_grads
 
 import gradverify as gv
-from gradverify._examples import naive_cases, naive_strategy
+from gradverify._sweep.examples import naive_cases, naive_strategy
 
 
 def draw(strategy: Any, examples: int, seed: int) -> list[tuple]:

@@ -16,7 +16,7 @@ import argparse
 import time
 
 import gradverify as gv
-from gradverify._examples import naive_cases, naive_strategy
+from gradverify._sweep.examples import naive_cases, naive_strategy
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ columns and rows from one vectorised (vmap) call per mode, and fn at every
 column's stencil points from one vectorised call, against one call per
 column, row and point (``vectorise=False``), side by side.
 
-Functions from the naive-strategy suite (gradverify._examples.naive_cases)
+Functions from the naive-strategy suite (gradverify._sweep.examples.naive_cases)
 at x and b of 5 elements (fn(x, b)) or one row of 5 (fn(x)), float64 and
 float32, inputs drawn once from a fixed seed. Rounds alternate the two
 settings; the table gives each one's median time of one check over all
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import gradverify as gv
-from gradverify._examples import naive_cases
+from gradverify._sweep.examples import naive_cases
 from gradverify.strategies._arrays import to_backend
 
 CASES = (

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gradverify import _reports
+from gradverify._sweep import reports as _reports
 
 
 def run(argv: list[str], report: Path) -> float:

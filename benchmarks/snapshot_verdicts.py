@@ -107,15 +107,28 @@ def _torch_cases() -> Iterator[tuple[str, Callable[[], Any]]]:
     z = torch.from_numpy(_rng(3).standard_normal((2, 3)) + 1j * _rng(4).standard_normal((2, 3)))
     yield "torch complex exp", lambda: gv.check(torch.exp, z)
     yield "torch complex conj bug", lambda: gv.check(Conj.apply, z)
-    yield "torch complex log cut", lambda: gv.check(torch.log, torch.tensor([-1.0 + 0j, 2.0 + 1j], dtype=torch.complex128))
-    yield "torch bias_act swish", lambda: gv.check(lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x34, b4)
-    yield "torch bias_act hardsigmoid", lambda: gv.check(lambda a, b: ops.bias_act("hardsigmoid", a, b, impl="fused"), x34, b4)
-    yield "torch layer_norm op", lambda: gv.check(lambda a: ops.layer_norm(a, (4,), impl="fused"), t(_rng(5).standard_normal((2, 3, 4))))
-    yield "torch verify swish", lambda: gv.verify(
-        lambda a, b: ops.bias_act("swish", a, b, impl="fused"), gst.bias_act_args("swish", "torch"), max_examples=15
+    yield (
+        "torch complex log cut",
+        lambda: gv.check(torch.log, torch.tensor([-1.0 + 0j, 2.0 + 1j], dtype=torch.complex128)),
     )
-    yield "torch verify softplus bug", lambda: gv.verify(
-        Softplus.apply, gst.arrays("torch", shape=(3,)).map(lambda a: (a,)), max_examples=20
+    yield "torch bias_act swish", lambda: gv.check(lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x34, b4)
+    yield (
+        "torch bias_act hardsigmoid",
+        lambda: gv.check(lambda a, b: ops.bias_act("hardsigmoid", a, b, impl="fused"), x34, b4),
+    )
+    yield (
+        "torch layer_norm op",
+        lambda: gv.check(lambda a: ops.layer_norm(a, (4,), impl="fused"), t(_rng(5).standard_normal((2, 3, 4)))),
+    )
+    yield (
+        "torch verify swish",
+        lambda: gv.verify(
+            lambda a, b: ops.bias_act("swish", a, b, impl="fused"), gst.bias_act_args("swish", "torch"), max_examples=15
+        ),
+    )
+    yield (
+        "torch verify softplus bug",
+        lambda: gv.verify(Softplus.apply, gst.arrays("torch", shape=(3,)).map(lambda a: (a,)), max_examples=20),
     )
 
 
@@ -148,12 +161,18 @@ def _jax_cases() -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "jax order 2 bad", lambda: gv.check(bad_sin, x34, order=2)
     yield "jax batched", lambda: gv.check(jnp.tanh, x34, batched=True)
     yield "jax jit", lambda: gv.check(jax.jit(jnp.cos), x34)
-    yield "jax bias_act seed bug", lambda: gv.check(
-        lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x34, jnp.asarray(_rng(2).standard_normal(4))
+    yield (
+        "jax bias_act seed bug",
+        lambda: gv.check(
+            lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x34, jnp.asarray(_rng(2).standard_normal(4))
+        ),
     )
     z = jnp.asarray(_rng(3).standard_normal(3) + 1j * _rng(4).standard_normal(3))
     yield "jax complex sqrt", lambda: gv.check(jnp.sqrt, z)
-    yield "jax verify bad sin", lambda: gv.verify(bad_sin, gst.arrays("jax", shape=(2,)).map(lambda a: (a,)), max_examples=15)
+    yield (
+        "jax verify bad sin",
+        lambda: gv.verify(bad_sin, gst.arrays("jax", shape=(2,)).map(lambda a: (a,)), max_examples=15),
+    )
 
 
 def _numpy_cases() -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -168,10 +187,14 @@ def _numpy_cases() -> Iterator[tuple[str, Callable[[], Any]]]:
     yield "numpy rule bad", lambda: gv.check(bad, x)
     yield "numpy rule jvp only", lambda: gv.check(jvp_only, x)
     yield "numpy rule order 2", lambda: gv.check(good, x, order=2)
-    yield "numpy bias_act seed bug", lambda: gv.check(
-        lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x, _rng(2).standard_normal(4)
+    yield (
+        "numpy bias_act seed bug",
+        lambda: gv.check(lambda a, b: ops.bias_act("swish", a, b, impl="fused"), x, _rng(2).standard_normal(4)),
     )
-    yield "numpy verify bad", lambda: gv.verify(bad, gst.arrays("numpy", shape=(3,)).map(lambda a: (a,)), max_examples=15)
+    yield (
+        "numpy verify bad",
+        lambda: gv.verify(bad, gst.arrays("numpy", shape=(3,)).map(lambda a: (a,)), max_examples=15),
+    )
     yield "numpy mutation", lambda: gv.check(gv.Rule(_mutating, vjp=lambda p, g: (g,)), x)
 
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._result import CheckResult
 
+__all__ = ["ArgumentTypeError", "ArgumentValueError", "GradientError", "ModeUnavailable", "UsageError", "explain"]
+
 
 def explain(what: str, expected: str, found: str, fix: str) -> str:
     """The one shape of every usage message: what, expected, found, how to fix."""

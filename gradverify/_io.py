@@ -19,7 +19,22 @@ from typing import IO, Any, ClassVar
 
 import numpy as np
 
+from ._errors import UsageError, explain
 from .backends import backend_name_of
+
+__all__ = [
+    "PAGE_CSS",
+    "REPORT_NAMES",
+    "Record",
+    "ReportDirectory",
+    "atomic_write",
+    "clean",
+    "exact",
+    "html_page",
+    "to_json",
+    "to_numpy",
+    "write_npz",
+]
 
 
 def _umask() -> int:
@@ -186,8 +201,6 @@ class ReportDirectory:
             import fcntl
         except ImportError:  # (Windows: no flock; runs on one directory are not kept apart there)
             fcntl = None
-
-        from ._errors import UsageError, explain
 
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(

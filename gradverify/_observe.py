@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+__all__ = ["Observer", "ResultObserver", "call", "finished", "observing", "observing_results"]
+
 Observer = Callable[[str, Any, Any, dict[str, Any]], None]
 ResultObserver = Callable[[str, Any], None]
 _observers: list[Observer] = []

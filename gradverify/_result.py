@@ -1,13 +1,40 @@
-"""Findings and the result of one check."""
+"""The vocabulary of findings, the result of one check, and its report: the
+text a result prints, fitting on a screen, verdict first."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from ._report import render_text
+__all__ = [
+    "ERROR",
+    "INFO",
+    "WARNING",
+    "ArraySummary",
+    "CheckResult",
+    "Finding",
+    "Kind",
+    "Level",
+    "Word",
+    "render_finding",
+    "render_text",
+]
+
+_T = TypeVar("_T")
+
+
+class _Derived(Generic[_T]):
+    """A class attribute computed from the finished enum: a descriptor, so
+    the enum does not take it for a member."""
+
+    def __init__(self, make: Callable[[Any], _T]) -> None:
+        self.make = make
+
+    def __get__(self, obj: Any, cls: Any) -> _T:
+        return self.make(cls)
 
 
 class Word(str, Enum):
@@ -36,15 +63,12 @@ class Kind(Word):
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
 
-
-#: Every kind, and those that leave a check inconclusive (FD could not decide).
-Kind.ALL = tuple(Kind)  # type: ignore[attr-defined]
-Kind.INCONCLUSIVE = (  # type: ignore[attr-defined]
-    Kind.NONDIFFERENTIABLE,
-    Kind.DISCONTINUITY,
-    Kind.FD_UNRELIABLE,
-    Kind.NOTHING_COMPARED,
-)
+    #: Every kind.
+    ALL = _Derived(tuple)
+    #: The kinds that leave a check inconclusive (FD could not decide).
+    INCONCLUSIVE = _Derived(
+        lambda kind: (kind.NONDIFFERENTIABLE, kind.DISCONTINUITY, kind.FD_UNRELIABLE, kind.NOTHING_COMPARED)
+    )
 
 
 class Level(Word):
@@ -56,23 +80,6 @@ class Level(Word):
 
 
 ERROR, WARNING, INFO = Level.ERROR, Level.WARNING, Level.INFO
-
-
-class Verdict(Word):
-    """What triage says of a test: of its CI runs (gv.triage_junit) or of its
-    gradient calls rerun (gv.triage)."""
-
-    PASSES = "passes"
-    # CI runs
-    FAILS_EVERYWHERE = "fails everywhere"
-    ENVIRONMENT_SPECIFIC = "environment-specific"
-    FLAKY = "flaky"
-    # gradient calls
-    BUG = "bug"
-    BUG_IN_A_REGION = "bug in a region"
-    NONDETERMINISTIC_OP = "nondeterministic op"
-    KINK_FLAKE = "kink flake"
-    PRECISION_FLAKE = "precision flake"
 
 
 @dataclass(frozen=True)
@@ -192,3 +199,69 @@ class CheckResult:
     def __repr__(self) -> str:
         verdict = "ok" if self.ok else "FAILED"
         return f"<CheckResult {verdict} {self.function} ({self.backend}) {len(self.findings)} findings>"
+
+
+# -- the report of one check -------------------------------------------------
+
+_MAX_FINDINGS = 8
+_MAX_DETAIL_LINES = 12
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+def render_finding(f: Finding) -> list[str]:
+    head = f"[{f.level}] {f.kind}"
+    if f.pair:
+        head += f" ({f.pair[0]} vs {f.pair[1]})" if f.pair[1] not in ("-", "output", "inputs") else f" ({f.pair[0]})"
+    if f.order != 1:
+        head += f" [order {f.order}]"
+    lines = [f"{head}: {f.message}"]
+    if f.values:
+        lines.append("    " + "   ".join(f"{k} = {_fmt(v)}" for k, v in f.values.items()))
+    if f.error is not None and f.bound is not None:
+        verdict = ">" if f.error > f.bound else "<="
+        lines.append(f"    |error| = {f.error:.3g} {verdict} bound {f.bound:.3g}")
+        if f.bound_reason:
+            lines.append(f"    bound: {f.bound_reason}")
+    if f.where:
+        lines.append(f"    where: {f.where}")
+    if f.detail:
+        detail = f.detail.rstrip().splitlines()[-_MAX_DETAIL_LINES:]
+        lines.extend("    | " + d for d in detail)
+    return lines
+
+
+def render_text(r: CheckResult) -> str:
+    errors = r.errors
+    if errors:
+        verdict = "FAILED"
+    elif any(f.kind == "nothing_compared" for f in r.findings):
+        verdict = "PASSED (nothing compared)"
+    elif r.inconclusive:
+        verdict = "PASSED (partly inconclusive)"
+    else:
+        verdict = "PASSED"
+    if not errors and r.second_order_checked is False:
+        verdict += " (order 2 not checked: no derivative of the JVP or VJP could be taken)"
+    n_warn = len(r.warnings)
+    lines = [
+        f"gradverify {verdict}: {r.function} [{r.backend}, order {r.order}] "
+        f"- {len(errors)} error(s), {n_warn} warning(s)"
+    ]
+    modes = ", ".join(f"{k}: {v}" for k, v in r.modes.items())
+    lines.append(f"  checked: {r.strategy}; {modes}")
+    lines.append("  inputs:  " + "; ".join(str(s) for s in r.inputs))
+    if r.output is not None:
+        lines.append(f"  output:  {r.output}")
+    lines.extend(f"  note:    {note}" for note in r.notes)
+    ordered = sorted(r.findings, key=lambda f: (f.level != "error", f.level != "warning"))
+    for f in ordered[:_MAX_FINDINGS]:
+        lines.extend("  " + line for line in render_finding(f))
+    if len(ordered) > _MAX_FINDINGS:
+        lines.append(f"  ... {len(ordered) - _MAX_FINDINGS} more finding(s) in result.findings")
+    calls = ", ".join(f"{k} {v}" for k, v in sorted(r.evaluations.items()))
+    lines.append(f"  cost:    {calls}")
+    lines.append(f"  reproduce: {r.reproduce}")
+    return "\n".join(lines)

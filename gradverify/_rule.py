@@ -7,6 +7,8 @@ from typing import Any
 
 from ._errors import ArgumentTypeError, explain
 
+__all__ = ["Rule"]
+
 
 class Rule:
     """A function with hand-written rules.

@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 from . import _io, _observe
-from ._check import check
+from ._check.pipeline import check
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
 from .backends import backend_name_of, compiling
+
+__all__ = ["VerifyResult", "derive_seed", "generated", "literal", "render_verify", "reproducible_generation", "verify"]
 
 
 class _Failed(Exception):

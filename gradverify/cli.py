@@ -29,11 +29,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _distribute, _io, _reports, _reports_triage, _sweep, _triage_junit, _triage_node, _triage_rerun
+from . import _io, ops
 from ._errors import UsageError
-from ._reports import FORMATS
-from ._result import Verdict
-from ._sweep import EXAMPLES, NORMS
+from ._sweep import cases as _sweep
+from ._sweep import distribute
+from ._sweep import reports as _reports
+from ._sweep.cases import EXAMPLES, NORMS
+from ._sweep.reports import FORMATS
+from ._triage import junit as _triage_junit
+from ._triage import node as _triage_node
+from ._triage import render as _reports_triage
+from ._triage import rerun as _triage_rerun
+from ._triage.verdict import Verdict
 from .backends import BACKENDS
 
 
@@ -172,14 +179,14 @@ def _check(args: argparse.Namespace) -> int:
         raise _Usage(
             "--workers and --scheduler: expected one of them; found both. Fix: the cluster has its own workers"
         )
-    items = _distribute.shard(cases, args.shard)
+    items = distribute.shard(cases, args.shard)
     report_dir = None if args.no_report else args.report
     command = "gradverify check " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["check"] else args.targets)
     with _io.ReportDirectory(report_dir) if report_dir is not None else contextlib.nullcontext() as out:
         staging = None if out is None else out.staging
         results = None
         if staging is not None:
-            results = _distribute.ResultsFile(staging / "results.jsonl", command=command, seed=args.seed)
+            results = distribute.ResultsFile(staging / "results.jsonl", command=command, seed=args.seed)
         bar = _progress(len(items))
 
         def arrived(rec: dict[str, Any]) -> None:
@@ -195,8 +202,8 @@ def _check(args: argparse.Namespace) -> int:
         interrupted = False
         try:
             with _terminate_as_interrupt():
-                records = _distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
-        except _distribute.Interrupted as e:  # SIGINT or SIGTERM: the report of what finished
+                records = distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
+        except distribute.Interrupted as e:  # SIGINT or SIGTERM: the report of what finished
             records, interrupted = e.records, True
         finally:
             if bar is not None:
@@ -258,7 +265,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        records, seed = _distribute.read_results(args.files)
+        records, seed = distribute.read_results(args.files)
     for w in said:
         print(f"gradverify: warning: {w.message}", file=sys.stderr)
     with _io.ReportDirectory(args.report) as out:
@@ -271,7 +278,6 @@ def _merge(args: argparse.Namespace) -> int:
 # -- list / report --------------------------------------------------------------------------------
 def _fused_keeps(a: Any) -> str:
     """What the fused torch rule of activation ``a`` keeps for the gradient."""
-    from gradverify import ops
 
     if ops.constant_slope(a) is not None:
         return "nothing"
@@ -283,7 +289,6 @@ def _fused_keeps(a: Any) -> str:
 
 
 def _list() -> int:
-    from gradverify import ops
 
     print("bias_act activations (bias_act:NAME):")
     for a in ops.ACTIVATIONS:
@@ -359,7 +364,6 @@ def _node_command(args: argparse.Namespace) -> int:
 
 def _rerun_command(args: argparse.Namespace) -> int:
     """Exit 0 when the target passes everywhere, 1 with any other verdict."""
-    from gradverify import ops
 
     if _triage_node.is_node_id(args.target):
         return _node_command(args)

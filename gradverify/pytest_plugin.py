@@ -30,8 +30,11 @@ from typing import Any
 
 import pytest
 
-from gradverify import _io, _observe, _reports
-from gradverify._verify import derive_seed
+from . import _io, _observe
+from ._check.pipeline import check
+from ._errors import GradientError
+from ._sweep import reports
+from ._verify import derive_seed, verify
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise", "batched")
 _MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
@@ -70,7 +73,7 @@ class _Settings:
         self.profile = pick("gradverify_profile", "gradverify_profile")
         max_examples = pick("gradverify_max_examples", "gradverify_max_examples")
         if max_examples is None and self.profile:
-            from gradverify.strategies._profiles import PROFILES
+            from .strategies._profiles import PROFILES
 
             max_examples = PROFILES[self.profile]["max_examples"]
         self.max_examples = int(max_examples or 100)
@@ -93,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.profile:
         from hypothesis import settings as hypothesis_settings
 
-        from gradverify.strategies import load_profile
+        from .strategies import load_profile
 
         settings.previous_profile = hypothesis_settings.default
         load_profile(settings.profile)
@@ -113,7 +116,7 @@ def _record_environment(config: pytest.Config) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is None or hasattr(config, "workerinput"):
         return
-    env = _reports.environment()
+    env = reports.environment()
     for key in ("python", "platform", "machine", "cpu_count", "omp_num_threads"):
         xml.add_global_property(f"env.{key}", str(env[key]))
     for pkg, version in env["versions"].items():
@@ -169,13 +172,9 @@ class Checker:
         self.report_dir = settings.report
 
     def check(self, fn: Any, *args: Any, **options: Any) -> Any:
-        import gradverify as gv
-
-        return gv.check(fn, *args, **{"seed": self.seed, **self.options, **options})
+        return check(fn, *args, **{"seed": self.seed, **self.options, **options})
 
     def verify(self, fn: Any, args_strategy: Any, **options: Any) -> Any:
-        import gradverify as gv
-
         report_dir = None if self.report_dir is None else Path(self.report_dir) / "cases"
         opts = {
             "seed": self.seed,
@@ -184,7 +183,7 @@ class Checker:
             **self.options,
             **options,
         }
-        return gv.verify(fn, args_strategy, **opts)
+        return verify(fn, args_strategy, **opts)
 
     def assert_gradients(self, fn: Any, *args: Any, **options: Any) -> Any:
         """``check``, raising ``gv.GradientError`` (an AssertionError) with the full report on failure."""
@@ -197,8 +196,6 @@ class Checker:
 
 
 def _raise_if_failed(res: Any) -> Any:
-    from gradverify import GradientError
-
     if not res.ok:
         raise GradientError(res)
     return res

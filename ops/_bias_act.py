@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
+from gradverify._rule import Rule
 
 from . import _xp
 from ._table import Activation, activation, slope
@@ -125,8 +126,6 @@ def bias_act_(activation_: str | Activation, x: Any, b: Any = None) -> Any:
 def bias_act_rule(activation_: str | Activation, *, bias: bool = True) -> Any:
     """The fused numpy bias_act as a ``gv.Rule`` (numpy has no AD): the function
     of (x, b) (or of x alone with ``bias=False``) with its jvp and vjp rules."""
-    import gradverify as gv
-
     act = activation(activation_)
     p = act.params
     xp = _xp.namespace(np.zeros(0))
@@ -155,7 +154,7 @@ def bias_act_rule(activation_: str | Activation, *, bias: bool = True) -> Any:
         return gx, gb
 
     fn.__name__ = f"bias_act_{act.name}_fused"
-    return gv.Rule(fn, jvp=jvp, vjp=vjp)
+    return Rule(fn, jvp=jvp, vjp=vjp)
 
 
 # -- jax: custom_jvp ---------------------------------------------------------------------

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from gradverify._rule import Rule
+
 from . import _xp
 
 _LOW = ("float16", "bfloat16")
@@ -160,8 +162,6 @@ def cotangents(xp: Any, xhat: Any, rstd: Any, w: Any, b: Any, g: Any, spec: Spec
 # -- numpy: a gv.Rule -----------------------------------------------------------------
 def numpy_rule(spec: Spec, has_w: bool, has_b: bool, fixed: tuple[Any, Any] | None = None) -> Any:
     """The fused numpy normalization as a ``gv.Rule`` of (x[, weight][, bias])."""
-    import gradverify as gv
-
     xp = _xp.namespace(np.zeros(0))
 
     def split(args: tuple) -> tuple[Any, Any, Any]:
@@ -188,7 +188,7 @@ def numpy_rule(spec: Spec, has_w: bool, has_b: bool, fixed: tuple[Any, Any] | No
         return (gx,) + ((gw,) if has_w else ()) + ((gb,) if has_b else ())
 
     fn.__name__ = "normalization_fused"
-    return gv.Rule(fn, jvp=jvp, vjp=vjp)
+    return Rule(fn, jvp=jvp, vjp=vjp)
 
 
 # -- jax: custom_jvp ----------------------------------------------------------------------

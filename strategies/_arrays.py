@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from gradverify._check.tolerance import base_step, unit_roundoff
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
-from gradverify._tolerance import base_step, unit_roundoff
 from gradverify.backends import BACKENDS
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from gradverify import ops
 from gradverify._errors import ArgumentValueError, explain
+from gradverify._rule import Rule
 from gradverify.ops import ACTIVATIONS, Activation, activation
 
 from ._arrays import _shape_strategy, check_backend_dtype, kink_margin, to_backend
@@ -157,8 +159,6 @@ def normalization_call(kind: str, impl: str = "reference", *, training: bool = T
 def _numpy_rule(kind: str, f: Any, training: bool) -> Any:
     """gv.Rule over normalization_args' layout: the constants (groups, running
     statistics) pass through, the rules come from ops.norm_rule at the point."""
-    import gradverify as gv
-    from gradverify import ops
 
     def split(args: tuple) -> tuple[tuple, list[int]]:
         """(the layer's own arguments, positions of the differentiable ones)."""
@@ -191,7 +191,7 @@ def _numpy_rule(kind: str, f: Any, training: bool) -> Any:
             grads[k] = gk
         return tuple(grads)
 
-    return gv.Rule(f, jvp=jvp, vjp=vjp)
+    return Rule(f, jvp=jvp, vjp=vjp)
 
 
 def _slices(kind: str, shape: tuple[int, ...], groups: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

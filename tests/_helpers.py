@@ -7,7 +7,7 @@ import contextlib
 import numpy as np
 
 from gradverify import ops
-from gradverify._examples import tanh_bias_flipped
+from gradverify._sweep.examples import tanh_bias_flipped
 
 
 def make(backend: str, a: np.ndarray):

@@ -338,7 +338,7 @@ def test_the_vocabulary_is_typed_and_reads_as_its_words():
     import enum
     import json
 
-    from gradverify._modes import ModeStatus
+    from gradverify._check.modes import ModeStatus
 
     for vocabulary in (gv.Kind, gv.Level, gv.Verdict, ModeStatus):
         assert issubclass(vocabulary, enum.Enum) and issubclass(vocabulary, str)

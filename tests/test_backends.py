@@ -30,7 +30,8 @@ def _sin(backend):
 
 
 def test_the_registry_is_what_every_part_offers():
-    from gradverify import _sweep, cli, ops, strategies
+    from gradverify import cli, ops, strategies
+    from gradverify._sweep import cases as _sweep
 
     assert BACKENDS == ("numpy", "torch", "jax")
     assert cli.BACKENDS is BACKENDS and _sweep.BACKENDS is BACKENDS and strategies.BACKENDS is BACKENDS

@@ -187,7 +187,8 @@ def test_bad_complex_strategy_arguments_say_what_was_expected():
 
 
 def test_a_complex_counterexample_round_trips_through_the_report_record():
-    from gradverify import _io, _sweep
+    from gradverify import _io
+    from gradverify._sweep import cases as _sweep
 
     a = np.array([0.1 + 1e-300j, -np.pi + np.e * 1j], dtype=np.complex128)
     b = a.astype(np.complex64)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify import _xp
-from gradverify._examples import BUILDERS, example_inputs, tanh_bias_flipped
+from gradverify._check import xp
+from gradverify._sweep.examples import BUILDERS, example_inputs, tanh_bias_flipped
 
 torch = pytest.importorskip("torch")
 
@@ -145,7 +145,7 @@ def test_a_jax_check_at_a_million_elements_stays_in_jax(jax_crossings):
 @pytest.mark.slow
 def test_the_host_path_would_be_seen(torch_crossings, monkeypatch):
     """Forced onto numpy, the same check crosses: the count above is not vacuous."""
-    monkeypatch.setattr(_xp, "HOST_MAX", 10 * N)
+    monkeypatch.setattr(xp, "HOST_MAX", 10 * N)
     x, b = (torch.from_numpy(a) for a in _big_inputs())
     torch_crossings.clear()
     assert gv.check(lambda x, b: torch.tanh(x + b), x, b).ok
@@ -153,9 +153,9 @@ def test_the_host_path_would_be_seen(torch_crossings, monkeypatch):
 
 
 # -- the caller's tensors --------------------------------------------------------------------
-@pytest.mark.parametrize("host_max", [0, _xp.HOST_MAX], ids=["on-device", "on-host"])
+@pytest.mark.parametrize("host_max", [0, xp.HOST_MAX], ids=["on-device", "on-host"])
 def test_the_callers_tensors_and_grads_are_untouched(monkeypatch, host_max):
-    monkeypatch.setattr(_xp, "HOST_MAX", host_max)
+    monkeypatch.setattr(xp, "HOST_MAX", host_max)
     x, b = example_inputs("torch", seed=3)
     x.requires_grad_(True)
     b.requires_grad_(True)
@@ -168,9 +168,9 @@ def test_the_callers_tensors_and_grads_are_untouched(monkeypatch, host_max):
     assert x.requires_grad and b.requires_grad and x.device.type == "cpu"
 
 
-@pytest.mark.parametrize("host_max", [0, _xp.HOST_MAX], ids=["on-device", "on-host"])
+@pytest.mark.parametrize("host_max", [0, xp.HOST_MAX], ids=["on-device", "on-host"])
 def test_a_mutating_fn_is_told_and_the_callers_tensor_kept(monkeypatch, host_max):
-    monkeypatch.setattr(_xp, "HOST_MAX", host_max)
+    monkeypatch.setattr(xp, "HOST_MAX", host_max)
     x, _ = example_inputs("torch", seed=4)
     before = x.clone()
 
@@ -226,13 +226,13 @@ def _verdict(r):
 def test_device_and_host_give_the_same_verdicts(monkeypatch, backend):
     # (and they are verdicts: the bugs fail, the correct functions pass)
     expected = {"seed bug": False, "swish": True, "flipped": False, "tanh": True, "sin": True, "wrong abs": False}
-    host_max = _xp.HOST_MAX
+    host_max = xp.HOST_MAX
     with jax.enable_x64(backend == "jax"):
         for label, fn, args in _cases(backend):
             host = _verdict(gv.check(fn, *args, full=False))
-            monkeypatch.setattr(_xp, "HOST_MAX", 0)
+            monkeypatch.setattr(xp, "HOST_MAX", 0)
             device = _verdict(gv.check(fn, *args, full=False))
-            monkeypatch.setattr(_xp, "HOST_MAX", host_max)
+            monkeypatch.setattr(xp, "HOST_MAX", host_max)
             assert device == host, label
             if label in expected:
                 assert device[0] == expected[label], (label, device)
@@ -256,7 +256,7 @@ def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
     """On the device path fn is jit-compiled for the finite differences' evaluations
     (its Python runs once, to trace); one that cannot be traced runs eagerly
     throughout, with the same verdict."""
-    monkeypatch.setattr(_xp, "HOST_MAX", 0)  # (the device path on a small input)
+    monkeypatch.setattr(xp, "HOST_MAX", 0)  # (the device path on a small input)
     x = jnp.asarray(np.random.default_rng(3).standard_normal(300))
     runs = {}
     for traceable in (True, False):
@@ -275,7 +275,7 @@ def test_jax_localises_to_an_input_that_moves_no_output(monkeypatch):
     """relu whose VJP passes the cotangent through everywhere: the wrong
     elements are the negative inputs, whose columns of the Jacobian move no
     output at all (an empty support), on the device path."""
-    monkeypatch.setattr(_xp, "HOST_MAX", 0)
+    monkeypatch.setattr(xp, "HOST_MAX", 0)
 
     @jax.custom_vjp
     def relu(x):

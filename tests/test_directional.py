@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify._examples import tanh_bias_flipped
+from gradverify._sweep.examples import tanh_bias_flipped
 
 from ._helpers import flipped_tanh_bias, make
 

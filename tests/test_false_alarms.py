@@ -188,7 +188,7 @@ def test_layer_norm_float32_on_a_near_constant_row_is_a_precision_warning():
 
 def test_a_rule_wrong_in_float32_is_an_error_not_a_precision_warning():
     """The seed bug in float32: the float64 run of the same rule is wrong too."""
-    from gradverify._examples import BUILDERS
+    from gradverify._sweep.examples import BUILDERS
 
     rng = np.random.default_rng(0)
     x, b = torch.tensor(rng.standard_normal((3, 4)), dtype=torch.float32), t32(0.5, -1.0, 2.0, 0.25)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradverify import _fd
+from gradverify._check import fd
 
 
 def stencil(rng, shape, bad):
-    arrays = [rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3) for _ in _fd.OFFSETS]
+    arrays = [rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3) for _ in fd.OFFSETS]
     if bad:
         for a in arrays[:2]:
             a.reshape(-1)[rng.integers(0, a.size, 3)] = [np.nan, np.inf, -np.inf]
@@ -26,13 +26,13 @@ def test_the_estimate_does_not_depend_on_the_block_size(shape, bad, per_element_
     rng = np.random.default_rng(hash((shape, bad, per_element_tolerance)) % 2**32)
     f0 = rng.standard_normal(shape)
     ad_tol = np.abs(rng.standard_normal(shape)) * 1e-6 if per_element_tolerance else 1e-9
-    s = _fd.Stencil(1e-3, tuple(stencil(rng, shape, bad)))
-    whole = _fd.estimate(s, f0, 1.1e-16, ad_tol, None)
+    s = fd.Stencil(1e-3, tuple(stencil(rng, shape, bad)))
+    whole = fd.estimate(s, f0, 1.1e-16, ad_tol, None)
     assert whole.value.shape == shape and whole.kink.dtype == bool
     if bad:
         assert not whole.finite.all() and whole.kink[~whole.finite].all()
     for chunk in (1, 3, 64):
-        blocks = _fd.estimate(s, f0, 1.1e-16, ad_tol, None, chunk=chunk)
+        blocks = fd.estimate(s, f0, 1.1e-16, ad_tol, None, chunk=chunk)
         for name in ("value", "err", "kink", "finite", "noise"):
             a, b = getattr(whole, name), getattr(blocks, name)
             assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), (name, chunk)
@@ -45,9 +45,9 @@ def test_a_kink_is_flagged_in_whichever_block_it_falls():
     x = np.linspace(-1, 1, n)
     x[617] = 0.0
     f = np.abs
-    s = _fd.evaluate_level(lambda t: f(x + t), h)
+    s = fd.evaluate_level(lambda t: f(x + t), h)
     for chunk in (1 << 15, 100, 7):
-        est = _fd.estimate(s, f(x), 1.1e-16, 1e-12, None, chunk=chunk)
+        est = fd.estimate(s, f(x), 1.1e-16, 1e-12, None, chunk=chunk)
         assert np.flatnonzero(est.kink).tolist() == [617]
 
 
@@ -72,13 +72,13 @@ def test_the_model_reference_lies_inside_the_measured_one(case):
         return f(x + t)
 
     h, f0 = 2.0**-18 * 0.7, f(x)
-    have = {k: F(k * h / 4) for k in _fd.MODEL_OFFSETS}
+    have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
     f0_scale = float(np.max(np.abs(f0)))
-    model = _fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
-    measured = _fd.reference(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False)
+    model = fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
+    measured = fd.reference(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False)
     assert model is not None  # smooth everywhere: the model flags nothing
     value, err, shift, _ = model
-    ok = measured.status == _fd.SMOOTH
+    ok = measured.status == fd.SMOOTH
     assert ok.any()
     slack = 1e-12 * (np.abs(measured.value) + measured.err)  # the two intervals' own rounding
     assert (value - err >= measured.lo - slack)[ok].all()
@@ -95,15 +95,15 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
         return np.abs(x + t)
 
     h = 2.0**-18 * 0.7
-    have = {k: F(k * h / 4) for k in _fd.MODEL_OFFSETS}
-    assert _fd.model_reference(have, np.abs(x), h, 2.0**-53, 1e-12, 1.0) is None
+    have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
+    assert fd.model_reference(have, np.abs(x), h, 2.0**-53, 1e-12, 1.0) is None
     smooth = np.linspace(0.5, 1, 101)
-    have = {k: np.tanh(smooth + k * h / 4) for k in _fd.MODEL_OFFSETS}
+    have = {k: np.tanh(smooth + k * h / 4) for k in fd.MODEL_OFFSETS}
     right = 1 - np.tanh(smooth) ** 2
-    assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, right) is not None
+    assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, right) is not None
     wrong = right.copy()
     wrong[60] *= 1 + 1e-6
-    assert _fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
+    assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def _compare_column_references(x, w, ad_tol, fn, case=None, moved=None):
             return fn(x + t * w)
 
     f0, h = F(0.0), 2.0**-16
-    refs = [_fd.reference(F, f0, h, 1e-12, 2.0**-53, ad_tol, f0_scale=None, sparse=sparse) for sparse in (False, True)]
+    refs = [fd.reference(F, f0, h, 1e-12, 2.0**-53, ad_tol, f0_scale=None, sparse=sparse) for sparse in (False, True)]
     whole, support = refs
     for name in ("value", "err", "status"):
         a, b = (np.asarray(getattr(r, name)) for r in refs)
@@ -168,13 +168,13 @@ def _compare_column_references(x, w, ad_tol, fn, case=None, moved=None):
     status = np.asarray(whole.status)
     unmoved = np.setdiff1d(np.arange(n), moved)
     if case == "smooth":
-        assert (status == _fd.SMOOTH).all()
+        assert (status == fd.SMOOTH).all()
     if case == "kinks":
-        assert (status[moved[:5]] == _fd.KINK).all()
+        assert (status[moved[:5]] == fd.KINK).all()
     if case == "not finite":
-        assert status[11] == _fd.UNRELIABLE and (status[moved[:3]] != _fd.SMOOTH).all()
+        assert status[11] == fd.UNRELIABLE and (status[moved[:3]] != fd.SMOOTH).all()
         unmoved = unmoved[unmoved != 11]
-    assert (status[unmoved] == _fd.SMOOTH).all()
+    assert (status[unmoved] == fd.SMOOTH).all()
 
 
 def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole():
@@ -199,7 +199,7 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
     rng = np.random.default_rng(11)
     x = rng.standard_normal(1000) * 3.0
     h = 2.0**-18 * 0.7
-    have = {k: np.tanh(x + k * h / 4) for k in _fd.MODEL_OFFSETS}
+    have = {k: np.tanh(x + k * h / 4) for k in fd.MODEL_OFFSETS}
     f0 = np.tanh(x)
     ad = 1.0 - f0 * f0
     ad_tol = np.abs(ad) * 1e-12 + 1e-15
@@ -208,17 +208,17 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
         have = {k: torch.from_numpy(v) for k, v in have.items()}
         f0, ad, ad_tol = torch.from_numpy(f0), torch.from_numpy(ad), torch.from_numpy(ad_tol)
     args = (have, f0, h, 2.0**-53, ad_tol, 1.0, ad)
-    whole = _fd.model_reference(*args)
+    whole = fd.model_reference(*args)
     assert whole is not None
     for chunk in (1, 7, 64, 999):
-        blocks = _fd.model_reference(*args, chunk=chunk)
+        blocks = fd.model_reference(*args, chunk=chunk)
         assert blocks is not None and blocks[3] == whole[3]
         for a, b in zip(whole[:3], blocks[:3]):
             assert np.array_equal(np.asarray(a), np.asarray(b)), chunk
     wrong = ad * 1.0
     wrong[613] += 1e-3  # (AD off at one element: no model reference, in any blocking)
     for chunk in (None, 7, 64):
-        assert _fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk) is None
+        assert fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk) is None
 
 
 @pytest.mark.parametrize("with_ad", [True, False])
@@ -238,9 +238,9 @@ def test_the_model_references_of_many_directions_are_each_directions_own(with_ad
         u[j] = c
         if j == 2:  # a kink at one output
             fn = lambda z: np.where(np.arange(m) == 4, np.abs(z - x[4]), np.tanh(z))  # noqa: E731
-            have = {k: fn(x + k * h / 4 * u) for k in _fd.MODEL_OFFSETS}
+            have = {k: fn(x + k * h / 4 * u) for k in fd.MODEL_OFFSETS}
         else:
-            have = {k: np.tanh(x + k * h / 4 * u) for k in _fd.MODEL_OFFSETS}
+            have = {k: np.tanh(x + k * h / 4 * u) for k in fd.MODEL_OFFSETS}
         if j == 3:
             have[-1] = have[-1].copy()
             have[-1][1] = np.nan
@@ -251,7 +251,7 @@ def test_the_model_references_of_many_directions_are_each_directions_own(with_ad
         point = float(np.max(np.abs(x))) / c
         columns.append((have, tol, ad if with_ad else None, point))
     f0_scale = float(np.max(np.abs(f0)))
-    batched = _fd.model_references(
+    batched = fd.model_references(
         [c[0] for c in columns],
         f0,
         h,
@@ -261,7 +261,7 @@ def test_the_model_references_of_many_directions_are_each_directions_own(with_ad
         [c[2] for c in columns] if with_ad else None,
         [c[3] for c in columns],
     )
-    alone = [_fd.model_reference(have, f0, h, 2.0**-53, t, f0_scale, ad, point=p) for have, t, ad, p in columns]
+    alone = [fd.model_reference(have, f0, h, 2.0**-53, t, f0_scale, ad, point=p) for have, t, ad, p in columns]
     assert [b is None for b in batched] == [a is None for a in alone]
     assert alone[2] is None and alone[3] is None and (alone[5] is None) == with_ad
     assert sum(a is not None for a in alone) >= 3
@@ -273,13 +273,13 @@ def test_the_model_references_of_many_directions_are_each_directions_own(with_ad
 
 
 def test_the_grid_of_a_cancelling_fn_is_u_times_its_terms_not_its_value():
-    from gradverify import _fd
+    from gradverify._check import fd
 
     z = 2e-4 + np.arange(-4, 5) * 1.2345e-10
     for f, spacing in ((z - np.tanh(z), np.spacing(z[4])), (np.exp(z), np.spacing(np.exp(z[4])))):
-        q = _fd.grid([f[k : k + 1] for k in range(9) if k != 4], f[4:5])
+        q = fd.grid([f[k : k + 1] for k in range(9) if k != 4], f[4:5])
         assert spacing <= q[0] <= 4 * spacing
     # z - tanh z ~ 3e-12 lies on z's grid, ~1e7 times its own spacing
-    assert _fd.grid([(z - np.tanh(z))[:1]], (z - np.tanh(z))[4:5])[0] > 1e6 * np.spacing(3e-12)
+    assert fd.grid([(z - np.tanh(z))[:1]], (z - np.tanh(z))[4:5])[0] > 1e6 * np.spacing(3e-12)
     # nothing moved: no grid seen
-    assert _fd.grid([np.ones(2)], np.ones(2)).tolist() == [0.0, 0.0]
+    assert fd.grid([np.ones(2)], np.ones(2)).tolist() == [0.0, 0.0]

@@ -54,13 +54,14 @@ def test_arrays_round_trip_exactly(tmp_path):
 
 
 def test_every_page_comes_from_one_shell():
-    from gradverify import _reports, _reports_triage
+    from gradverify._sweep import reports
+    from gradverify._triage import render as _reports_triage
 
     page = _io.html_page("a <b> & c", ["<p>x</p>"], "td{color:red}")
     assert page.startswith("<!doctype html>\n") and page.endswith("</body></html>\n")
     assert "<title>a &lt;b&gt; &amp; c</title>" in page and "<h1>a &lt;b&gt; &amp; c</h1>" in page
     assert _io.PAGE_CSS + "td{color:red}" in page and "<p>x</p>" in page
     triage = _reports_triage.junit_html([], 0)
-    report = _reports.to_html(_reports.build([], command="gradverify check x", seed=0))
+    report = reports.to_html(reports.build([], command="gradverify check x", seed=0))
     for html_text in (triage, report):
         assert html_text.startswith("<!doctype html>") and _io.PAGE_CSS in html_text

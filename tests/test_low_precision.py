@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify._examples import BUILDERS
+from gradverify._sweep.examples import BUILDERS
 
 
 def arrays(backend, dtype, shape, seed):

@@ -23,7 +23,7 @@ import os
 import pytest
 
 import gradverify as gv
-from gradverify._examples import naive_cases, naive_strategy
+from gradverify._sweep.examples import naive_cases, naive_strategy
 
 SEEDS = range(10)
 EXAMPLES = int(os.environ.get("GRADVERIFY_NAIVE_EXAMPLES", "100"))
@@ -164,7 +164,7 @@ def test_jax_tanh_gelu_quantised_tail_at_the_float32_floor_is_not_a_kink_to_conv
     import jax
     import jax.numpy as jnp
 
-    from gradverify._examples import _jax_gelu
+    from gradverify._sweep.examples import _jax_gelu
 
     x, b = jnp.array([0.0], jnp.float32), jnp.array([-6.5021781921386719], jnp.float32)
     r = gv.check(_jax_gelu, x, b, seed=7)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import gradverify as gv
 from gradverify import strategies as gst
-from gradverify._examples import BUILDERS
+from gradverify._sweep.examples import BUILDERS
 
 
 def test_correct_rule(gradverify):
@@ -170,7 +170,7 @@ def test_fine():
         "-n", "auto", "--reruns", "1", "--junitxml=out.xml", "-p", "no:cacheprovider"
     )
     assert result.parseoutcomes() == {"passed": 2, "rerun": 1}
-    from gradverify import _triage_junit
+    from gradverify._triage import junit as _triage_junit
 
     (run,) = _triage_junit.read_junit([pytester.path / "out.xml"])
     name = next(t for t in run.outcomes if t.endswith("test_first_attempt_fails"))

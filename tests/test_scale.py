@@ -11,7 +11,9 @@ import signal
 
 import pytest
 
-from gradverify import _distribute, _reports, _sweep, cli
+from gradverify import cli
+from gradverify._sweep import cases as _sweep
+from gradverify._sweep import distribute, reports
 
 TARGETS = ["bias_act:relu", "bias_act:tanh", "example:seed-bug"]
 OPTIONS = ["--backend", "numpy", "torch", "--impl", "fused", "--max-examples", "3"]
@@ -24,7 +26,7 @@ def run(capsys, *argv):
 
 
 def canonical(directory):
-    return _reports.canonical(json.loads((directory / "report.json").read_text()))
+    return reports.canonical(json.loads((directory / "report.json").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def test_the_serial_report_is_the_reference(serial):
     assert report["totals"]["failed"] == 2 and report["totals"]["passed"] == 4  # the seed bug, numpy and torch
     assert [c["index"] for c in report["cases"]] == list(range(6))
     lines = (serial / "results.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["schema"] == _distribute.RESULTS_SCHEMA and len(lines) == 7  # header + one per case
+    assert json.loads(lines[0])["schema"] == distribute.RESULTS_SCHEMA and len(lines) == 7  # header + one per case
 
 
 def test_a_case_alone_gives_its_record_in_the_sweep(serial):
@@ -59,8 +61,8 @@ def test_a_case_alone_gives_its_record_in_the_sweep(serial):
     assert case == _sweep.Case(**json.loads(json.dumps(_sweep.dataclasses.asdict(case))))
     alone = _sweep.run_case(case)
     alone["index"] = failed["index"]
-    alone = json.loads(_reports.to_json(alone))  # as the report holds it
-    assert _reports.canonical_case(alone) == _reports.canonical_case(failed)
+    alone = json.loads(reports.to_json(alone))  # as the report holds it
+    assert reports.canonical_case(alone) == reports.canonical_case(failed)
 
 
 @pytest.mark.slow
@@ -163,15 +165,15 @@ def test_killing_a_worker_mid_sweep_loses_nothing(serial, cluster):
             killed.append(rec["id"])
 
     cases = _sweep.cases(TARGETS, backends=("numpy", "torch"), impls=("fused",), max_examples=3)
-    records = _distribute.execute(
-        _distribute.shard(cases, None), scheduler=cluster.scheduler_address, on_record=on_record
+    records = distribute.execute(
+        distribute.shard(cases, None), scheduler=cluster.scheduler_address, on_record=on_record
     )
     assert killed
     with pytest.raises(ProcessLookupError):
         os.kill(victim, 0)  # it is gone
     reference = json.loads((serial / "report.json").read_text())["cases"]
-    got = [_reports.canonical_case(json.loads(_reports.to_json(r))) for r in records]
-    assert got == [_reports.canonical_case(r) for r in reference]
+    got = [reports.canonical_case(json.loads(reports.to_json(r))) for r in records]
+    assert got == [reports.canonical_case(r) for r in reference]
 
 
 @pytest.mark.slow

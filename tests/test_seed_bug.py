@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify._examples import BUILDERS, example_inputs
+from gradverify._sweep.examples import BUILDERS, example_inputs
 
 from ._helpers import make
 

@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify import _fd, _modes, _primal, _probes
-from gradverify._compare import Bounds
-from gradverify._evaluate import Evaluator
-from gradverify._findings import Findings
-from gradverify._locate import bisect
-from gradverify._modes import AD
-from gradverify._oracle import Oracle
+from gradverify._check import fd
+from gradverify._check import modes as _modes
+from gradverify._check import primal as _primal
+from gradverify._check import probes as _probes
+from gradverify._check.compare import Bounds
+from gradverify._check.evaluate import Evaluator
+from gradverify._check.findings import Findings
+from gradverify._check.locate import bisect
+from gradverify._check.modes import AD
+from gradverify._check.oracle import Oracle
+from gradverify._check.validate import resolve_wrt
 from gradverify._result import Kind
-from gradverify._validate import resolve_wrt
 from gradverify.backends import backend_of
 
 torch = pytest.importorskip("torch")
@@ -114,7 +117,7 @@ def test_the_oracle_measures_noise_only_on_demand_and_then_agrees_with_the_model
     before = sum(ev.counts.values())
     oracle.first_order(modes.jvps, bounds.jvp)
     assert len(oracle.refs) == 1 and oracle.refs[0].modelled
-    assert sum(ev.counts.values()) - before == len(_fd.MODEL_OFFSETS)
+    assert sum(ev.counts.values()) - before == len(fd.MODEL_OFFSETS)
     model = oracle.refs[0]
     lo, hi = model.lo.copy(), model.hi.copy()
     measured = oracle.measured(0)

@@ -9,7 +9,12 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradverify import _reports_triage, _triage_junit, _triage_node, _triage_rerun, cli
+from gradverify import cli
+from gradverify._check import steps
+from gradverify._triage import junit as _triage_junit
+from gradverify._triage import node as _triage_node
+from gradverify._triage import render as _reports_triage
+from gradverify._triage import rerun as _triage_rerun
 
 pytest_plugins = ["pytester"]
 
@@ -474,7 +479,7 @@ def test_cli_rerun_a_node_id_that_does_not_exist(pytester, capsys, monkeypatch):
 
 
 def test_node_ids_map_to_junit_ids():
-    from gradverify._triage_node import is_node_id, junit_id
+    from gradverify._triage.node import is_node_id, junit_id
 
     assert junit_id("tests/test_a.py::TestB::test_c[1-2]") == "tests.test_a.TestB::test_c[1-2]"
     assert junit_id("test_a.py::test_b") == "test_a::test_b"
@@ -501,7 +506,7 @@ def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
 
 
 def test_a_junit_row_is_the_json_object_it_is_written_as():
-    from gradverify._triage_junit import JunitRow, Run, triage_junit
+    from gradverify._triage.junit import JunitRow, Run, triage_junit
 
     runs = [
         Run("a.xml", {"host": "x"}, {"t": "failed"}, {}),
@@ -533,12 +538,12 @@ def test_fd_against_step_is_a_central_difference_that_weighs_only_what_u_weighs(
         return np.concatenate([np.sin(x), np.array([np.inf])])  # an infinite output u gives no weight
 
     x = np.array([0.3, -1.2])
-    from gradverify._evaluate import Evaluator
+    from gradverify._check.evaluate import Evaluator
 
     ev = Evaluator.for_call(f, (x,))
     u = np.array([0.0, 2.0, 0.0])
     v = [np.array([0.0, 1.0])]
-    (h, fd, err), (h2, fd2, _) = _triage_rerun.fd_against_step(ev, u, v, ad=5.0, steps=[1e-3, 1e-6])
+    (h, fd, err), (h2, fd2, _) = steps.fd_against_step(ev, u, v, ad=5.0, steps=[1e-3, 1e-6])
     expected = 2.0 * (np.sin(-1.2 + 1e-3) - np.sin(-1.2 - 1e-3)) / 2e-3
     assert (h, fd, err) == (1e-3, expected, abs(expected - 5.0))
     assert abs(fd2 - 2.0 * np.cos(-1.2)) < 1e-8 and abs(fd - 2.0 * np.cos(-1.2)) > 1e-8  # the h^2 term, seen

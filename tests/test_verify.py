@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import gradverify as gv
 from gradverify import ops
 from gradverify import strategies as gst
-from gradverify._examples import BUILDERS
+from gradverify._sweep.examples import BUILDERS
 from gradverify.ops import _norm_fused as nf
 from gradverify.ops import _xp
 
@@ -315,7 +315,7 @@ def test_same_seed_same_examples_whatever_else_is_imported():
     script = (
         "import sys\n"
         "if sys.argv[1] == 'more':\n"
-        "    import gradverify._sweep, gradverify.cli, gradverify._triage_rerun, gradverify._triage_junit\n"
+        "    import gradverify._sweep.cases, gradverify.cli, gradverify._triage.rerun, gradverify._triage.junit\n"
         "import gradverify as gv\n"
         "from gradverify import strategies as gst\n"
         "r = gv.verify(gst.normalization_call('layer_norm', 'fused', backend='numpy'),\n"

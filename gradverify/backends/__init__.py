@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import ArgumentTypeError, explain
-from ._base import Backend
-from ._session import compiling
+from .base import Backend
+from .numpy import NumpyBackend
+from .session import compiling
 
 __all__ = ["BACKENDS", "Backend", "backend_name_of", "backend_of", "compiling", "require_backend_name"]
 
@@ -90,13 +91,11 @@ def backend_of(args: Sequence[Any]) -> Backend:
 
 def _load(name: str) -> Backend:
     if name == "numpy":
-        from ._numpy import NumpyBackend
-
         return NumpyBackend()
     if name == "torch":
-        from ._torch import TorchBackend
+        from .torch import TorchBackend  # (imports torch: only when a tensor is checked)
 
         return TorchBackend()
-    from ._jax import JaxBackend
+    from .jax import JaxBackend  # (imports jax: only when a jax array is checked)
 
     return JaxBackend()

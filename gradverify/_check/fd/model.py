@@ -1,0 +1,210 @@
+"""The rounding model's fast path: a reference whose bound is the model's
+rather than measured noise, accepted where AD agrees within it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import tolerance as tol
+from .. import xp as _xp
+from .blocks import block_slices, compiled
+from .records import Array
+from .stencil import DIFF_WEIGHT, KAPPA_WEIGHT, R1_WEIGHT, R2_WEIGHT, model_noise, richardson, scales, tolerance_parts
+
+__all__ = ["KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references"]
+
+
+#: A model reference of at most this many elements keeps its six points for
+#: the measurement (larger ones evaluate them again if it is ever needed).
+KEEP_POINTS = 1 << 16
+
+
+#: The points the rounding model's test needs: D(h), D(h/2) and D(h/4), so
+#: R1 and R2 (t = +-h, +-h/2, +-h/4). The measured noise needs +-3h/4 besides.
+MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
+
+
+def model_reference(
+    f: dict[int, Array],
+    f0: Array,
+    h: float,
+    u_oracle: float,
+    ad_tol: Array | float,
+    f0_scale: float,
+    ad: Array | None = None,
+    chunk: int | None = None,
+    point: float = 1.0,
+) -> tuple[Array, Array, Array, float] | None:
+    """The reference with fn's noise taken at the rounding model alone, from the
+    points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
+    R2, one of which the measured estimate takes, lie from value - or None where any element is
+    flagged (a kink, no convergence, not finite, a bound as large as the
+    derivatives) or, given ``ad`` (+- ``ad_tol``), disagrees with it.
+
+    The interval is the intersection of R1's and R2's model intervals. The
+    measured noise only ever raises a bound above the model's (eps =
+    max(measured, model)) and only ever lowers the flags' sensitivity, and the
+    measured estimate takes R1 or R2 - so this interval lies inside the
+    measured one element by element, and an AD value that agrees with it
+    agrees with the measured reference too. Measuring costs two more
+    evaluations of fn and a difference table; a comparison asks for it only
+    when it is about to fail."""
+    shape = tuple(f0.shape)
+    F = {k: _xp.flat(f[k]) for k in MODEL_OFFSETS}
+    f0f = _xp.flat(f0)
+    adf = None if ad is None else _xp.flat(ad)
+    n = _xp.size(f0f)
+    xp = _xp.ns(f0f, *F.values())
+    tol_array, tol_f = tolerance_parts(ad_tol, shape)
+    blocks = block_slices(n, f0f, chunk)
+    slope_scale = stencil_scale = 0.0
+    with _xp.quiet():
+        for b in blocks:
+            slope, outer, _ = scales(F, b, h)  # (as estimate() computes them, bit for bit)
+            slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, outer)
+        eps_f = model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale, point)
+        typical = max(f0_scale, slope_scale)
+        noise2, noise1 = (tol.NOISE_SAFETY * R2_WEIGHT / h) * eps_f, (tol.NOISE_SAFETY * R1_WEIGHT / h) * eps_f
+        kappa_max = (tol.NOISE_SAFETY * KAPPA_WEIGHT) * eps_f
+        drift_max = (tol.NOISE_SAFETY * DIFF_WEIGHT / h) * eps_f
+        limits = (noise1, noise2, typical, kappa_max, drift_max)
+        kernel = compiled(_model_block, f0f)
+        scratch = _xp.Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
+        if scratch is None:  # (jax: one compiled block)
+            b = blocks[0]
+            t = tol_f[b] if tol_array else tol_f
+            ok, value, err, shift = kernel(
+                tuple(F[k][b] for k in MODEL_OFFSETS), f0f[b], t, None if adf is None else adf[b], h, limits
+            )
+            if not bool(ok):
+                return None
+        else:
+            value, err, shift = (_xp.empty(n, f0f) for _ in range(3))
+            for b in blocks:
+                t = tol_f[b] if tol_array else tol_f
+                ad_b = None if adf is None else adf[b]
+                fs = tuple(F[k][b] for k in MODEL_OFFSETS)
+                ok, _, _, _ = kernel(fs, f0f[b], t, ad_b, h, limits, (value[b], err[b], shift[b]), scratch)
+                if not bool(ok):
+                    return None
+    return xp.reshape(value, shape), xp.reshape(err, shape), xp.reshape(shift, shape), typical
+
+
+def model_references(
+    fs: list[dict[int, np.ndarray]],
+    f0: np.ndarray,
+    h: float,
+    u_oracle: float,
+    ad_tols: list[np.ndarray | float],
+    f0_scale: float,
+    ads: list[np.ndarray] | None,
+    points: list[float],
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float] | None]:
+    """model_reference() along many directions at once (host arrays of at
+    most CHUNK elements): direction b's points ``fs[b]``, AD tolerance
+    ``ad_tols[b]``, AD values ``ads[b]`` and ``points[b]``, all sharing F(0)
+    and the step. Element for element the same operations as
+    model_reference(), on a row per direction: each row's result is bit for
+    bit that direction's."""
+    shape = tuple(f0.shape)
+    f0f = np.ravel(f0)
+    n = f0f.size
+    stacked = {k: np.stack([np.ravel(f[k]) for f in fs]) for k in MODEL_OFFSETS}
+    with _xp.quiet():
+        d2 = (stacked[2] - stacked[-2]) * (1.0 / h)  # (as scales computes them)
+        slopes = np.max(np.abs(d2), axis=-1, where=np.isfinite(d2), initial=0.0)
+        outer = np.maximum(
+            *(np.max(np.abs(stacked[k]), axis=-1, where=np.isfinite(stacked[k]), initial=0.0) for k in (-4, 4))
+        )
+        limits, typicals = [], []
+        for slope, edge, point in zip(slopes.tolist(), outer.tolist(), points):
+            eps_f = model_noise(u_oracle, h, f0_scale, edge, slope, point)
+            typical = max(f0_scale, slope)
+            typicals.append(typical)
+            limits.append(
+                (
+                    (tol.NOISE_SAFETY * R1_WEIGHT / h) * eps_f,
+                    (tol.NOISE_SAFETY * R2_WEIGHT / h) * eps_f,
+                    typical,
+                    (tol.NOISE_SAFETY * KAPPA_WEIGHT) * eps_f,
+                    (tol.NOISE_SAFETY * DIFF_WEIGHT / h) * eps_f,
+                )
+            )
+        columns = tuple(np.array(c)[:, None] for c in zip(*limits))
+        t = np.stack([np.ravel(np.broadcast_to(a, shape)) if np.ndim(a) else np.full(n, float(a)) for a in ad_tols])
+        ad = None if ads is None else np.stack([np.ravel(a) for a in ads])
+        ok, value, err, shift = _model_block(tuple(stacked[k] for k in MODEL_OFFSETS), f0f, t, ad, h, columns)
+    return [
+        (value[b].reshape(shape), err[b].reshape(shape), shift[b].reshape(shape), typicals[b]) if ok[b] else None
+        for b in range(len(fs))
+    ]
+
+
+def _model_block(
+    fs: tuple[Array, ...],
+    f0: Array,
+    t: Array | float,
+    ad: Array | None,
+    h: float,
+    limits: tuple[float, ...],
+    outs: tuple[Array, Array, Array] | None = None,
+    scratch: _xp.Scratch | None = None,
+) -> tuple:
+    """model_reference() on one block: (every element passes, value, err,
+    shift) from the points ``fs`` (in the order of MODEL_OFFSETS). Pure array
+    arithmetic (see _estimate_block); on numpy and torch the results go into
+    ``outs`` (value, err, shift) and the temporaries into ``scratch``."""
+    noise1, noise2, typical, kappa_max, drift_max = limits
+    f = dict(zip(MODEL_OFFSETS, fs))
+    xp = _xp.ns(f0, *fs)
+    m = tuple(f0.shape)[0]
+    rows = len(tuple(fs[0].shape)) == 2  # (model_references: a row per direction)
+
+    def every(a: Array) -> Any:
+        return np.all(a, axis=-1) if rows else xp.all(a)
+
+    def tmp(name: str) -> Array | None:
+        return None if scratch is None else scratch(name, m)
+
+    out_v, out_e, out_s = outs if outs is not None else (None, None, None)
+    d1, d2, d4, r1, r2 = richardson(f, h, tmp)
+    # (the kink indicator first, while the block's points are still in cache)
+    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
+    kappa *= 4.0
+    kappa -= _xp.add(f[4], f[-4], tmp("a"))
+    kappa -= _xp.mul(f0, 6.0, tmp("a"))
+    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
+    limit += kappa_max
+    ok = every(_xp.iabs(kappa) <= limit)
+    trunc = _xp.iabs(_xp.sub(r1, r2, tmp("trunc")))
+    trunc *= tol.FD_SAFETY
+    e1 = _xp.mul(trunc, 16.0 / 15.0, tmp("e1"))
+    e1 += noise1
+    trunc += noise2  # R2's bound
+    lo = _xp.imaximum(_xp.sub(r2, trunc, tmp("lo")), _xp.sub(r1, e1, tmp("a")))
+    hi = _xp.iminimum(_xp.add(r2, trunc, tmp("hi")), _xp.add(r1, e1, tmp("a")))
+    v = _xp.add(lo, hi, out_v)
+    v *= 0.5
+    e = _xp.sub(hi, lo, out_e)
+    e *= 0.5
+    room = _xp.absolute(v, tmp("room"))
+    room += typical
+    room *= 0.5
+    ok = ok & every(e <= room)
+    drift = _xp.iabs(_xp.sub(d2, d4, tmp("drift")))
+    wide = _xp.iabs(_xp.sub(d1, d2, tmp("a")))
+    wide *= 0.5
+    drift -= wide
+    ok = ok & every(drift <= drift_max)
+    if ad is not None:
+        room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
+        ok = ok & every(_xp.iabs(_xp.sub(ad, v, tmp("a"))) <= room)
+    r1 -= v
+    r2 -= v
+    shift = _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
+    if out_s is not None:
+        out_s[...] = shift
+        shift = out_s
+    return ok, v, e, shift

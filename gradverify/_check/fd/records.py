@@ -1,0 +1,93 @@
+"""The records finite differences pass around: an element's status, the
+reference for J u (an interval per element, and why), and the problem one
+reference answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import xp as _xp
+
+__all__ = ["SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Reference", "Problem", "UNKNOWN"]
+
+
+# Status of each element's reference after the kink analysis.
+SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
+
+
+#: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _xp).
+Array = Any
+
+
+@dataclass
+class Reference:
+    """The FD reference for J u: an interval value +- err per element, and why.
+
+    Where F is smooth the interval is the estimate with its error bound; at a
+    kink it is the hull of the one-sided derivatives (value its midpoint)."""
+
+    value: Array
+    err: Array  # half-width of the interval
+    status: Array  # SMOOTH / KINK / JUMP / UNRELIABLE per element (int8)
+    all_smooth: bool  # no element was flagged: every status is SMOOTH
+    noise: Array | None = None  # measured noise of one F value, per element
+    reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
+    typical: float = 0.0  # the size of a derivative along this direction (|F| and slope scales)
+    flagged: Array | None = None  # bool: went down the ladder (a kink, jump or feature near)
+    # set while the reference is the rounding model's (AD agreed within it):
+    # measures fn's noise and returns the measured reference
+    measure: Callable[[], Reference] | None = None
+    # with it: how far the measured value may sit from this one (|R1 - R2| at most)
+    shift: Array | None = None
+    eps_f: float = 0.0  # the rounding model's error of one F value at the first step
+
+    @property
+    def lo(self) -> Array:
+        return self.value - self.err
+
+    @property
+    def hi(self) -> Array:
+        return self.value + self.err
+
+    @property
+    def modelled(self) -> bool:
+        """Whether fn's noise is still the rounding model's, not measured."""
+        return self.measure is not None
+
+    def give_up(self, mask: Array, reason: Callable[[int], str]) -> None:
+        """Mark the elements of ``mask`` unreliable; the first few keep ``reason(i)``."""
+        self.status = _xp.put(self.status, mask, UNRELIABLE)
+        self.all_smooth = False
+        if self.reasons is None:
+            self.reasons = {}
+        for i in _xp.nonzero(mask, limit=3):
+            self.reasons[int(i)] = reason(int(i))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """F'(0) to be measured: F along the direction and its value ``f0`` at 0,
+    the first step ``h`` and the finest the ladder may take (``floor``), the
+    oracle's unit roundoff, the AD tolerance the estimate must settle, whether
+    flagged elements go down the ladder, F(0)'s scale, the largest input
+    magnitude (see ``reference``), the point's magnitude along the direction,
+    and for part of the outputs the largest |F(0)| of those left out
+    (``outer``: see _on_support)."""
+
+    F: Callable[[float], Array]
+    f0: Array
+    h: float
+    floor: float
+    u_oracle: float
+    ad_tol: Array | float
+    ladder: bool
+    f0_scale: float
+    inputs: float = 0.0
+    point: float = 1.0
+    outer: float = 0.0
+
+
+#: reference()'s ``quick`` before model_reference() has run.
+UNKNOWN: Any = object()

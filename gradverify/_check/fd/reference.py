@@ -1,0 +1,189 @@
+"""The FD reference for J u: the rounding model first where it decides,
+else the measured estimate, its flagged elements down the ladder, and the
+elements no step can resolve marked unreliable."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import tolerance as tol
+from .. import xp as _xp
+from .ladder import descend, noise_explains
+from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference
+from .records import SMOOTH, UNKNOWN, UNRELIABLE, Array, Problem, Reference
+from .stencil import OFFSETS, R1_WEIGHT, Stencil, estimate, evaluate_level, tolerance_parts, values_at
+
+__all__ = ["reference", "mark_unresolved"]
+
+
+def reference(
+    F: Callable[[float], Array],
+    f0: Array,
+    h: float,
+    floor: float,
+    u_oracle: float,
+    ad_tol: Array | float,
+    *,
+    ladder: bool = True,
+    f0_scale: float | None = None,
+    inputs: float = 0.0,
+    model_first: bool = False,
+    ad: Array | None = None,
+    sparse: bool = False,
+    point: float = 1.0,
+    have: dict[int, Array] | None = None,
+    quick: Any = UNKNOWN,
+) -> Reference:
+    """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
+    the largest input magnitude (what fn's terms are at least, for telling its
+    rounding from a feature). ``model_first``: try the rounding model first
+    (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
+    agree with it too); where nothing is flagged the reference is the model's,
+    and ``Reference.measure`` measures fn's noise when a comparison needs it.
+    ``sparse``: estimate only the outputs the steps move (see _on_support).
+    ``point``: the point's magnitude along the direction (see model_noise).
+    ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first);
+    ``quick``: model_reference()'s result on them (None included), where
+    model_references() worked it out already."""
+    if f0_scale is None:
+        f0_scale = _xp.fmax(f0)
+    problem = Problem(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
+    if model_first:
+        have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
+        if quick is UNKNOWN:
+            quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+        if quick is not None:
+            value, err, shift, typical = quick
+            if _xp.size(value) > KEEP_POINTS:
+                have = {}  # (8 MB each at n = 10^6: measuring, rarely needed, evaluates them again)
+
+            def measure() -> Reference:
+                return _measured(problem, have, sparse)
+
+            status = _xp.zeros(tuple(value.shape), value, "int8")
+            return Reference(value, err, status, True, typical=typical, measure=measure, shift=shift)
+    else:
+        have = {}
+    return _measured(problem, have, sparse)
+
+
+def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved: bool = False) -> Reference:
+    """The reference with fn's noise measured (reusing the points in ``have``);
+    ``sparse``: on the outputs the first step moves (see _on_support, which
+    passes ``unmoved``: outputs were left out)."""
+    h, ad_tol, f0_scale = p.h, p.ad_tol, p.f0_scale
+    stencil = evaluate_level(p.F, h, have)
+    if sparse:
+        narrowed = _on_support(p, stencil)
+        if narrowed is not None:
+            return narrowed
+    level0 = estimate(stencil, p.f0, p.u_oracle, ad_tol, f0_scale, outer=p.outer, point=p.point)
+    value, err, noise = level0.value, level0.err, level0.noise
+    shape = tuple(value.shape)
+    status = _xp.zeros(shape, value, "int8")  # SMOOTH
+    suspects = _xp.nonzero(level0.kink)
+    if suspects.size:
+        suspects = suspects[~noise_explains(level0, suspects, ad_tol)]
+    reasons: dict[int, str] = {}
+    if suspects.size:
+        with _xp.quiet():  # (a level's sides may be inf - inf: unsettled, not a warning)
+            v_s, e_s, s_s = descend(p, level0, suspects)
+        xp = _xp.ns(value)
+        value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
+        err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
+        status = xp.reshape(_xp.put(_xp.flat(status), suspects, s_s), shape)
+    typical = max(f0_scale, level0.slope)
+    # (an output left out is 0 +- R1's modelled bound: unresolved against the same scales)
+    left_out = unmoved and not (tol.NOISE_SAFETY * R1_WEIGHT / h) * level0.eps_f <= 0.5 * typical
+    if left_out or _xp.any_(_unresolved(err, value, status, typical)):
+        # only then is the curvature worth its pass over the vector
+        typical = max(typical, level0.curvature(status == SMOOTH))
+        status = mark_unresolved(value, err, status, typical, reasons)
+    all_smooth = not suspects.size and not _xp.any_(status != SMOOTH)
+    flagged = _xp.put(_xp.zeros(_xp.size(value), value, "bool"), suspects, True)
+    flagged = _xp.ns(value).reshape(flagged, shape)
+    return Reference(value, err, status, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
+
+
+def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
+    """The measured reference worked out on the outputs the first step moves
+    (or that are not finite at 0) and filled in elsewhere - None where every
+    output moves. A column of the Jacobian moves few. An output whose nine
+    values are equal has every difference 0: the estimate is 0, its bound the
+    modelled noise's (R1's), unflagged; the whole vector's scales come out the
+    same (such an output's |F(+-h)| is its |F(0)|: a floor under the stencil's
+    scale). Where that bound is as large as the derivatives they are unreliable."""
+    h, F = stencil.h, p.F
+    shape = tuple(p.f0.shape)
+    f0f = _xp.flat(p.f0)
+    n = _xp.size(f0f)
+    with _xp.quiet():
+        moved = ~_xp.finite(f0f)
+        for a in stencil.f:
+            moved |= _xp.flat(a) != f0f
+    idx = _xp.nonzero(moved)
+    if idx.size == n:
+        return None
+    outer = _xp.fmax(f0f, where=~moved)  # the outputs left out: their |F(+-h)| is their |F(0)|
+    at = _xp.index(idx, f0f)
+    per_element, t = tolerance_parts(p.ad_tol, shape)
+    have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
+    part = dataclasses.replace(
+        p, F=lambda step: _xp.flat(F(step))[at], f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
+    )
+    sub = _measured(part, have, unmoved=True)
+    err0 = (tol.NOISE_SAFETY * R1_WEIGHT / h) * sub.eps_f
+    rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
+    reasons = {int(idx[i]): why for i, why in (sub.reasons or {}).items()}
+    xp = _xp.ns(f0f)
+
+    def filled(fill: Any, part: Array, dtype: str) -> Array:
+        return xp.reshape(_xp.put(_xp.full(n, fill, f0f, dtype), idx, part), shape)
+
+    status = filled(UNRELIABLE if rest_unresolved else SMOOTH, sub.status, "int8")
+    if rest_unresolved:
+        for i in np.setdiff1d(np.arange(min(n, idx.size + 3)), idx)[:3].tolist():
+            reasons.setdefault(
+                i,
+                f"the finite-difference error bound {err0:.3g} is as large as the derivatives "
+                f"(about {sub.typical:.3g}): no step lies between the function's noise and its curvature",
+            )
+    return Reference(
+        filled(0.0, sub.value, "float64"),
+        filled(err0, sub.err, "float64"),
+        status,
+        sub.all_smooth and not rest_unresolved,
+        None,  # (a column's noise and ladder flags serve no later test)
+        reasons,
+        sub.typical,
+        None,
+        eps_f=sub.eps_f,
+    )
+
+
+def _unresolved(err: Array, value: Array, status: Array, typical: float) -> Array:
+    xp = _xp.ns(err)
+    with _xp.quiet():
+        return (status == SMOOTH) & ~(err <= 0.5 * (xp.abs(value) + typical))
+
+
+def mark_unresolved(value: Array, err: Array, status: Array, typical: float, reasons: dict[int, str]) -> Array:
+    """A smooth element whose error bound is as large as the derivatives around
+    it (its own, and ``typical``: the vector's slope, or |F| since a step of
+    t = 1 moves the input by its own scale) cannot tell a right derivative
+    from a wrong one. Returns the status with those elements unreliable."""
+    bad = _unresolved(err, value, status, typical)
+    if not _xp.any_(bad):
+        return status
+    status = _xp.put(status, bad, UNRELIABLE)
+    flat_value, flat_err = _xp.flat(value), _xp.flat(err)
+    for i in _xp.nonzero(bad, limit=3):
+        reasons[int(i)] = (
+            f"the finite-difference error bound {float(flat_err[i]):.3g} is as large as the derivative "
+            f"{float(flat_value[i]):.3g}: no step lies between the function's noise and its curvature"
+        )
+    return status

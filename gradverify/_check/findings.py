@@ -1,0 +1,64 @@
+"""The findings of one check as the stages find them: each said once, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._result import ERROR, Finding, Kind
+from .evaluate import CallFailed
+
+__all__ = ["Closeness", "Findings", "unravel"]
+
+
+class Findings:
+    """Collects the findings of one check. A mode called once per direction
+    repeats its structural faults: each (kind, message) is kept once."""
+
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+
+    def add(self, kind: str, level: str, message: str, **kw: Any) -> None:
+        if any(f.kind == kind and f.message == message for f in self.items):
+            return
+        self.items.append(Finding(kind=kind, level=level, message=message, **kw))
+
+    def append(self, finding: Finding) -> None:
+        """Keep ``finding`` as it is (a sub-check's, already said once there)."""
+        self.items.append(finding)
+
+    def exception(self, e: CallFailed) -> None:
+        self.add(
+            Kind.EXCEPTION,
+            ERROR,
+            f"{type(e.exc).__name__} raised while {e.stage}: {e.exc}",
+            detail=e.traceback,
+        )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class Closeness:
+    """The largest |AD - reference| / bound over everything compared: how near
+    the check came to failing (gv.verify steers Hypothesis by it). An excuse
+    that sends a comparison round again restores it with ``mark``/``restore``."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    def note(self, ratio: float) -> None:
+        if np.isfinite(ratio) and ratio > self.worst:
+            self.worst = float(ratio)
+
+    def mark(self) -> float:
+        return self.worst
+
+    def restore(self, mark: float) -> None:
+        self.worst = mark
+
+
+def unravel(i: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Flat index i as an index into ``shape``."""
+    return tuple(int(k) for k in np.unravel_index(i, shape)) if shape else ()

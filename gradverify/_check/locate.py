@@ -1,0 +1,223 @@
+"""Localisation: from a failing projection or vector to the input element.
+
+A directional check compares whole vectors J u and projections <J^T v, u>;
+when one fails, the wrong element is found by an elementwise guess (for fn
+elementwise in an input shaped like the output: one oracle call, confirmed
+along e_j) or by bisection on the input mask (log2 n oracle calls), and
+confirmed by FD along e_j - the independent witness the finding reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import fd
+from . import tolerance as tol
+from . import xp as _xp
+from .modes import AD, Modes
+from .oracle import Oracle
+from .probes import basis
+
+__all__ = ["Localiser", "Located", "bisect"]
+
+
+@dataclass(frozen=True)
+class Located:
+    """The input element behind a disagreement, with FD's witness there."""
+
+    element: int  # flat index into the inputs
+    values: dict[str, float]  # labelled: {"VJP": .., "FD": ..} or {"JVP": .., "FD": ..}
+    bound: float
+    how: str
+
+
+class Localiser:
+    def __init__(
+        self,
+        ad: AD,
+        oracle: Oracle,
+        modes: Modes,
+        jvp_bound: Callable[[int], np.ndarray],
+        vjp_bounds: Callable[[int], np.ndarray],
+        column_bound: Callable[[np.ndarray], np.ndarray],
+    ) -> None:
+        self.ad, self.oracle, self.modes = ad, oracle, modes
+        self.probes, self.primal = oracle.probes, oracle.primal
+        self.jvp_bound, self.vjp_bounds = jvp_bound, vjp_bounds
+        self._guesses: dict[tuple[int, int], tuple] = {}
+        self._columns: dict[int, tuple] = {}
+        # the rounding bound of a JVP's column J e_j (the caller's rtol/atol where given)
+        self.column_bound = column_bound
+
+    # -- reverse mode -------------------------------------------------------------------
+    def vjp(self, a: int, b: int, use_jvp: bool) -> Located:
+        """The element of J^T v_a that is wrong (the projection on u_b failed);
+        ``use_jvp``: the JVP is trusted as the oracle for choosing halves."""
+        use_jvp = use_jvp and bool(self.modes.jvps)
+        j, (values, bound, confirmed, _) = self._guessed(a, b, use_jvp)
+        if j is not None and confirmed:
+            return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
+        j, steps = self._bisect_vjp(a, b, use_jvp)
+        values, bound, _, _ = self._vjp_element(a, j)
+        return Located(j, values, bound, f"located in {steps} bisection steps using {'JVP' if use_jvp else 'FD'}")
+
+    def confirmed_vjp(self, a: int, b: int) -> Located | None:
+        """The elementwise guess for a failing projection when FD along e_j
+        convicts the VJP there on its own: the column fully estimated (no
+        element left undecided), the VJP's element outside its bound, and
+        the trusted JVP's column J e_j inside FD's, element by element (so no
+        feature narrower than the step, no rounding FD misread, stands behind
+        the conviction). None otherwise: then the projection is measured."""
+        j, (values, bound, confirmed, complete) = self._guessed(a, b, bool(self.modes.jvps))
+        if j is None or not (confirmed and complete):
+            return None
+        w = self.ad.jvp_value(basis(j, self.probes.flat.n, self.probes.x))
+        if w is None:
+            return None
+        value, err, _ = self._column(j)  # (estimated for the guess's test already)
+        xp = _xp.ns(w)
+        with _xp.quiet():
+            outside = xp.abs(w - value) > err + self.column_bound(w)
+        if _xp.any_(outside & self.primal.finite):
+            return None
+        return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j by FD and forward mode")
+
+    def _guessed(self, a: int, b: int, use_jvp: bool) -> tuple[int | None, tuple[dict[str, float], float, bool, bool]]:
+        """The elementwise guess (ranked by the JVP when it is trusted) and its
+        test along e_j, made once per pair."""
+        key = (a, b)
+        if key not in self._guesses:
+            j = self._diagonal_guess(a, b, use_jvp)
+            self._guesses[key] = (j, self._vjp_element(a, j) if j is not None else ({}, 0.0, False, False))
+        return self._guesses[key]
+
+    def _column(self, j: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
+        that element's scale, with its error; 0 where FD cannot decide. Also
+        whether FD decided every element. (Estimated once per element.)"""
+        if j not in self._columns:
+            probes = self.probes
+            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
+            if ref.all_smooth:
+                self._columns[j] = ref.value, ref.err, True
+            else:
+                usable = self.oracle.usable(ref)
+                xp = _xp.ns(ref.value)
+                complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+                self._columns[j] = xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
+        return self._columns[j]
+
+    def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool, bool]:
+        """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,
+        the bound, whether the element is confirmed wrong, and whether FD
+        decided every element of the column."""
+        value, err, complete = self._column(j)
+        v, g = self.probes.vs[a], self.modes.vjps[a]
+        values = {"VJP": float(g[j]), "FD": _xp.dot(v, value)}
+        bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
+        return values, bound, abs(values["VJP"] - values["FD"]) > bound, complete
+
+    def _diagonal_guess(self, a: int, b: int, use_jvp: bool = False) -> int | None:
+        """If fn were elementwise in an input shaped like the output, its element
+        j would feed output j alone: (J^T v)_j u_j = v_j (J u_k)_j with u_k the
+        direction restricted to that input (one oracle call). The worst
+        violation is the candidate."""
+        probes = self.probes
+        v, g, u = probes.vs[a], self.modes.vjps[a], probes.us[b]
+        best: tuple[float, int] | None = None
+        for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
+            if tuple(shape) != self.primal.shape:
+                continue
+            uk = _xp.window(u, off, off + size)
+            # ranking needs no precision: one JVP, or a central difference (2 evaluations)
+            w = self.projection_oracle(uk, use_jvp=use_jvp)
+            r = _xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w))
+            k = _xp.argmax(r)
+            if best is None or float(r[k]) > best[0]:
+                best = (float(r[k]), off + k)
+        return None if best is None else best[1]
+
+    def projection_oracle(self, u: np.ndarray, use_jvp: bool) -> np.ndarray:
+        """J u from the trusted JVP, or from one central difference (2 evaluations)."""
+        if use_jvp:
+            w = self.ad.jvp_value(u)
+            if w is not None:
+                return w
+        c = self.probes.cs[0]  # directional: every direction shares its normalisation
+        F = self.oracle.F(u, c)
+        h = self.oracle.precision.h
+        with _xp.quiet():
+            d = F(h) - F(-h)  # (fn's outputs are not ours to write: a new array, then in place)
+            d /= 2 * h * c
+        xp = _xp.ns(d)
+        if self.primal.all_finite and _xp.all_finite(d):
+            return d
+        return xp.where(_xp.finite(d) & self.primal.finite, d, 0.0)
+
+    def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
+        """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:
+        halve S toward the larger discrepancy."""
+        v, g, u = self.probes.vs[a], self.modes.vjps[a], self.probes.us[b]
+
+        def disc(lo: int, hi: int) -> float:
+            # Choosing a half needs no precision: the wrong element's share of
+            # the discrepancy is large, so one central difference does.
+            uS = _xp.window(u, lo, hi)
+            return _xp.dot(g, uS) - _xp.dot(v, self.projection_oracle(uS, use_jvp))
+
+        return bisect(self.probes.flat.n, disc)
+
+    # -- forward mode -------------------------------------------------------------------
+    def jvp(self, b: int, i: int) -> Located:
+        """The input element behind a JVP mismatch at output element i: first the
+        elementwise guess (the same index in an input shaped like the output),
+        confirmed along e_j; otherwise bisection."""
+        probes = self.probes
+        u = probes.us[b]
+        jv_t = self.jvp_bound(b)
+
+        def element(j: int) -> tuple[dict[str, float], float]:
+            e_j = basis(j, probes.flat.n, probes.x)
+            w = self.ad.jvp_value(e_j)
+            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
+            ad = float(w[i]) if w is not None else np.nan
+            return {"JVP": ad, "FD": float(ref.value[i])}, float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
+
+        for off, shape in zip(probes.flat.offsets, probes.flat.shapes):
+            if tuple(shape) == self.primal.shape:
+                values, bound = element(off + i)
+                if abs(values["JVP"] - values["FD"]) > bound:
+                    return Located(off + i, values, bound, "found by the elementwise guess, confirmed along e_j")
+
+        def disc(lo: int, hi: int) -> float:
+            uS = _xp.window(u, lo, hi)
+            w = self.ad.jvp_value(uS)
+            ref: fd.Reference = self.oracle.fd(uS, jv_t, probes.cs[b], ladder=False)
+            return (float(w[i]) if w is not None else 0.0) - float(ref.value[i])
+
+        j, steps = bisect(probes.flat.n, disc)
+        values, bound = element(j)
+        return Located(j, values, bound, f"located in {steps} bisection steps")
+
+
+def bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:
+    """The element of 0..n-1 carrying a linear discrepancy ``disc(lo, hi)``
+    (over the mask [lo, hi)), and the calls it took."""
+    lo, hi = 0, n
+    total = None
+    steps = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if total is None:
+            total = disc(lo, hi)
+            steps += 1
+        left = disc(lo, mid)
+        steps += 1
+        right = total - left
+        if abs(left) >= abs(right):
+            hi, total = mid, left
+        else:
+            lo, total = mid, right
+    return lo, steps

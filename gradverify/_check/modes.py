@@ -1,0 +1,412 @@
+"""Forward and reverse mode: J u and J^T v along the probes, validated.
+
+``AD`` makes every AD call of a check (the first-order runs, and the later
+ones the comparisons and localisation ask for). With the float64 tier on
+(low-precision arguments, fn accepts float64) each call also runs in float64:
+that value is what finite differences judge, and the native one is kept for
+the precision comparison. ``run`` makes the first-order calls and returns
+them as ``Modes``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import ModeUnavailable
+from .._result import ERROR, WARNING, Kind, Word
+from . import tolerance as tol
+from . import xp as _xp
+from .evaluate import BadStructure, CallFailed, Derivative, Evaluator
+from .findings import Findings, unravel
+from .primal import Precision, Primal
+from .probes import Probes
+
+__all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
+
+
+class ModeStatus(Word):
+    """What became of a mode (JVP, VJP) in a check."""
+
+    CHECKED = "checked"
+    UNAVAILABLE = "unavailable"  # fn has no such rule (or the backend cannot run it)
+    FAILED = "failed"  # it raised, or gave a derivative of the wrong structure
+
+
+CHECKED, UNAVAILABLE, FAILED = ModeStatus.CHECKED, ModeStatus.UNAVAILABLE, ModeStatus.FAILED
+
+
+@dataclass(frozen=True)
+class Modes:
+    """The first-order AD values along the probes."""
+
+    jvps: tuple[np.ndarray, ...]  # J u_b (float64 tier's where on), one per direction
+    vjps: tuple[np.ndarray, ...]  # J^T v_a, flat over the inputs
+    low_jvps: dict[int, np.ndarray]  # the native low-precision J u_b (float64 tier on)
+    low_vjps: dict[int, np.ndarray]
+    ad_out: str  # the dtype the compared AD values were computed in
+    ad64: bool  # the compared values are the float64 tier's
+    # A full Jacobian's columns and rows are single-element vectors for an
+    # elementwise fn: their rounding floor comes from the whole Jacobian.
+    jmax_jvp: float | None
+    jmax_vjp: float | None
+
+
+class AD:
+    """Every AD call of one check, validated, with the float64 tier."""
+
+    def __init__(
+        self,
+        ev: Evaluator,
+        primal: Primal,
+        precision: Precision,
+        probes: Probes,
+        report: Findings,
+        vectorise: bool = False,
+    ) -> None:
+        self.ev, self.primal, self.probes, self.report = ev, primal, probes, report
+        self.ad64 = precision.ad64
+        self.native_ad = precision.native_ad
+        self.status: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.dropped: str | None = None
+        self.vectorise = vectorise
+        self.vectorised = False  # whether any value came from a vectorised call
+
+    def usable(self, mode: str) -> bool:
+        return self.status.get(mode) not in (UNAVAILABLE, FAILED)
+
+    # -- one call ---------------------------------------------------------------------
+    def jvp(
+        self, u: np.ndarray, low: dict[int, np.ndarray] | None = None, b: int | None = None, given: Any = None
+    ) -> np.ndarray | None:
+        """J u, validated (None: the mode failed or is unavailable, said); with
+        the float64 tier on, the float64 run (the native one kept in low[b]).
+        ``given``: this direction's (native, float64) derivatives from a
+        vectorised call (``vectorised``), validated here the same way."""
+        value = self._jvp_native(u, given[0] if given else None)
+        if value is None or not self.ad64:
+            return value
+        wide = given[1] if given else None
+        v64 = self._ad64(
+            (lambda: wide) if wide is not None else (lambda: self.ev.jvp(self.probes.flat.split(u), "float64")),
+            "forward mode",
+        )
+        if v64 is None:
+            return value
+        if low is not None and b is not None:
+            low[b] = value
+        d = v64[0]
+        return d if self.primal.all_finite else _xp.ns(d).where(self.primal.finite, d, 0.0)
+
+    def vjp(
+        self, v: np.ndarray, low: dict[int, np.ndarray] | None = None, a: int | None = None, given: Any = None
+    ) -> np.ndarray | None:
+        g = self._vjp_native(v, given[0] if given else None)
+        if g is None or not self.ad64:
+            return g
+        wide = given[1] if given else None
+        parts = self._ad64(
+            (lambda: wide)
+            if wide is not None
+            else (lambda: self.ev.vjp(v.reshape(self.primal.shape), self.primal.dtype, "float64")),
+            "reverse mode",
+        )
+        if parts is None:
+            return g
+        g64 = _xp.concat(parts) if len(parts) > 1 else parts[0]
+        if low is not None and a is not None:
+            low[a] = g
+        if self.primal.all_finite:
+            return g64
+        xp = _xp.ns(g64)
+        return xp.where(xp.isfinite(g64), g64, 0.0)
+
+    def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
+        """Every probe's native and float64-tier derivatives of ``mode`` from
+        one vectorised call per precision, for ``jvp``/``vjp`` to validate (a
+        float64 entry None: that run is asked one probe at a time). None when
+        not vectorising (or fn cannot be): one call per probe."""
+        if not self.vectorise or len(probes) < 2:
+            return None
+        ev, primal = self.ev, self.primal
+        if mode == "JVP":
+            sets = [self.probes.flat.split(u) for u in probes]
+            native = ev.jvps(sets)
+            wide = ev.jvps(sets, "float64") if native is not None and self.ad64 else None
+        else:
+            cots = [_xp.ns(v).reshape(v, primal.shape) for v in probes]
+            native = ev.vjps(cots, primal.dtype)
+            wide = ev.vjps(cots, primal.dtype, "float64") if native is not None and self.ad64 else None
+        if native is None:
+            return None
+        self.vectorised = True
+        return [(d, None if wide is None else wide[k]) for k, d in enumerate(native)]
+
+    def jvp_value(self, u: np.ndarray) -> np.ndarray | None:
+        """J u for localisation: no validation, no findings (None on any trouble)."""
+        try:
+            d = self.ev.jvp(self.probes.flat.split(u), "float64" if self.ad64 else None)
+        except (ModeUnavailable, CallFailed):
+            return None
+        if d.value is None:
+            return None
+        value = _xp.flat(d.value)
+        return value if self.primal.all_finite else _xp.ns(value).where(self.primal.finite, value, 0.0)
+
+    def rescaled(self, v: np.ndarray, u: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """VJP(3v)/3 and JVP(3u)/3: the same derivatives rounded differently
+        (3 is not a power of two). How far they move is the rules' rounding at
+        this point, measured - it can exceed the model when a rule cancels
+        terms far larger than its result (a normalization over a slice of
+        variance near eps). Run only to confirm a JVP-vs-VJP mismatch."""
+        g3 = self.vjp(3.0 * v)
+        jv3 = self.jvp(3.0 * u)
+        return (None if g3 is None else g3 / 3.0), (None if jv3 is None else jv3 / 3.0)
+
+    def beside(self, mode: str, key: Any) -> list[np.ndarray]:
+        """The float64 AD of ``mode`` (direction b, or cotangent a's part k) at
+        the point moved by +- the low-precision kink resolution of each element:
+        what the derivative is on either side of a kink the native dtype cannot
+        resolve."""
+        probes, flat = self.probes, self.probes.flat
+        native = max(self.native_ad & set(tol.LOW_PRECISION_LIMIT), key=tol.unit_roundoff)
+        delta = tol.kink_resolution(native, probes.raw_scale)
+        out = []
+        for sign in (1.0, -1.0):
+            points = flat.split(probes.x + sign * delta)
+            try:
+                if mode == "JVP":
+                    d = self.ev.jvp(flat.split(probes.us[key]), "float64", points)
+                    out.append(
+                        _xp.flat(d.value)
+                        if d.value is not None
+                        else _xp.full(_xp.size(self.primal.values), np.nan, probes.x)
+                    )
+                else:
+                    a, k = key
+                    ds = self.ev.vjp(probes.vs[a].reshape(self.primal.shape), self.primal.dtype, "float64", points)
+                    d = ds[k]
+                    out.append(_xp.flat(d.value) if d.value is not None else _xp.zeros(flat.sizes[k], probes.x))
+            except (ModeUnavailable, CallFailed, BadStructure):
+                continue
+        return out
+
+    # -- the float64 tier -----------------------------------------------------------
+    def _ad64(self, call: Callable[[], Any], what: str) -> list[np.ndarray] | None:
+        """Run one AD call in float64; on any trouble, drop the float64 tier for
+        the whole check (saying why) and return None."""
+        flat = self.probes.flat
+        try:
+            out = call()
+        except (ModeUnavailable, CallFailed, BadStructure) as e:
+            return self._drop(f"{what} raised {type(getattr(e, 'exc', e)).__name__} on float64 inputs")
+        ds = out if isinstance(out, list) else [out]
+        values = []
+        for k, d in enumerate(ds):
+            if d.kind == "None" and isinstance(out, list):
+                values.append(_xp.zeros(flat.sizes[k], self.probes.x))
+                continue
+            if d.kind != "array" or d.dtype != "float64":
+                return self._drop(f"{what} returned {d.dtype or d.kind} for float64 inputs")
+            values.append(_xp.flat(d.value))
+        if isinstance(out, list) and any(_xp.size(v) != s for v, s in zip(values, flat.sizes)):
+            return self._drop(f"{what} returned the wrong shape for float64 inputs")
+        if not isinstance(out, list) and _xp.size(values[0]) != _xp.size(self.primal.values):
+            return self._drop(f"{what} returned the wrong shape for float64 inputs")
+        return values
+
+    def _drop(self, why: str) -> None:
+        self.ad64 = False
+        self.dropped = why
+        self.notes.append(f"AD ran in {'/'.join(sorted(self.native_ad))} only ({why}); FD judged it directly")
+        return None
+
+    # -- native calls, validated ------------------------------------------------------
+    def _jvp_native(self, u: np.ndarray, d: Derivative | None = None) -> np.ndarray | None:
+        primal = self.primal
+        try:
+            d = d or self.ev.jvp(self.probes.flat.split(u))
+        except ModeUnavailable as e:
+            self.unavailable("JVP", str(e))
+            return None
+        except CallFailed as e:
+            self.report.exception(e)
+            self.status["JVP"] = FAILED
+            return None
+        if self._invalid(d, "JVP", "output tangent", primal.shape, primal.dtype, None):
+            self.status["JVP"] = FAILED
+            return None
+        value = _xp.flat(d.value)
+        xp = _xp.ns(value)
+        if primal.all_finite and _xp.all_finite(value):
+            return value
+        bad = ~_xp.finite(value) & primal.finite
+        if _xp.any_(bad):
+            i = int(_xp.nonzero(bad, limit=1)[0])
+            self.report.add(
+                Kind.NONFINITE_GRADIENT,
+                ERROR,
+                f"forward mode returned {float(value[i])} at output index {unravel(i, primal.shape)} "
+                f"where the output is finite ({_xp.count(bad)} element(s))",
+                pair=("JVP", "output"),
+                output_index=unravel(i, primal.shape),
+                values={"JVP": float(value[i]), "output": float(primal.values[i])},
+            )
+            self.status["JVP"] = FAILED
+            return None
+        return value if primal.all_finite else xp.where(primal.finite, value, 0.0)
+
+    def _vjp_native(self, v: np.ndarray, ds: list[Derivative] | None = None) -> np.ndarray | None:
+        ev, primal, flat = self.ev, self.primal, self.probes.flat
+        try:
+            ds = ds or ev.vjp(v.reshape(primal.shape), primal.dtype)
+        except ModeUnavailable as e:
+            self.unavailable("VJP", str(e))
+            return None
+        except BadStructure as e:
+            self.report.add(Kind.WRONG_SHAPE, ERROR, str(e), pair=("VJP", "inputs"))
+            self.status["VJP"] = FAILED
+            return None
+        except CallFailed as e:
+            self.report.exception(e)
+            self.status["VJP"] = FAILED
+            return None
+        parts = []
+        for k, (i, d) in enumerate(zip(ev.wrt, ds)):
+            if d.kind == "None":
+                parts.append(_xp.zeros(flat.sizes[k], self.probes.x))
+                continue
+            if self._invalid(d, "VJP", f"cotangent of argument {i}", flat.shapes[k], ev.dtypes[i], i):
+                self.status["VJP"] = FAILED
+                return None
+            parts.append(_xp.flat(d.value))
+        g = _xp.concat(parts) if len(parts) > 1 else parts[0]
+        xp = _xp.ns(g)
+        if _xp.all_finite(g):
+            return g
+        bad = ~_xp.finite(g)
+        if not _xp.any_(bad):
+            return g
+        j = int(_xp.nonzero(bad, limit=1)[0])
+        arg, idx = flat.locate(j)
+        if not primal.all_finite:
+            # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
+            # inputs feed those outputs is unknown, so say so and skip them.
+            self.report.add(
+                Kind.NONFINITE_GRADIENT,
+                WARNING,
+                f"reverse mode returned NaN/inf at {_xp.count(bad)} input element(s) (the first: argument "
+                f"{arg} at {idx}), which may feed the NaN/inf outputs; those elements are not compared",
+                pair=("VJP", "output"),
+                argument=arg,
+                input_index=idx,
+            )
+            return xp.where(bad, 0.0, g)
+        self.report.add(
+            Kind.NONFINITE_GRADIENT,
+            ERROR,
+            f"reverse mode returned {float(g[j])} for argument {arg} at index {idx} while every output is "
+            f"finite ({_xp.count(bad)} element(s))",
+            pair=("VJP", "output"),
+            argument=arg,
+            input_index=idx,
+            values={"VJP": float(g[j])},
+        )
+        self.status["VJP"] = FAILED
+        return None
+
+    def _invalid(
+        self, d: Derivative, mode: str, what: str, shape: tuple[int, ...], dtype: str, arg: int | None
+    ) -> bool:
+        """Whether ``d`` cannot be compared (wrong kind or shape: said). A wrong
+        dtype is said too, but its values are still compared."""
+        side = "inputs" if arg is not None else "output"
+        wrong: tuple[str, str, tuple[str, str], int | None] | None = None  # (kind, message, pair, argument)
+        invalid = True
+        if d.kind not in ("array", "None"):
+            wrong = (Kind.WRONG_DTYPE, f"is a {d.kind}; expected a {self.ev.backend.name} array", (mode, side), arg)
+        elif d.kind == "None":
+            wrong = (Kind.WRONG_SHAPE, f"is None; expected an array of shape {shape}", (mode, "output"), None)
+        elif tuple(d.shape) != tuple(shape):
+            wrong = (Kind.WRONG_SHAPE, f"has shape {tuple(d.shape)}; expected {tuple(shape)}", (mode, side), arg)
+        else:
+            invalid = False
+            if d.dtype != dtype:
+                wrong = (Kind.WRONG_DTYPE, f"has dtype {d.dtype}; expected {dtype}", (mode, side), arg)
+        if wrong is not None:
+            kind, message, pair, argument = wrong
+            self.report.add(kind, ERROR, f"{mode}: the {what} {message}", pair=pair, argument=argument)
+        return invalid
+
+    def unavailable(self, mode: str, why: str, order: int = 1) -> None:
+        if self.status.get(mode) == UNAVAILABLE:
+            return
+        self.status[mode] = UNAVAILABLE
+        self.report.add(
+            Kind.MODE_UNAVAILABLE,
+            WARNING,
+            f"{mode} is unavailable ({why}); the other checks ran",
+            pair=(mode, "-"),
+            order=order,
+        )
+
+
+def run(ad: AD, probes: Probes) -> Modes:
+    """J u_b for every direction and J^T v_a for every cotangent."""
+    low_jvps: dict[int, np.ndarray] = {}
+    low_vjps: dict[int, np.ndarray] = {}
+    jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps, probes.full)
+    vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps, probes.full)
+    if ad.dropped:
+        # some calls ran in float64 before one could not: use the native runs throughout
+        jvps = [low_jvps.get(b, j) for b, j in enumerate(jvps)]
+        vjps = [low_vjps.get(a, g) for a, g in enumerate(vjps)]
+        low_jvps.clear()
+        low_vjps.clear()
+    jv = tuple(j for j in jvps if j is not None)
+    gs = tuple(g for g in vjps if g is not None)
+    if jv:
+        ad.status["JVP"] = CHECKED
+    if gs:
+        ad.status["VJP"] = CHECKED
+    jmax_jvp = jmax_vjp = None
+    if probes.full:
+        if jv:
+            jmax_jvp = max(_xp.absmax(j) / float(s) for j, s in zip(jv, _xp.host(probes.scale)))
+            jmax_jvp = max(jmax_jvp, probes.slope_scale)
+        if gs:
+            jmax_vjp = max(max(_xp.absmax(g) for g in gs), probes.slope_scale)
+    return Modes(
+        jvps=jv,
+        vjps=gs,
+        low_jvps=low_jvps,
+        low_vjps=low_vjps,
+        ad_out="float64" if ad.ad64 else ad.primal.dtype,
+        ad64=ad.ad64,
+        jmax_jvp=jmax_jvp,
+        jmax_vjp=jmax_vjp,
+    )
+
+
+def _every(
+    ad: AD,
+    mode: str,
+    call: Callable[[np.ndarray, dict[int, np.ndarray], int, Any], np.ndarray | None],
+    probes: tuple[np.ndarray, ...],
+    low: dict[int, np.ndarray],
+    vectorise: bool,
+) -> list[np.ndarray | None]:
+    """``mode`` along every probe, until it fails or proves unavailable (then
+    none). The full Jacobian's rows and columns come from one vectorised call
+    where fn allows: on small inputs a call costs its fixed overhead, not its
+    arithmetic."""
+    given = ad.vectorised_calls(mode, probes) if vectorise else None
+    out: list[np.ndarray | None] = []
+    for k, p in enumerate(probes):
+        if not ad.usable(mode):
+            break
+        out.append(call(p, low, k, None if given is None else given[k]))
+    return out if ad.usable(mode) else []

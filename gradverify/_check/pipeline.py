@@ -1,0 +1,381 @@
+"""``gv.check``: cross-check forward mode, reverse mode and finite differences.
+
+The check runs as stages, each a module with a typed result (see
+docs/verdicts.md): the primal twice on copies, for mutation and
+nondeterminism (``_primal.evaluate``) -> the oracle's precision, float64 when
+fn accepts it (``_primal.choose``) -> the probes, directions u and cotangents
+v (``_probes``) -> JVP J u and VJP J^T v (``_modes``) -> the FD oracle with
+fn's noise measured and kinks told apart (``_oracle``, ``_fd``) -> the
+comparisons JVP/FD, VJP/FD, JVP/VJP and low precision/float64
+(``_compare``), a failing one localised (``_locate``) -> findings
+(``_findings``). ``order=2`` checks the derivatives of the JVP and VJP the
+same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import _observe
+from .._errors import GradientError, ModeUnavailable
+from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind
+from ..backends import Backend, backend_of
+from . import (
+    batched as _batched,
+)
+from . import (
+    complex_parts as _complex,
+)
+from . import (
+    modes as _modes,
+)
+from . import (
+    primal as _primal,
+)
+from . import (
+    probes as _probes,
+)
+from . import (
+    xp,
+)
+from .compare import Bounds, Comparisons
+from .evaluate import CallFailed, Evaluator
+from .findings import Closeness, Findings
+from .modes import AD
+from .oracle import Oracle
+from .primal import Primal, summary
+from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
+from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_readable
+
+__all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check"]
+
+
+def check(
+    fn: Callable[..., Any],
+    *args: Any,
+    wrt: int | Sequence[int] | None = None,
+    order: int = 1,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    full: bool | None = None,
+    directions: int = 2,
+    name: str | None = None,
+    vectorise: bool = True,
+    batched: bool = False,
+) -> CheckResult:
+    """Check the derivatives of ``fn`` at ``args``.
+
+    ``fn`` takes positional arrays of one backend (numpy, torch or jax) and
+    returns one array. ``wrt`` picks the positional arguments to differentiate
+    (default: every floating one; integer and bool arguments are constants).
+    ``order=2`` also checks the derivatives of the JVP and VJP. ``seed`` fixes
+    the random directions. ``rtol``/``atol`` replace the rounding model for AD
+    values (the finite-difference error estimate is always added). ``full``
+    forces (True) or forbids (False) the full Jacobian; ``directions`` is the
+    number of random directions otherwise. ``vectorise``: a full Jacobian's
+    columns and rows come from one vmap call per mode, and fn at its finite
+    differences' points from one more, where fn allows (a failure is always
+    confirmed with plain calls); False asks one at a time. ``batched``: also
+    run the JVP and VJP under the backend's vmap over a batch of points near
+    ``args`` and compare each member with its plain derivative (torch and
+    jax; see docs/api.md, "Batched derivatives").
+    """
+    validate_fn(fn)
+    validate_options(order, seed, rtol, atol, directions, vectorise, batched)
+    options = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
+    with _observe.call(
+        "check",
+        fn,
+        args,
+        {**options, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
+    ) as outermost:
+        result = _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise, batched)
+    if outermost:
+        _observe.finished("check", result)
+    return result
+
+
+def _check(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+    full: bool | None,
+    directions: int,
+    name: str | None,
+    vectorise: bool = True,
+    batched: bool = False,
+) -> CheckResult:
+    backend = backend_of(args)
+    validate_readable(backend, args)
+    label = name or function_name(fn)
+    options = _Options(
+        seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
+    )
+    complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
+    if any(complex_args):
+        view = _complex.real_view(fn, complex_args, backend)
+        real_args = tuple(backend.as_real(a) if c else a for a, c in zip(args, complex_args))
+        return _complex.parts(_check_real(backend, view, real_args, wrt, order, label, options), args, view, backend)
+    try:
+        return _check_real(backend, fn, args, wrt, order, label, options)
+    except _complex.ComplexOutput:
+        view = _complex.real_view(fn, complex_args, backend)
+        return _complex.parts(_check_real(backend, view, args, wrt, order, label, options), args, view, backend)
+
+
+def _check_real(
+    backend: Backend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    label: str,
+    options: _Options,
+) -> CheckResult:
+    """gv.check of fn on real arguments (with a real output)."""
+    placed = _placed(backend, args)
+    with backend.working() if placed else contextlib.nullcontext():
+        ev = Evaluator(fn, backend, args, (), placed)
+        validate_arrays(backend, args, ev.values)
+        wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
+        ev.wrt = wrt_t
+        outcome = _stages(ev, options, order)
+        if outcome.vectorised and not outcome.ok:
+            # A failure is reported from fn and its derivatives as written,
+            # one point and one column at a time, never from their vectorised
+            # (vmap) form.
+            outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
+        inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
+    return CheckResult(
+        findings=tuple(outcome.findings),
+        function=label,
+        backend=backend.name,
+        seed=options.seed,
+        order=order,
+        inputs=inputs,
+        output=outcome.output,
+        oracle_dtype=outcome.oracle,
+        strategy=outcome.strategy,
+        modes=dict(outcome.modes),
+        evaluations=dict(ev.counts),
+        reproduce=_reproduce(label, len(args), wrt, order, options),
+        worst_ratio=outcome.worst_ratio,
+        notes=tuple(outcome.notes),
+    )
+
+
+def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
+    """Whether the check works on the arguments' device (see _xp)."""
+    if backend.name == "numpy" or sum(xp.size(a) for a in args) <= xp.HOST_MAX:
+        return False
+    return backend.float64_on_device(args) is None
+
+
+def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> CheckResult:
+    """``check`` that raises ``GradientError`` (an AssertionError) on failure."""
+    result = check(fn, *args, **options)
+    if not result.ok:
+        raise GradientError(result)
+    return result
+
+
+@dataclass(frozen=True)
+class _Options:
+    seed: int
+    rtol: float | None
+    atol: float | None
+    full: bool | None
+    k: int  # random directions
+    vectorise: bool = True  # a full Jacobian's rows and columns in one vmap call each
+    batched: bool = False  # the modes under vmap too (see _batched)
+
+
+@dataclass
+class _Outcome:
+    findings: list[Finding]
+    output: ArraySummary | None = None
+    oracle: str | None = None
+    strategy: str = "not run"
+    modes: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    worst_ratio: float = 0.0
+    vectorised: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == ERROR for f in self.findings)
+
+
+def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
+    """primal -> precision -> probes -> modes -> oracle -> comparisons (with
+    localisation) -> second order; each stage's findings go to ``report``."""
+    report = Findings()
+    outcome = _Outcome(report.items)
+    closeness = Closeness()
+    oracle: Oracle | None = None
+    try:
+        primal = _primal.evaluate(ev, report)
+        if primal is None:
+            return outcome
+        outcome.output = primal.summary
+        _primal.repeat(ev, primal, report)
+        if not xp.any_(primal.finite):
+            # ok (no error was found) but inconclusive, and said so in the verdict line
+            empty = xp.size(primal.values) == 0
+            report.add(
+                Kind.NOTHING_COMPARED,
+                WARNING,
+                "nothing compared: fn's output is "
+                + ("empty" if empty else "NaN or inf at every element")
+                + "; no derivative was checked (check fn at another point)",
+            )
+            return outcome
+        precision = _primal.choose(ev, primal)
+        outcome.oracle = precision.name
+        outcome.notes = list(precision.notes)
+        probes = _probes.choose(ev, primal, precision, seed=options.seed, k=options.k, full=options.full)
+        outcome.strategy = probes.strategy
+        ad = AD(ev, primal, precision, probes, report, vectorise=options.vectorise)
+        outcome.modes = ad.status
+        try:
+            modes = _modes.run(ad, probes)
+            oracle = Oracle(ev, primal, precision, probes, vectorise=options.vectorise)
+            bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
+            oracle.first_order(modes.jvps, bounds.jvp)
+            ad.status["FD"] = oracle.label
+            Comparisons(ad, oracle, modes, bounds, report, closeness).run()
+            if options.batched:
+                _batched.run(ev, primal, probes, ad, report, options.seed, options.rtol, options.atol)
+            if not modes.jvps and not modes.vjps:
+                ad.status.setdefault("JVP", _modes.UNAVAILABLE)
+                ad.status.setdefault("VJP", _modes.UNAVAILABLE)
+            if order == 2:
+                _second_order(ev, options, primal, probes, ad, report)
+        finally:
+            outcome.notes += ad.notes
+            outcome.vectorised = ad.vectorised or (oracle is not None and oracle.batched)
+    except CallFailed as e:
+        report.exception(e)
+    finally:
+        if oracle is not None:
+            oracle.close()  # (its references' measure() hold fn and the point)
+        outcome.worst_ratio = closeness.worst
+    return outcome
+
+
+# -- second order ---------------------------------------------------------------------
+def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Probes, ad: AD, report: Findings) -> None:
+    """The derivatives of the VJP x -> J(x)^T v and of the JVP x -> J(x) u,
+    checked as first-order functions of x."""
+    status = ad.status
+    if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
+        return
+    if ev.rule is not None and not ev.backend.differentiates:
+        # the rules are numpy code: nothing can differentiate them
+        for mode in ("JVP", "VJP"):
+            if status.get(mode) == _modes.CHECKED:
+                ad.unavailable(
+                    f"the derivative of the {mode}",
+                    f"order 2 differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has no "
+                    "automatic differentiation: write the rules with torch or jax operations on torch or jax "
+                    "arrays, or check the rule itself as a function with rules of its own",
+                    order=2,
+                )
+        return
+    rng = np.random.default_rng([options.seed, 2])
+    v = _probes.signs(rng, xp.size(primal.values), like=primal.values)
+    u = _probes.signs(rng, probes.flat.n, like=probes.x)
+    derived: list[tuple[str, str, Callable]] = []  # (what, whose derivative, the function)
+    with ev.backend.precision(ev.native_precision):
+        cot = ev._array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
+        tans = [ev._array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
+    if status.get("VJP") == _modes.CHECKED:
+        try:
+            derived.append(("the VJP x -> J(x)^T v", "VJP", _derivative_fn(ev, "vjp", cot)))
+        except ModeUnavailable as e:
+            ad.unavailable("second-order VJP", str(e))
+    if status.get("JVP") == _modes.CHECKED:
+        try:
+            derived.append(("the JVP x -> J(x) u", "JVP", _derivative_fn(ev, "jvp", tans)))
+        except ModeUnavailable as e:
+            ad.unavailable("second-order JVP", str(e))
+    for label, of, g in derived:
+        sub = check(
+            g,
+            *ev.originals,
+            wrt=ev.wrt,
+            order=1,
+            seed=options.seed + 1,
+            rtol=options.rtol,
+            atol=options.atol,
+            full=options.full,
+            directions=options.k,
+            name=label,
+            vectorise=options.vectorise,
+        )
+        for f in sub.findings:
+            if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
+                continue
+            pair = None if f.pair is None else (f"{f.pair[0]} of {of}", f.pair[1])
+            report.append(
+                Finding(**{**f.__dict__, "order": 2, "pair": pair, "message": f"derivative of {label}: {f.message}"})
+            )
+        for mode, st in sub.modes.items():
+            if mode in ("JVP", "VJP"):
+                status[f"{mode} of {of}"] = st
+        for key, count in sub.evaluations.items():
+            ev.counts[key] += count
+
+
+def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
+    rule = ev.rule
+    if rule is not None:
+        backend, wrt = ev.backend, ev.wrt
+        if kind == "vjp":
+
+            def vjp_rule(*xs: Any) -> Any:
+                cs = rule.vjp(tuple(xs), arg)
+                cs = (cs,) if len(xs) == 1 and not isinstance(cs, (tuple, list)) else cs
+                return backend.concat_flat([cs[i] for i in wrt])
+
+            return vjp_rule
+
+        def jvp_rule(*xs: Any) -> Any:
+            full = [None] * len(xs)
+            for t, i in zip(arg, wrt):
+                full[i] = t
+            return rule.jvp(tuple(xs), tuple(full))
+
+        return jvp_rule
+    if kind == "vjp":
+        return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
+    return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
+
+
+def _reproduce(label: str, nargs: int, wrt: Any, order: int, options: _Options) -> str:
+    argnames = ", ".join(f"arg{i}" for i in range(nargs))
+    opts = [f"seed={options.seed}"]
+    for key, value, default in (
+        ("wrt", wrt, None),
+        ("order", order, 1),
+        ("rtol", options.rtol, None),
+        ("atol", options.atol, None),
+        ("full", options.full, None),
+        ("directions", options.k, 2),
+        ("vectorise", options.vectorise, True),
+        ("batched", options.batched, False),
+    ):
+        if value != default:
+            opts.append(f"{key}={value!r}")
+    return f"gv.check({label}, {argnames}, {', '.join(opts)})"

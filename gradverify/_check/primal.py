@@ -1,0 +1,209 @@
+"""The first stages of a check: the primal and the precision of the oracle.
+
+``evaluate`` runs fn at the point on copies: its output, and whether fn
+mutated an argument; ``repeat`` runs it again: two different answers are
+nondeterminism. ``choose``
+picks the dtype the finite-difference oracle runs in (float64 when fn accepts
+it) and whether AD runs in float64 besides the arguments' own low precision."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import ArgumentTypeError, explain
+from .._result import ERROR, WARNING, ArraySummary, Kind
+from . import tolerance as tol
+from . import xp as _xp
+from .complex_parts import ComplexOutput
+from .evaluate import CallFailed, Evaluator
+from .findings import Findings, unravel
+
+__all__ = ["Precision", "Primal", "choose", "evaluate", "repeat", "summary"]
+
+
+@dataclass(frozen=True)
+class Primal:
+    """fn at the point, in the arguments' own precision."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    values: Any  # float64, flat (a working array: see _xp)
+    finite: Any  # bool per output element: only these are checked
+    all_finite: bool
+    summary: ArraySummary
+    raw: Any  # the output as fn returned it (its shape; numpy in its own dtype, or float64 beside x)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Where the oracle and AD run, and the steps that follow from it."""
+
+    oracle: str | None  # the dtype FD evaluates fn in (None: the arguments' own)
+    name: str  # that dtype's name
+    reason: str  # why not float64, when it is not
+    f0: Any  # fn at the point in the oracle's precision, flat float64
+    f0_scale: float  # max |f0| over its finite elements
+    native_u: float  # unit roundoff of the least precise argument or output
+    u_oracle: float
+    h: float  # base FD step, in units of each element's scale
+    floor: float  # the smallest step the kink ladder goes down to
+    native_ad: frozenset[str]  # the dtypes AD computes in natively
+    ad64: bool  # AD also runs in float64 (low-precision arguments, fn accepts float64)
+    notes: tuple[str, ...]  # reduced-precision matmuls and the like
+    float32_as: str  # the limit float32 results are held to ("bfloat16" when matmuls round so)
+
+
+def summary(name: str, v: Any, dtype: str, differentiable: bool) -> ArraySummary:
+    shape = tuple(int(s) for s in v.shape)
+    if _xp.on_host(v):
+        a = np.asarray(v)
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            a = a[np.isfinite(a)]
+        lo = float(a.min()) if a.size else None
+        hi = float(a.max()) if a.size else None
+        return ArraySummary(name, shape, dtype, lo, hi, differentiable)
+    xp = _xp.ns(v)
+    if _xp.size(v) and _xp.is_floating(v):
+        lo, hi = _xp.extremes(v)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return ArraySummary(name, shape, dtype, lo, hi, differentiable)
+    if _xp.is_floating(v):
+        finite = _xp.finite(v)
+        if not _xp.any_(finite):
+            return ArraySummary(name, shape, dtype, None, None, differentiable)
+        lo, hi = float(xp.min(xp.where(finite, v, xp.inf))), float(xp.max(xp.where(finite, v, -xp.inf)))
+    else:
+        lo, hi = float(xp.min(v)), float(xp.max(v))
+    return ArraySummary(name, shape, dtype, lo, hi, differentiable)
+
+
+def evaluate(ev: Evaluator, report: Findings) -> Primal | None:
+    """fn at the point, on copies (None when it raised: said in ``report``)."""
+    try:
+        out1, out_dtype, after = ev.primal_raw()
+    except CallFailed as e:
+        report.exception(e)
+        return None
+    if str(out_dtype).startswith("complex"):
+        raise ComplexOutput(out_dtype)  # (gv.check checks its real view instead)
+    if not _xp.is_floating(out1):
+        raise ArgumentTypeError(
+            explain(
+                "fn's return value",
+                "a floating-point array (derivatives need a real output)",
+                f"dtype {out_dtype}",
+                "return a float array, e.g. cast with .astype(float)",
+            )
+        )
+    shape = tuple(out1.shape)
+    for i, (before, now) in enumerate(zip(ev.values, after)):
+        if not _xp.equal(before, now):
+            same_shape = tuple(before.shape) == tuple(now.shape)
+            diff = (before != now) if same_shape else None
+            count = _xp.count(diff) if same_shape else 1
+            changed = _xp.nonzero(diff, limit=1) if same_shape else np.zeros(1, int)
+            first = unravel(int(changed[0]), tuple(before.shape)) if len(changed) else ()
+            report.add(
+                Kind.MUTATION,
+                ERROR,
+                f"fn mutates argument {i}: {count} element(s) changed in place, "
+                f"the first at index {first}; it must leave its inputs alone "
+                "(gradverify passed it a copy, your array is untouched)",
+                argument=i,
+                input_index=first,
+            )
+    values = _xp.flat(_xp.as64(out1))
+    finite = _xp.finite(values)
+    all_finite = _xp.all_(finite)
+    if not all_finite:
+        first = unravel(int(_xp.nonzero(~finite, limit=1)[0]), shape)
+        report.add(
+            Kind.NONFINITE_OUTPUT,
+            WARNING,
+            f"fn's output is NaN/inf at {_xp.count(~finite)} element(s) (first at output index "
+            f"{first}); those elements are not checked",
+            output_index=first,
+        )
+    return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True), out1)
+
+
+def repeat(ev: Evaluator, primal: Primal, report: Findings) -> None:
+    """fn once more at the point: two different answers are nondeterminism."""
+    out2, _, _ = ev.primal_raw()
+    if not _xp.equal(primal.raw, out2):
+        _nondeterminism(primal.raw, out2, primal.dtype, report)
+
+
+def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings) -> None:
+    a, b = _xp.flat(_xp.as64(out1)), _xp.flat(_xp.as64(out2))
+    xp = _xp.ns(a)
+    d = xp.abs(a - b)
+    d = xp.where(xp.isnan(d), xp.inf, d)
+    k = _xp.argmax(d)
+    worst = unravel(k, tuple(out1.shape))
+    largest = float(d[k])
+    scale = _xp.fmax(a)
+    noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
+    level = ERROR if largest > noise else WARNING
+    report.add(
+        Kind.NONDETERMINISM,
+        level,
+        f"two evaluations of fn at the same inputs differ: {_xp.count(d > 0)} element(s), "
+        f"the largest by {largest:.3g} at output index {worst}",
+        output_index=worst,
+        values={"first": float(a[k]), "second": float(b[k])},
+        error=largest,
+        bound=noise,
+        bound_reason=f"{tol.ad_rounding(out_dtype):g} u({out_dtype}) x max|output|: beyond rounding noise"
+        if level == ERROR
+        else "within rounding noise",
+    )
+
+
+def choose(ev: Evaluator, primal: Primal) -> Precision:
+    """The oracle's precision: float64 when fn accepts float64 inputs (whatever
+    the arguments' own), else the arguments'. Low-precision AD is then run in
+    float64 too: that run is what FD judges (a wrong rule is wrong there as
+    well), the native run is compared with it (rounding, or a low-precision
+    code path)."""
+    float_dtypes = {ev.dtypes[i] for i in range(len(ev.dtypes)) if ev.floating[i]}
+    native_u = max(tol.unit_roundoff(d) for d in float_dtypes | {primal.dtype})
+    oracle, name, reason, f0 = None, primal.dtype, "", primal.values
+    if float_dtypes == {"float64"} and primal.dtype == "float64":
+        name = "float64"
+    else:
+        try:
+            # (no mutation or nondeterminism to look for here: a compiled fn serves)
+            out64, dt = ev.primal_compiled("float64") or ev.primal_raw("float64")[:2]
+            ok = dt == "float64" and tuple(out64.shape) == primal.shape
+            why = f"fn returned {dt} for float64 inputs"
+        except CallFailed as e:
+            ok, why = False, f"fn raised {type(e.exc).__name__} on float64 inputs"
+        if ok:
+            oracle, name, f0 = "float64", "float64", _xp.flat(_xp.as64(out64))
+        else:
+            reason = why
+    native_ad = frozenset({primal.dtype} | {ev.dtypes[i] for i in ev.wrt})
+    reduced = ev.backend.reduced_precision(ev.originals)
+    u_oracle = tol.unit_roundoff(name)
+    floor = tol.ladder_floor(primal.dtype if native_u > 0 else "float64", name)
+    return Precision(
+        oracle=oracle,
+        name=name,
+        reason=reason,
+        f0=f0,
+        f0_scale=_xp.fmax(f0),
+        native_u=native_u,
+        u_oracle=u_oracle,
+        h=tol.base_step(name),
+        floor=max(floor, tol.KINK_RESOLUTION * native_u),
+        native_ad=native_ad,
+        ad64=oracle == "float64" and bool(native_ad & set(tol.LOW_PRECISION_LIMIT)),
+        notes=tuple(note for note, _ in reduced),
+        # float32 products in bfloat16 passes round like bfloat16: their limit
+        float32_as="bfloat16" if any(p == "bfloat16" for _, p in reduced) else "float32",
+    )

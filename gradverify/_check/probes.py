@@ -1,0 +1,202 @@
+"""The probes of a check: the directions u along which J u is computed (by
+forward mode and by finite differences) and the cotangents v for J^T v.
+
+Each input element's step scale is its magnitude, or the rms of its argument
+where that is larger (floored so that a step of it stays a normal float64).
+AD never sees those scales: a direction is handed to it divided by a power of
+two c that brings its largest element to [1, 2), and FD runs along c u, so
+subnormal, huge and zero inputs give tangents that neither underflow nor
+overflow; every comparison is in the units of the normalised u.
+
+Small inputs get the full Jacobian (u = e_j, v = e_i: n JVPs, m VJPs, which
+names the exact element); large ones a few random-sign directions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import tolerance as tol
+from . import xp as _xp
+from .evaluate import Evaluator
+from .findings import unravel
+from .primal import Precision, Primal
+
+__all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "Flat", "Probes", "basis", "choose", "power_of_two", "rms", "signs"]
+
+#: Inputs with at most this many differentiable elements (and outputs with at
+#: most FULL_MAX_OUT) get the full Jacobian: n JVPs, m VJPs, 4n evaluations,
+#: which is cheap there and names the exact (output, input) pair.
+FULL_MAX_IN = 32
+FULL_MAX_OUT = 128
+
+
+@dataclass(frozen=True)
+class Flat:
+    """The differentiable inputs as one flat vector of n elements."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    sizes: tuple[int, ...]
+    offsets: tuple[int, ...]
+    args: tuple[int, ...]  # positional index of each segment
+
+    @property
+    def n(self) -> int:
+        return self.offsets[-1] + self.sizes[-1]
+
+    def split(self, flat: Any) -> list[Any]:
+        return [flat[o : o + s].reshape(sh) for o, s, sh in zip(self.offsets, self.sizes, self.shapes)]
+
+    def locate(self, j: int) -> tuple[int, tuple[int, ...]]:
+        """Flat element j as (positional argument, index into it)."""
+        seg = int(np.searchsorted(self.offsets, j, side="right") - 1)
+        idx = np.unravel_index(j - self.offsets[seg], self.shapes[seg]) if self.shapes[seg] else ()
+        return self.args[seg], tuple(int(k) for k in idx)
+
+
+@dataclass(frozen=True)
+class Probes:
+    flat: Flat
+    x: Any  # the point, flat float64 (working arrays, see _xp)
+    raw_scale: Any  # each element's step scale
+    scale: Any  # |u| per element (ones for the full Jacobian)
+    scale_max: float
+    us: tuple[Any, ...]  # directions (normalised)
+    cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
+    vs: tuple[Any, ...]  # cotangents (0 on non-finite outputs)
+    full: bool
+    strategy: str
+    seed: int
+    slope_scale: float  # |f| over |x|: the slope a derivative formula works at
+    inputs_max: float  # the largest input magnitude
+
+    def direction_name(self, b: int) -> str:
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            return f"column for argument {arg} {idx}"
+        return f"random direction {b + 1} of {len(self.us)} (seed {self.seed})"
+
+    def where(self, b: int, i: int, out_shape: tuple[int, ...]) -> tuple[str, int | None, tuple[int, ...] | None]:
+        """Output element i along direction b, in words, with the input it is for."""
+        out_idx = unravel(int(i), out_shape)
+        if self.full:
+            arg, idx = self.flat.locate(b)
+            return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {float(self.x[b]):.17g})", arg, idx
+        return f"output {out_idx}", None, None
+
+    def unscale(self, b: int, value: float) -> float:
+        """A value along direction b in real units (per unit of the input)."""
+        return value / float(self.scale[b]) if self.full else value
+
+
+def basis(j: int, n: int, like: Any = None) -> Any:
+    """e_j of length n, beside ``like`` (numpy when None)."""
+    return _xp.put(_xp.zeros(n, np.zeros(0) if like is None else like), np.array([j]), 1.0)
+
+
+def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
+    segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
+    sizes = tuple(_xp.size(s) for s in segs)
+    offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
+    flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
+    x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
+    xp = _xp.ns(x)
+    raw, tops, rs = [], [], []
+    for s in segs:
+        top = _xp.absmax(s)
+        r = _rms(s, top)
+        rs.append(r)
+        tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
+        raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
+    raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
+    # The slope a derivative formula works at: |f| over |x|. A rule that
+    # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
+    # it, not to its small result; the AD bound allows that.
+    x_rms = rms(x) if len(segs) > 1 else rs[0]
+    f0_scale = precision.f0_scale
+    slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
+    n, m = flat.n, _xp.size(precision.f0)
+    use_full = full if full is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
+    rng = np.random.default_rng(seed)
+    if use_full:
+        # column j along e_j itself: J e_j is the real column
+        scale = _xp.full(n, 1.0, x)
+        us = tuple(basis(j, n, x) for j in range(n))
+        cs = tuple(float(c) for c in _xp.host(raw_scale))
+        vs = tuple(basis(i, m, x) for i in range(m))
+        strategy = f"full Jacobian ({m}x{n})"
+    else:
+        c = power_of_two(max(tops))
+        scale = raw_scale / c
+        us = tuple(signs(rng, n, scale, like=x) for _ in range(k))
+        cs = (c,) * k
+        vs = tuple(signs(rng, m, like=x) for _ in range(k))
+        strategy = f"directional ({k} random-sign directions, seed {seed})"
+    if not primal.all_finite:
+        # non-finite outputs are not checked: give them no weight
+        vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
+    return Probes(
+        flat=flat,
+        x=x,
+        raw_scale=raw_scale,
+        scale=scale,
+        scale_max=_xp.absmax(scale),
+        us=us,
+        cs=cs,
+        vs=vs,
+        full=use_full,
+        strategy=strategy,
+        seed=seed,
+        slope_scale=slope_scale,
+        inputs_max=_xp.absmax(x),
+    )
+
+
+#: The eight signs (+-1, most significant bit first, as np.unpackbits) of every byte.
+_SIGN_TABLE = 1.0 - 2.0 * np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)
+
+
+def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = None) -> Any:
+    """n random signs (Rademacher) times ``scale``, float64, beside ``like``.
+    The same seed gives the same signs on every backend: the bits are drawn on
+    the host and cross packed (n/8 bytes), unpacked where ``like`` lives."""
+    packed = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
+    if like is None or _xp.on_host(like):
+        s = np.unpackbits(packed, count=n).astype(np.float64)
+        s *= -2.0
+        s += 1.0
+    else:
+        # each byte looks up its eight signs: one pass writes the n of them
+        xp = _xp.ns(like)
+        b = _xp.like(packed, like, xp.uint8)
+        table = _xp.like(_SIGN_TABLE, like, xp.float64)
+        s = xp.reshape(table[xp.astype(b, xp.int64)], (-1,))[:n]
+    if scale is not None:
+        s *= scale  # (our own array: in place where arrays are mutable)
+    return s
+
+
+def rms(a: Any) -> float:
+    """Root mean square without overflow or underflow of the squares."""
+    return _rms(a, _xp.absmax(a))
+
+
+def _rms(a: Any, top: float) -> float:
+    """The rms of ``a`` given max |a| = ``top``. On a
+    device the squares are summed as they are where neither they nor their
+    sum can overflow and the largest is far above the smallest normal (one
+    pass); otherwise, and always on the host, ``a`` is scaled by ``top`` first."""
+    n = _xp.size(a)
+    if top == 0.0 or not np.isfinite(top):
+        return top
+    if not _xp.on_host(a) and 1e-140 < top < 1e140 and n < 2**40:
+        return float(np.sqrt(_xp.dot(a, a) / n))
+    b = a / top
+    return top * float(np.sqrt(_xp.dot(b, b) / n))
+
+
+def power_of_two(x: float) -> float:
+    """The power of two p with x / p in [1, 2) (x > 0, finite)."""
+    return float(np.ldexp(1.0, int(np.frexp(x)[1]) - 1))

@@ -1,0 +1,139 @@
+"""Argument validation for ``gv.check``: clear errors, never silent fixes."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import ArgumentTypeError, ArgumentValueError, explain
+from ..backends import Backend
+from . import xp
+
+__all__ = ["function_name", "resolve_wrt", "validate_arrays", "validate_fn", "validate_options", "validate_readable"]
+
+
+def validate_fn(fn: Any) -> None:
+    if not callable(fn):
+        raise ArgumentTypeError(
+            explain(
+                "gv.check(fn, ...)",
+                "a callable as the first argument",
+                f"{type(fn).__name__} {fn!r:.40}",
+                "pass the function first, then its arguments: gv.check(fn, x, b)",
+            )
+        )
+
+
+def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
+    """Arguments the checker can read the values of (before it copies them)."""
+    for i, a in enumerate(args):
+        bad = backend.unsupported(a)
+        if bad is not None:
+            what, fix = bad
+            raise ArgumentTypeError(explain(f"argument {i}", "a dense array with values", what, fix))
+
+
+def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> None:
+    for i, (a, v) in enumerate(zip(args, values)):
+        if xp.size(v) == 0:
+            raise ArgumentValueError(
+                explain(
+                    f"argument {i}",
+                    "a non-empty array",
+                    f"an empty array of shape {tuple(v.shape)}",
+                    "check fn at a point with at least one element",
+                )
+            )
+        if backend.is_floating(a) and not xp.all_finite(v):
+            bad = ~xp.finite(v)
+            if xp.any_(bad):
+                k = int(xp.nonzero(bad, limit=1)[0])
+                first = tuple(int(j) for j in np.unravel_index(k, tuple(v.shape)))
+                raise ArgumentValueError(
+                    explain(
+                        f"argument {i}",
+                        "finite values (gradients are checked at a finite point)",
+                        f"{xp.count(bad)} non-finite element(s), the first {float(xp.flat(v)[k])} at index {first}",
+                        "replace NaN/inf before checking, e.g. np.nan_to_num, or check another point",
+                    )
+                )
+
+
+def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tuple[int, ...]:
+    n = len(floating)
+    if wrt is None:
+        chosen = tuple(i for i in range(n) if floating[i])
+        if not chosen:
+            raise ArgumentTypeError(
+                explain(
+                    "gv.check arguments",
+                    "at least one floating-point array to differentiate",
+                    "only " + ", ".join(f"argument {i}: {d}" for i, d in enumerate(dtypes)),
+                    "pass float32/float64 inputs (integer and bool arguments are constants)",
+                )
+            )
+        return chosen
+    items = (wrt,) if isinstance(wrt, numbers.Integral) else wrt
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise ArgumentTypeError(
+            explain("wrt", "None, an int, or a sequence of ints", repr(wrt), "e.g. wrt=0 or wrt=(0, 1)")
+        ) from None
+    out = []
+    for w in items:
+        if not isinstance(w, numbers.Integral) or isinstance(w, bool):
+            raise ArgumentTypeError(explain("wrt", "positional argument indices (ints)", repr(w), "e.g. wrt=(0, 1)"))
+        k = int(w) + n if w < 0 else int(w)
+        if not 0 <= k < n:
+            raise ArgumentValueError(
+                explain("wrt", f"indices in range(-{n}, {n})", str(int(w)), f"fn has {n} argument(s)")
+            )
+        if not floating[k]:
+            raise ArgumentTypeError(
+                explain(
+                    f"wrt={int(w)}",
+                    "a floating-point argument",
+                    f"argument {k} of dtype {dtypes[k]}",
+                    "integer and bool arguments are constants; drop it from wrt",
+                )
+            )
+        if k in out:
+            raise ArgumentValueError(explain("wrt", "distinct indices", f"{k} twice", "list each once"))
+        out.append(k)
+    if not out:
+        raise ArgumentValueError(explain("wrt", "at least one index", "an empty sequence", "use wrt=None for all"))
+    return tuple(out)
+
+
+def validate_options(
+    order: Any, seed: Any, rtol: Any, atol: Any, directions: Any, vectorise: Any = True, batched: Any = False
+) -> None:
+    if order not in (1, 2) or isinstance(order, bool):
+        raise ArgumentValueError(explain("order", "1 or 2", repr(order), "order=1 checks first derivatives"))
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise ArgumentValueError(explain("seed", "a non-negative int", repr(seed), "e.g. seed=0"))
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
+            raise ArgumentValueError(
+                explain(name, "None or a finite number >= 0", repr(value), f"e.g. {name}=1e-5, or None for the model")
+            )
+    if not isinstance(directions, numbers.Integral) or isinstance(directions, bool) or directions < 1:
+        raise ArgumentValueError(explain("directions", "an int >= 1", repr(directions), "e.g. directions=2"))
+    if not isinstance(vectorise, bool):
+        raise ArgumentValueError(explain("vectorise", "True or False", repr(vectorise), "e.g. vectorise=False"))
+    if not isinstance(batched, bool):
+        raise ArgumentValueError(explain("batched", "True or False", repr(batched), "e.g. batched=True"))
+
+
+def function_name(fn: Callable) -> str:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and not owner.__name__.startswith("_"):
+        return f"{owner.__name__}.{fn.__name__}"  # e.g. MyFunction.apply of an autograd.Function
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return (name or type(fn).__name__).rpartition("<locals>.")[2]

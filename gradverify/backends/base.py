@@ -1,0 +1,204 @@
+"""The protocol every backend implements. The checker works on float64 copies
+of the arguments - numpy copies for small arrays, arrays of the backend on the
+arguments' own device for large ones (see gradverify._check.xp) - and crosses into
+the backend only to call ``fn`` and its derivatives; everything here is that
+crossing."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Backend", "HostArrays", "Wrt", "on_wrt"]
+
+#: numpy arrays, each with the dtype name fn is to get it in.
+HostArrays = Sequence[tuple[np.ndarray, str]]
+#: Positions of the arguments derivatives are taken with respect to.
+Wrt = Sequence[int]
+
+
+class Backend:
+    name: str = "?"
+    #: Whether it has automatic differentiation (of fn, and of a gv.Rule's rules written in it).
+    differentiates: bool = True
+
+    # -- arrays ---------------------------------------------------------------
+    def dtype_name(self, x: Any) -> str:
+        raise NotImplementedError
+
+    def is_floating(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def is_complex(self, x: Any) -> bool:
+        return False
+
+    def unsupported(self, x: Any) -> tuple[str, str] | None:
+        """(what ``x`` is, how to make it checkable) for an array the checker
+        cannot read (no values on a device, a sparse layout); None for the others."""
+        return None
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A fresh numpy copy (low-precision floats widened to float32)."""
+        raise NotImplementedError
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        """A backend array with ``like``'s placement and dtype ``dtype_name``; it may
+        share memory with ``a`` (the caller copies when it must)."""
+        raise NotImplementedError
+
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        """The values of argument ``x`` after fn ran, where ``buffer`` is the numpy
+        array it was made from: ``buffer`` itself when they share memory."""
+        return self.to_numpy(x)
+
+    # -- the checker's own arrays, on the arguments' device ---------------------------
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        """None when the checker can work on ``args``' own device in float64;
+        otherwise why not (it then works on numpy copies)."""
+        return "numpy arrays are on the host"
+
+    def to_working(self, x: Any) -> Any:
+        """A fresh float64 copy of ``x`` on its device (floating ``x``; others
+        keep their dtype), in this backend's arrays."""
+        raise NotImplementedError
+
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        """A backend array of ``dtype_name`` made from the working array ``a``,
+        on ``like``'s device; it shares no memory with ``a`` unless ``copy`` is
+        False (``a`` is a fresh array handed over)."""
+        raise NotImplementedError
+
+    def derivative(self, d: Any) -> Any:
+        """A derivative fn's AD returned, as a working float64 array (it may
+        share memory with ``d``: AD results are fresh, and the checker never
+        writes into them)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Context in which the checker's float64 working arrays can be used."""
+        yield
+
+    @contextlib.contextmanager
+    def precision(self, dtype_name: str) -> Iterator[None]:
+        """Context in which arrays of ``dtype_name`` can be made and used."""
+        yield
+
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
+        """Settings in force that make float32 arithmetic of ``args`` coarser than
+        IEEE float32: (what, in words; the precision float32 products then
+        have: "tf32" or "bfloat16"). [] when none."""
+        return []
+
+    def call(self, fn: Callable, args: Sequence[Any]) -> Any:
+        """fn(*args): the primal (a backend may compile it in a compiling session)."""
+        return fn(*args)
+
+    def call_flat(self, fn: Callable, args: Sequence[Any]) -> Any:
+        """fn(*args) flattened (a view where the backend has them)."""
+        out = self.call(fn, args)
+        return out.reshape(-1) if hasattr(out, "reshape") else out
+
+    #: Whether ``call_host`` can ever answer (else callers skip building its arguments).
+    takes_host_arrays = False
+
+    def call_host(self, fn: Callable, form: str, args: HostArrays, operands: HostArrays = (), wrt: Wrt = ()) -> Any:
+        """fn's compiled ``form`` on numpy arrays, each with its dtype name,
+        where the backend can hand them to a compiled fn without building its
+        own arrays first: "primal" (fn(*args)), "primal_flat" (flattened),
+        "jvp"/"jvps" (along the tangent, or stacked tangents, of each wrt
+        argument: ``operands``), "vjp"/"vjps" (for the cotangent, or stacked
+        cotangents: one operand), "primals" (at the stacked points of each wrt
+        argument: ``operands``). None where it cannot, or on any trouble (the
+        caller then takes the plain path, which reports it)."""
+        return None
+
+    def compiles(self, fn: Callable) -> bool:
+        """Whether ``call`` runs a compiled fn (whose rounding may differ from fn's eager run)."""
+        return False
+
+    # -- modes ----------------------------------------------------------------
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        """Output tangent of fn at args along ``tangents`` (one per wrt index)."""
+        raise NotImplementedError
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        """Input cotangents for the wrt indices (None where fn ignores one)."""
+        raise NotImplementedError
+
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        """``jvp`` along k directions in one vectorised call (the backend's vmap):
+        each wrt index's tangents stacked on a new leading axis of length k, the
+        output tangents returned stacked the same way. Raises where fn cannot be
+        vectorised; the checker then asks one direction at a time."""
+        raise NotImplementedError("this backend does not vectorise its modes")
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        """``vjp`` for k cotangents stacked on a leading axis, in one call: the
+        input cotangents stacked the same way (None where fn ignores one)."""
+        raise NotImplementedError("this backend does not vectorise its modes")
+
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        """fn at k points in one vectorised call: each wrt argument's values
+        stacked on a new leading axis of length k (the others fixed at
+        ``args``), the outputs returned stacked the same way. Raises where fn
+        cannot be vectorised; the checker then evaluates one point at a time."""
+        raise NotImplementedError("this backend does not vectorise fn")
+
+    # -- complex arrays, as their real and imaginary parts ------------------------
+    def as_real(self, z: Any) -> Any:
+        """A complex array as a real one with a trailing axis of 2 (real,
+        imaginary), differentiably (a fresh array)."""
+        return np.stack([np.real(z), np.imag(z)], axis=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        """The inverse of ``as_real``, differentiably."""
+        return a[..., 0] + 1j * a[..., 1]
+
+    # -- batched derivatives, for batched=True ----------------------------------
+    #: Why this backend cannot batch derivatives (None: it can).
+    no_batching: str | None = "this backend has no vmap: batched derivatives need torch or jax arrays"
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        """fn's JVP under the backend's vmap: at each of k points along its own
+        tangent (each wrt argument's points and tangents stacked on a new leading
+        axis of length k, the other arguments fixed at ``args``), the output
+        tangents stacked the same way."""
+        raise NotImplementedError(self.no_batching)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        """fn's VJP under the backend's vmap: at each of k stacked points for its
+        own cotangent (stacked likewise), the input cotangents stacked per wrt
+        argument (None where fn ignores one)."""
+        raise NotImplementedError(self.no_batching)
+
+    # -- derivative functions, for order=2 --------------------------------------
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        """x -> concat(flatten(J(x)^T v)) as a function this backend can differentiate."""
+        raise NotImplementedError
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        """x -> J(x) u as a function this backend can differentiate."""
+        raise NotImplementedError
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+
+def on_wrt(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> Callable:
+    """fn as a function of its wrt arguments alone, the others fixed at ``args``."""
+
+    def f(*w: Any) -> Any:
+        inputs = list(args)
+        for i, x in zip(wrt, w):
+            inputs[i] = x
+        return fn(*inputs)
+
+    return f

@@ -1,0 +1,312 @@
+"""JAX: ``jax.jvp`` and ``jax.vjp``. float64 needs x64, which we enable only
+inside ``precision('float64')`` so that the user's global setting is untouched.
+
+Within a compiling session (``backends.compiling()``: one ``gv.verify`` run,
+where the same fn is checked at shapes that repeat) fn, its JVP and its VJP
+are jit-compiled, once per shape, dtype and precision, and kept for the
+session; outside one (a single ``gv.check``) compiling would cost more than
+it saves, and everything runs eagerly. A function that cannot be traced
+(Python control flow on values, numpy calls, a static argument) runs eagerly
+from its first failed trace on - each of fn, its JVP and its VJP on its own -
+and so does every call whose compiled run raises: the eager run then says
+whether fn itself raises. The two evaluations at the point that look for
+mutation and nondeterminism are always eager (a random draw inside fn is
+frozen by a trace); the finite differences take their centre from the same
+compiled fn as their stencil, so they round alike."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import ModeUnavailable
+from .base import Backend, HostArrays, Wrt, on_wrt
+from .session import compiling_primal, session_cache, session_kinds
+
+__all__ = ["Compiled", "JaxBackend", "compiled"]
+
+_WIDE = ("float64", "int64", "uint64")
+#: The kind of compiled call (whose ``Compiled.ok`` says whether it works) of each form.
+_KIND = {
+    "primal": "primal",
+    "primal_flat": "primal",
+    "primals": "primals",
+    "jvp": "jvp",
+    "jvps": "jvp",
+    "vjp": "vjp",
+    "vjps": "vjp",
+}
+#: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
+_FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
+#: The caller's x64 setting while the checker works in x64 (see ``working``).
+_USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
+
+
+class JaxBackend(Backend):
+    name = "jax"
+
+    def dtype_name(self, x: Any) -> str:
+        return str(x.dtype)
+
+    def is_floating(self, x: Any) -> bool:
+        return bool(jnp.issubdtype(x.dtype, jnp.floating))
+
+    def is_complex(self, x: Any) -> bool:
+        return bool(jnp.issubdtype(x.dtype, jnp.complexfloating))
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        a = np.asarray(x)
+        if a.dtype.name == "bfloat16":
+            a = a.astype(np.float32)
+        return np.array(a, copy=True)
+
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        return buffer  # jax arrays are immutable: fn cannot have changed x
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        return jnp.asarray(a, dtype=dtype_name)
+
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        lacking = sorted({d.platform for a in args for d in a.devices()} - _FLOAT64_PLATFORMS)
+        return f"jax has no float64 on {lacking[0]}" if lacking else None
+
+    def to_working(self, x: Any) -> Any:
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x  # (immutable: no copy)
+        with jax.enable_x64(True):
+            return x.astype(jnp.float64)
+
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
+            out = a.astype(dtype_name)
+        return out if out.devices() == like.devices() else jax.device_put(out, like.sharding)
+
+    def derivative(self, d: Any) -> Any:
+        with jax.enable_x64(True):
+            return d.astype(jnp.float64)
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        # The checker's float64 arithmetic needs x64; fn keeps running under
+        # the caller's own setting (``precision``). fn is compiled for the
+        # check's evaluations where it traces (eager where it does not): on
+        # large arrays one compiled pass costs a fraction of its eager ops.
+        token = _USER_X64.set(_USER_X64.get(jax.config.jax_enable_x64))
+        try:
+            with jax.enable_x64(True), compiling_primal():
+                yield
+        finally:
+            _USER_X64.reset(token)
+
+    @contextlib.contextmanager
+    def precision(self, dtype_name: str) -> Iterator[None]:
+        with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
+            yield
+
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
+        if not any(a.dtype == jnp.float32 for a in args):
+            return []
+        level = jax.config.jax_default_matmul_precision
+        on_gpu = any(d.platform == "gpu" for a in args for d in a.devices())
+        if level in (None, "default", "fastest") and on_gpu:
+            note = (
+                "jax runs float32 matmuls and convolutions on the GPU in TF32 by default "
+                "(jax_default_matmul_precision); low-precision AD is judged against its float64 run"
+            )
+            return [(note, "tf32")]
+        if level in ("bfloat16", "tensorfloat32", "bfloat16_3x", "fastest"):
+            note = f"jax_default_matmul_precision is {level!r}: float32 matmuls are computed in reduced precision"
+            return [(note, "bfloat16" if level in ("bfloat16", "fastest") else "tf32")]
+        return []
+
+    def compiles(self, fn: Callable) -> bool:
+        entry = compiled(fn)
+        return entry is not None and entry.ok["primal"]
+
+    def call(self, fn: Callable, args: Sequence[Any]) -> Any:
+        return _run(compiled(fn), "primal", lambda: fn(*args), *args)
+
+    def call_flat(self, fn: Callable, args: Sequence[Any]) -> Any:
+        # (eager, a reshape is a copy; compiled, the flat output is fn's own)
+        def eager() -> Any:
+            out = fn(*args)
+            return out.reshape(-1) if hasattr(out, "reshape") else out
+
+        return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
+
+    takes_host_arrays = True
+
+    def call_host(self, fn: Callable, form: str, args: HostArrays, operands: HostArrays = (), wrt: Wrt = ()) -> Any:
+        # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
+        # arrays than making jax arrays of them first (jax never writes to them)
+        entry = compiled(fn)
+        if entry is None or not entry.ok[_KIND[form]]:
+            return None
+        host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
+        ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
+        try:
+            if form in ("primal", "primal_flat"):
+                return getattr(entry, form)(*host)
+            return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
+        except Exception:
+            return None
+
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        try:
+            return _transform(compiled(fn), fn, "jvp", _jvp, args, tuple(tangents), wrt)
+        except TypeError as e:
+            if "custom_vjp" in str(e):
+                raise ModeUnavailable(f"jax: {e}") from e
+            raise
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        return list(_transform(compiled(fn), fn, "vjp", _vjp, args, cotangent, wrt))
+
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        return _transform(compiled(fn), fn, "jvp", _jvps, args, tuple(tangents), wrt, attribute="jvps")
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        return list(_transform(compiled(fn), fn, "vjp", _vjps, args, cotangents, wrt, attribute="vjps"))
+
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        entry = compiled(fn)
+        if entry is not None and entry.ok["primal"] and not entry.ok["primals"]:
+            # fn's evaluations run compiled, and a vmap of its eager ops may
+            # round otherwise: one compiled evaluation at a time
+            raise NotImplementedError("fn is compiled alone")
+        return _transform(entry, fn, "primals", _primals, args, tuple(points), wrt)
+
+    no_batching = None
+
+    def as_real(self, z: Any) -> Any:
+        return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        return jax.lax.complex(a[..., 0], a[..., 1])
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        k = len(wrt)
+
+        def one(*parts: Any) -> Any:
+            return jax.jvp(on_wrt(fn, args, wrt), tuple(parts[:k]), tuple(parts[k:]))[1]
+
+        return jax.vmap(one)(*points, *tangents)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        def one(*parts: Any) -> Any:
+            out, pullback = jax.vjp(on_wrt(fn, args, wrt), *parts[:-1])
+            return pullback(parts[-1].astype(out.dtype))
+
+        return list(jax.vmap(one)(*points, cotangents))
+
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        def vjp_of_fn(*args: Any) -> Any:
+            out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+            return self.concat_flat(pullback(jnp.asarray(cotangent, dtype=out.dtype)))
+
+        return vjp_of_fn
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        def jvp_of_fn(*args: Any) -> Any:
+            primals = tuple(args[i] for i in wrt)
+            tans = tuple(jnp.asarray(t, dtype=p.dtype) for t, p in zip(tangents, primals))
+            return jax.jvp(on_wrt(fn, args, wrt), primals, tans)[1]
+
+        return jvp_of_fn
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        return jnp.concatenate([jnp.ravel(p) for p in parts])
+
+
+def _jvp(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
+    return jax.jvp(on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), tangents)[1]
+
+
+def _vjp(fn: Callable, args: tuple, cotangent: Any, wrt: tuple[int, ...]) -> tuple:
+    out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
+    return pullback(cotangent.astype(out.dtype))
+
+
+def _primals(fn: Callable, args: tuple, points: tuple, wrt: tuple[int, ...]) -> Any:
+    return jax.vmap(on_wrt(fn, args, wrt))(*points)
+
+
+def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
+    return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
+
+
+def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
+    # (fn's forward pass does not depend on the cotangent: vmap runs it once)
+    return jax.vmap(lambda c: _vjp(fn, args, c, wrt))(cotangents)
+
+
+class Compiled:
+    """fn, its JVP and its VJP under jax.jit; ``ok[kind]`` turns False for good
+    at the first compiled call of that kind that fails where the eager one
+    does not."""
+
+    def __init__(self, fn: Callable) -> None:
+        ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
+        kinds = session_kinds()
+        self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
+        self.primal = jax.jit(lambda *args: ref()(*args))
+        self.primal_flat = jax.jit(lambda *args: ref()(*args).reshape(-1))
+        self.primals = jax.jit(lambda args, points, wrt: _primals(ref(), args, points, wrt), static_argnums=2)
+        self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
+        self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
+        self.jvps = jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2)
+        self.vjps = jax.jit(lambda args, cotangents, wrt: _vjps(ref(), args, cotangents, wrt), static_argnums=2)
+
+
+def compiled(fn: Callable) -> Compiled | None:
+    """The compiled forms of fn in this compiling session, made on first use
+    (None: no session, or fn cannot be held weakly)."""
+    cache = session_cache()
+    if cache is None:
+        return None
+    try:
+        entry = cache.get(fn)
+        if entry is None:
+            entry = cache[fn] = Compiled(fn)
+        return entry
+    except TypeError:
+        return None
+
+
+def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any, attribute: str = "") -> Any:
+    if entry is None or not entry.ok[kind]:
+        return eager()
+    try:
+        return getattr(entry, attribute or kind)(*args)
+    except Exception:
+        # either fn cannot be traced or it raises: the eager run tells which
+        out = eager()
+        entry.ok[kind] = False
+        return out
+
+
+def _transform(
+    entry: Compiled | None,
+    fn: Callable,
+    kind: str,
+    eager: Callable,
+    args: Sequence[Any],
+    operand: Any,
+    wrt: Sequence[int],
+    attribute: str = "",
+) -> Any:
+    """``eager(fn, args, operand, wrt)`` - fn's JVP, VJP or batch of
+    evaluations - compiled where ``entry`` can."""
+    a, w = tuple(args), tuple(wrt)
+    return _run(entry, kind, lambda: eager(fn, a, operand, w), a, operand, w, attribute=attribute)

@@ -1,0 +1,238 @@
+"""PyTorch: reverse mode through ``torch.autograd.grad``, forward mode through
+``torch.autograd.forward_ad`` (dual tensors), which works for old-style and
+``setup_context`` ``autograd.Function``s alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from .._errors import ModeUnavailable
+from .base import Backend, on_wrt
+
+__all__ = ["TorchBackend"]
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def dtype_name(self, x: Any) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    def is_floating(self, x: Any) -> bool:
+        return bool(x.is_floating_point())
+
+    def is_complex(self, x: Any) -> bool:
+        return bool(x.is_complex())
+
+    def unsupported(self, x: Any) -> tuple[str, str] | None:
+        if x.layout != torch.strided:
+            return (
+                f"a tensor of layout {x.layout}",
+                "densify it first (x.to_dense()); fn may take it back with x.to_sparse()",
+            )
+        if x.device.type == "meta":
+            return (
+                "a tensor on the meta device (a shape with no values)",
+                "materialise it with values, e.g. torch.randn_like(x, device='cpu')",
+            )
+        return None
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        t = x.detach()
+        if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+            t = t.float()
+        # force: a derivative may come as torch's efficient zero tensor (no
+        # storage; forward mode's zero tangents), or with a lazy conjugate
+        return np.array(t.numpy(force=True), copy=True)
+
+    def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
+        if x.device.type == "cpu" and x.data_ptr() == buffer.ctypes.data and x.numel() == buffer.size:
+            return buffer  # the tensor is a view of buffer: in-place writes show there
+        return self.to_numpy(x)
+
+    def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        dtype = getattr(torch, dtype_name)
+        # ascontiguousarray makes 0-d arrays 1-d: put the shape back.
+        t = torch.from_numpy(np.ascontiguousarray(a).reshape(np.shape(a)))
+        return t.to(device=like.device, dtype=dtype)
+
+    def float64_on_device(self, args: Sequence[Any]) -> str | None:
+        lacking = sorted({a.device.type for a in args if a.device.type == "mps"})
+        return f"torch has no float64 on {lacking[0]}" if lacking else None
+
+    def to_working(self, x: Any) -> Any:
+        t = x.detach()
+        return t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()
+
+    def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
+        return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=copy)
+
+    def derivative(self, d: Any) -> Any:
+        if d._is_zerotensor():  # (no storage to compute with)
+            return torch.zeros(d.shape, dtype=torch.float64, device=d.device)
+        return d.detach().to(torch.float64)
+
+    def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
+        if not any(a.dtype == torch.float32 for a in args):
+            return []
+        notes = []
+        level = torch.get_float32_matmul_precision()
+        if level != "highest":
+            notes.append(
+                (
+                    f"float32 matmuls run at precision {level!r} (torch.set_float32_matmul_precision): "
+                    + ("bfloat16 passes" if level == "medium" else "TF32 where the hardware has it")
+                    + "; low-precision AD is judged against its float64 run",
+                    "bfloat16" if level == "medium" else "tf32",
+                )
+            )
+        if any(a.device.type == "cuda" for a in args):
+            if level == "highest" and torch.backends.cuda.matmul.allow_tf32:
+                notes.append(("CUDA float32 matmuls run in TF32 (torch.backends.cuda.matmul.allow_tf32)", "tf32"))
+            if torch.backends.cudnn.allow_tf32:
+                notes.append(("cuDNN float32 convolutions run in TF32 (torch.backends.cudnn.allow_tf32)", "tf32"))
+        return notes
+
+    def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        try:
+            with fwAD.dual_level():
+                inputs = list(args)
+                for i, t in zip(wrt, tangents):
+                    inputs[i] = fwAD.make_dual(args[i], t)
+                out = fn(*inputs)
+                _require_tensor(out)
+                tangent = fwAD.unpack_dual(out).tangent
+                result = torch.zeros_like(out) if tangent is None else tangent.clone()
+        except NotImplementedError as e:
+            # torch's words for "this autograd.Function (or op) has no forward-mode rule"
+            raise ModeUnavailable(f"torch forward-mode AD: {e}") from e
+        except RuntimeError as e:
+            # forward-over-forward (order=2): a limitation of torch, not of fn
+            if "Nested forward mode AD is not supported" in str(e):
+                raise ModeUnavailable(f"torch: {e}") from e
+            raise
+        return result
+
+    def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
+        inputs, grads = _pullback(fn, args, wrt, cotangent, batched=False)
+        if grads is None:
+            # fn cut every input out of the graph: its reverse-mode gradient is zero.
+            return [torch.zeros_like(inputs[i]) for i in wrt]
+        return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
+
+    def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        # torch.func's jvp under vmap: an autograd.Function takes part only
+        # where it supports torch.func (setup_context, and a vmap rule).
+        def along(*ts: Any) -> Any:
+            out = torch.func.jvp(on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), ts)[1]
+            _require_tensor(out)
+            return out
+
+        return torch.func.vmap(along)(*tangents)
+
+    def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
+        # (randomness inside fn makes vmap raise: then one point at a time)
+        def at(*w: Any) -> Any:
+            out = on_wrt(fn, args, wrt)(*w)
+            _require_tensor(out)
+            return out
+
+        with torch.no_grad():
+            return torch.func.vmap(at)(*points)
+
+    def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
+        inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True)
+        if grads is None:
+            k = cotangents.shape[0]
+            return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
+        return list(grads)
+
+    no_batching = None
+
+    def as_real(self, z: Any) -> Any:
+        return torch.stack([z.real, z.imag], dim=-1)
+
+    def as_complex(self, a: Any) -> Any:
+        return torch.complex(a[..., 0], a[..., 1])
+
+    def batched_jvp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
+    ) -> Any:
+        k = len(wrt)
+
+        def one(*parts: Any) -> Any:
+            out = torch.func.jvp(on_wrt(fn, args, wrt), tuple(parts[:k]), tuple(parts[k:]))[1]
+            _require_tensor(out)
+            return out
+
+        return torch.func.vmap(one)(*points, *tangents)
+
+    def batched_vjp(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], cotangents: Any
+    ) -> list[Any]:
+        def one(*parts: Any) -> Any:
+            out, pullback = torch.func.vjp(on_wrt(fn, args, wrt), *parts[:-1])
+            _require_tensor(out)
+            return pullback(parts[-1].to(out.dtype))
+
+        return list(torch.func.vmap(one)(*points, cotangents))
+
+    def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
+        def vjp_of_fn(*args: Any) -> Any:
+            # Differentiate through a zero offset rather than the arguments
+            # themselves, so the result stays differentiable whatever the caller
+            # made of args (leaves, dual tensors, plain tensors).
+            with torch.enable_grad():
+                offsets = [torch.zeros_like(args[i], requires_grad=True) for i in wrt]
+                inputs = list(args)
+                for i, z in zip(wrt, offsets):
+                    inputs[i] = args[i] + z
+                out = fn(*inputs)
+                grads = torch.autograd.grad(out, offsets, cotangent.to(out.dtype), create_graph=True, allow_unused=True)
+            return self.concat_flat([g if g is not None else torch.zeros_like(z) for g, z in zip(grads, offsets)])
+
+        return vjp_of_fn
+
+    def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
+        def jvp_of_fn(*args: Any) -> Any:
+            primals = tuple(args[i] for i in wrt)
+            tans = tuple(t.to(p.dtype) for t, p in zip(tangents, primals))
+            return torch.func.jvp(on_wrt(fn, args, wrt), primals, tans)[1]
+
+        return jvp_of_fn
+
+    def concat_flat(self, parts: Sequence[Any]) -> Any:
+        return torch.cat([p.reshape(-1) for p in parts])
+
+
+def _require_tensor(out: Any) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"fn returned {type(out).__name__}, expected one torch.Tensor")
+
+
+def _pullback(
+    fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any, batched: bool
+) -> tuple[list[Any], tuple[Any, ...] | None]:
+    """fn's leaf inputs and its input cotangents for ``cotangent`` (a stack of
+    them when ``batched``); None when fn cut every input out of the graph."""
+    inputs = list(args)
+    for i in wrt:
+        inputs[i] = args[i].detach().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(*inputs)
+    _require_tensor(out)
+    if not out.requires_grad:
+        return inputs, None
+    grads = torch.autograd.grad(
+        out,
+        [inputs[i] for i in wrt],
+        grad_outputs=cotangent.to(out.dtype),
+        allow_unused=True,
+        is_grads_batched=batched,
+    )
+    return inputs, grads
