@@ -29,11 +29,11 @@ from .._result import ERROR, Kind
 from . import probes as _probes
 from . import tolerance as tol
 from . import xp
-from .evaluate import CallFailed, Derivative, Evaluator
-from .findings import Findings, unravel
+from .calls import CallFailed, Derivative
+from .context import Context
+from .evaluate import Evaluator
+from .findings import unravel
 from .modes import AD, CHECKED
-from .primal import Primal
-from .probes import Probes
 
 __all__ = ["BATCH", "SPREAD", "run"]
 
@@ -43,19 +43,11 @@ BATCH = 3
 SPREAD = 1.0 / 8.0
 
 
-def run(
-    ev: Evaluator,
-    primal: Primal,
-    probes: Probes,
-    ad: AD,
-    report: Findings,
-    seed: int,
-    rtol: float | None,
-    atol: float | None,
-) -> None:
+def run(ctx: Context, ad: AD) -> None:
     """Check each mode the first-order checks ran (status CHECKED) under vmap;
     its status goes to ``ad.status`` as "batched JVP" / "batched VJP"."""
-    rng = np.random.default_rng([seed, 3])
+    ev, primal, probes, options = ctx.ev, ctx.primal, ctx.probes, ctx.options
+    rng = np.random.default_rng([options.seed, 3])
     x, flat = probes.x, probes.flat
     members = [x] + [x * (1.0 + SPREAD * _probes.signs(rng, flat.n, like=x)) for _ in range(BATCH - 1)]
     points = [flat.split(m) for m in members]
@@ -81,7 +73,7 @@ def run(
             continue
         ad.status[key] = CHECKED
         for j, (got, want) in enumerate(zip(batched, plain)):
-            if _compare(mode, j, got, want, ev, primal, flat, report, rtol, atol):
+            if _compare(mode, j, got, want, ctx):
                 break  # (one member says it)
 
 
@@ -96,15 +88,12 @@ def _compare(
     member: int,
     got: Derivative | list[Derivative],
     want: list[Derivative],
-    ev: Evaluator,
-    primal: Primal,
-    flat: Any,
-    report: Findings,
-    rtol: float | None,
-    atol: float | None,
+    ctx: Context,
 ) -> bool:
     """Whether member ``member``'s batched values differ from its plain ones
-    beyond rounding (then said in ``report``)."""
+    beyond rounding (then said in the report)."""
+    ev, primal, flat, report = ctx.ev, ctx.primal, ctx.probes.flat, ctx.report
+    rtol, atol = ctx.options.rtol, ctx.options.atol
     parts = [got] if mode == "JVP" else got
     for q, (g, w) in enumerate(zip(parts, want)):
         if mode == "JVP":

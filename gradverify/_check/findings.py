@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._result import ERROR, Finding, Kind
-from .evaluate import CallFailed
+from .calls import CallFailed
 
 __all__ = ["Closeness", "Findings", "unravel"]
 
@@ -20,9 +20,12 @@ class Findings:
         self.items: list[Finding] = []
 
     def add(self, kind: str, level: str, message: str, **kw: Any) -> None:
-        if any(f.kind == kind and f.message == message for f in self.items):
-            return
-        self.items.append(Finding(kind=kind, level=level, message=message, **kw))
+        self.keep(Finding(kind=kind, level=level, message=message, **kw))
+
+    def keep(self, finding: Finding) -> None:
+        """Keep ``finding`` unless one of its kind says the same already."""
+        if not any(f.kind == finding.kind and f.message == finding.message for f in self.items):
+            self.items.append(finding)
 
     def append(self, finding: Finding) -> None:
         """Keep ``finding`` as it is (a sub-check's, already said once there)."""

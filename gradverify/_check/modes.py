@@ -19,7 +19,8 @@ from .._errors import ModeUnavailable
 from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol
 from . import xp as _xp
-from .evaluate import BadStructure, CallFailed, Derivative, Evaluator
+from .calls import BadStructure, CallFailed, Derivative
+from .evaluate import Evaluator
 from .findings import Findings, unravel
 from .primal import Precision, Primal
 from .probes import Probes

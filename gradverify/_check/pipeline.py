@@ -44,8 +44,11 @@ from . import (
 from . import (
     xp,
 )
-from .compare import Bounds, Comparisons
-from .evaluate import CallFailed, Evaluator
+from .bounds import Bounds
+from .calls import CallFailed
+from .compare import Comparisons
+from .context import Context, Options
+from .evaluate import Evaluator
 from .findings import Closeness, Findings
 from .modes import AD
 from .oracle import Oracle
@@ -119,7 +122,7 @@ def _check(
     backend = backend_of(args)
     validate_readable(backend, args)
     label = name or function_name(fn)
-    options = _Options(
+    options = Options(
         seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
     )
     complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
@@ -141,7 +144,7 @@ def _check_real(
     wrt: int | Sequence[int] | None,
     order: int,
     label: str,
-    options: _Options,
+    options: Options,
 ) -> CheckResult:
     """gv.check of fn on real arguments (with a real output)."""
     placed = _placed(backend, args)
@@ -190,17 +193,6 @@ def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> Chec
     return result
 
 
-@dataclass(frozen=True)
-class _Options:
-    seed: int
-    rtol: float | None
-    atol: float | None
-    full: bool | None
-    k: int  # random directions
-    vectorise: bool = True  # a full Jacobian's rows and columns in one vmap call each
-    batched: bool = False  # the modes under vmap too (see _batched)
-
-
 @dataclass
 class _Outcome:
     findings: list[Finding]
@@ -217,7 +209,7 @@ class _Outcome:
         return not any(f.level == ERROR for f in self.findings)
 
 
-def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
+def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
     """primal -> precision -> probes -> modes -> oracle -> comparisons (with
     localisation) -> second order; each stage's findings go to ``report``."""
     report = Findings()
@@ -254,9 +246,10 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
             ad.status["FD"] = oracle.label
-            Comparisons(ad, oracle, modes, bounds, report, closeness).run()
+            ctx = Context(ev, primal, precision, probes, options, report, closeness)
+            Comparisons(ctx, ad, oracle, modes, bounds).run()
             if options.batched:
-                _batched.run(ev, primal, probes, ad, report, options.seed, options.rtol, options.atol)
+                _batched.run(ctx, ad)
             if not modes.jvps and not modes.vjps:
                 ad.status.setdefault("JVP", _modes.UNAVAILABLE)
                 ad.status.setdefault("VJP", _modes.UNAVAILABLE)
@@ -275,7 +268,7 @@ def _stages(ev: Evaluator, options: _Options, order: int) -> _Outcome:
 
 
 # -- second order ---------------------------------------------------------------------
-def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Probes, ad: AD, report: Findings) -> None:
+def _second_order(ev: Evaluator, options: Options, primal: Primal, probes: Probes, ad: AD, report: Findings) -> None:
     """The derivatives of the VJP x -> J(x)^T v and of the JVP x -> J(x) u,
     checked as first-order functions of x."""
     status = ad.status
@@ -298,8 +291,8 @@ def _second_order(ev: Evaluator, options: _Options, primal: Primal, probes: Prob
     u = _probes.signs(rng, probes.flat.n, like=probes.x)
     derived: list[tuple[str, str, Callable]] = []  # (what, whose derivative, the function)
     with ev.backend.precision(ev.native_precision):
-        cot = ev._array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
-        tans = [ev._array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
+        cot = ev.array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
+        tans = [ev.array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
     if status.get("VJP") == _modes.CHECKED:
         try:
             derived.append(("the VJP x -> J(x)^T v", "VJP", _derivative_fn(ev, "vjp", cot)))
@@ -363,7 +356,7 @@ def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
     return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
 
 
-def _reproduce(label: str, nargs: int, wrt: Any, order: int, options: _Options) -> str:
+def _reproduce(label: str, nargs: int, wrt: Any, order: int, options: Options) -> str:
     argnames = ", ".join(f"arg{i}" for i in range(nargs))
     opts = [f"seed={options.seed}"]
     for key, value, default in (

@@ -18,8 +18,9 @@ from .._errors import ArgumentTypeError, explain
 from .._result import ERROR, WARNING, ArraySummary, Kind
 from . import tolerance as tol
 from . import xp as _xp
+from .calls import CallFailed
 from .complex_parts import ComplexOutput
-from .evaluate import CallFailed, Evaluator
+from .evaluate import Evaluator
 from .findings import Findings, unravel
 
 __all__ = ["Precision", "Primal", "choose", "evaluate", "repeat", "summary"]

@@ -33,7 +33,7 @@ large as the derivatives themselves.
 from .blocks import CHUNK, DEVICE_CHUNK, blockwise, compiled
 from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference, model_references
 from .noise import WIDE_SPACINGS, WIDE_SPAN, WideTable, wide_table
-from .records import JUMP, KINK, SMOOTH, UNKNOWN, UNRELIABLE, Array, Problem, Reference
+from .records import JUMP, KINK, SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .reference import mark_unresolved, reference
 from .stencil import (
     GRID_NOISE,
@@ -66,6 +66,7 @@ __all__ = [
     "WIDE_SPAN",
     "Array",
     "Estimate",
+    "Line",
     "Problem",
     "Reference",
     "Stencil",

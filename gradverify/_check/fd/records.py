@@ -4,13 +4,14 @@ reference answers."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import xp as _xp
 
-__all__ = ["SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Reference", "Problem", "UNKNOWN"]
+__all__ = ["SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Line", "Reference", "Problem", "UNKNOWN"]
 
 
 # Status of each element's reference after the kink analysis.
@@ -19,6 +20,24 @@ SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
 
 #: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _xp).
 Array = Any
+
+
+def _one_at_a_time(ts: list[float]) -> list[Array] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Line:
+    """F(t) = fn(x + t u) along one direction, in the oracle's precision."""
+
+    #: F at one t.
+    at: Callable[[float], Array]
+    #: F at several t in one vectorised evaluation of fn, or None where
+    #: there is none (then each t is evaluated with ``at``).
+    many: Callable[[list[float]], list[Array] | None] = _one_at_a_time
+
+    def __call__(self, t: float) -> Array:
+        return self.at(t)
 
 
 @dataclass
@@ -56,14 +75,15 @@ class Reference:
         """Whether fn's noise is still the rounding model's, not measured."""
         return self.measure is not None
 
-    def give_up(self, mask: Array, reason: Callable[[int], str]) -> None:
-        """Mark the elements of ``mask`` unreliable; the first few keep ``reason(i)``."""
-        self.status = _xp.put(self.status, mask, UNRELIABLE)
-        self.all_smooth = False
-        if self.reasons is None:
-            self.reasons = {}
+    def gave_up(self, mask: Array, reason: Callable[[int], str]) -> Reference:
+        """This reference with the elements of ``mask`` unreliable; the first
+        few keep ``reason(i)``."""
+        reasons = dict(self.reasons or {})
         for i in _xp.nonzero(mask, limit=3):
-            self.reasons[int(i)] = reason(int(i))
+            reasons[int(i)] = reason(int(i))
+        return dataclasses.replace(
+            self, status=_xp.put(self.status, mask, UNRELIABLE), all_smooth=False, reasons=reasons
+        )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from .. import tolerance as tol
 from .. import xp as _xp
 from .ladder import descend, noise_explains
 from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference
-from .records import SMOOTH, UNKNOWN, UNRELIABLE, Array, Problem, Reference
+from .records import SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .stencil import OFFSETS, R1_WEIGHT, Stencil, estimate, evaluate_level, tolerance_parts, values_at
 
 __all__ = ["reference", "mark_unresolved"]
@@ -133,7 +133,7 @@ def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
     per_element, t = tolerance_parts(p.ad_tol, shape)
     have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
     part = dataclasses.replace(
-        p, F=lambda step: _xp.flat(F(step))[at], f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
+        p, F=Line(lambda step: _xp.flat(F(step))[at]), f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
     )
     sub = _measured(part, have, unmoved=True)
     err0 = (tol.NOISE_SAFETY * R1_WEIGHT / h) * sub.eps_f

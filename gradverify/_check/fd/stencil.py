@@ -15,7 +15,7 @@ import numpy as np
 from .. import tolerance as tol
 from .. import xp as _xp
 from .blocks import block_slices, blockwise, compiled
-from .records import Array
+from .records import Array, Line
 
 __all__ = [
     "DIFF",
@@ -246,10 +246,9 @@ def model_noise(
 
 
 def values_at(F: Callable[[float], Array], ts: list[float]) -> list[Array]:
-    """[F(t) for t in ts]: in one vectorised evaluation of fn where F offers
-    one (``F.many(ts)``, None where it cannot), else one t at a time."""
-    many = getattr(F, "many", None)
-    out = many(ts) if many is not None and len(ts) > 1 else None
+    """[F(t) for t in ts]: in one vectorised evaluation of fn where F is a
+    ``Line`` that offers one, else one t at a time."""
+    out = F.many(ts) if isinstance(F, Line) and len(ts) > 1 else None
     return [F(t) for t in ts] if out is None else out
 
 

@@ -1,0 +1,64 @@
+"""The AD values' rounding bounds (or the caller's rtol/atol), per direction
+and per cotangent, as every comparison uses them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import tolerance as tol
+from . import xp as _xp
+from .modes import Modes
+from .oracle import Oracle
+
+__all__ = ["Bounds"]
+
+
+class Bounds:
+    """The AD values' rounding bounds (or the caller's rtol/atol)."""
+
+    def __init__(self, oracle: Oracle, modes: Modes, dtypes: list[str], rtol: float | None, atol: float | None):
+        self.probes, self.modes, self.dtypes = oracle.probes, modes, dtypes
+        self.rtol, self.atol = rtol, atol
+        self._jvp: dict[int, np.ndarray] = {}
+        self._vjp: dict[int, np.ndarray] = {}
+
+    @property
+    def user(self) -> bool:
+        return self.rtol is not None or self.atol is not None
+
+    def jvp(self, b: int) -> np.ndarray:
+        """Bound of J u_b (that direction's units)."""
+        if b not in self._jvp:
+            jv, probes, modes = self.modes.jvps[b], self.probes, self.modes
+            if probes.full:
+                scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
+            else:
+                scale = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
+            self._jvp[b] = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
+        return self._jvp[b]
+
+    def vjp(self, a: int) -> np.ndarray:
+        """Bound of J^T v_a (real units, per input element)."""
+        if a not in self._vjp:
+            self._vjp[a] = self.of_vjp(self.modes.vjps[a])
+        return self._vjp[a]
+
+    def of_vjp(self, g: np.ndarray) -> np.ndarray:
+        probes, modes = self.probes, self.modes
+        parts = [
+            tol.ad_bound(
+                p,
+                "float64" if modes.ad64 else self.dtypes[i],
+                self.rtol,
+                self.atol,
+                modes.jmax_vjp if probes.full else max(_xp.absmax(p), probes.slope_scale),
+            )
+            for p, i in zip(probes.flat.split(g), probes.flat.args)
+        ]
+        return _xp.concat([_xp.flat(p) for p in parts]) if len(parts) > 1 else _xp.flat(parts[0])
+
+    def ad_reason(self) -> str:
+        if self.user:
+            return f"user atol {self.atol or 0:g} + rtol {self.rtol or 0:g} x |AD|"
+        ad_out = self.modes.ad_out
+        return f"AD rounding {tol.ad_rounding(ad_out):g} u({ad_out}) x (|AD| + max|AD|)"

@@ -1,0 +1,58 @@
+"""What a call into fn or its rules returns or raises, and the warnings
+filter every derivative call runs under."""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "fns_warnings_only"]
+
+#: Packages whose own warnings, raised while gradverify takes a derivative,
+#: are the machinery's and not fn's.
+FRAMEWORKS = ("torch", "functorch", "jax", "jaxlib", "numpy", "gradverify")
+_FRAMEWORK_MODULES = r"(" + "|".join(FRAMEWORKS) + r")(\..*)?$"
+
+
+@contextlib.contextmanager
+def fns_warnings_only() -> Iterator[None]:
+    """Run a derivative with the warnings the frameworks raise from their own
+    modules ignored (torch's forward mode, loading its decompositions on first
+    use, warns that torch.jit.script is deprecated: under ``-W error`` a
+    correct fn would fail). Warnings from any other module - fn's and its
+    rules' - meet the caller's filters as they are. (Like every
+    ``warnings.catch_warnings``, this sets the process's filters while the
+    call runs.)"""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=_FRAMEWORK_MODULES)
+        yield
+
+
+class CallFailed(Exception):
+    """User code (fn or a rule) raised. ``stage`` says where."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
+        self.stage = stage
+        self.exc = exc
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        # Keep the user's frames: drop gradverify's own plumbing from the top.
+        self.traceback = "".join(tb[-8:])
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """A derivative as returned by a mode: float64 values plus what it came as."""
+
+    value: Any  # float64 working array; None: the rule returned None (a zero cotangent)
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    kind: str  # "array" or the foreign type's name
+
+
+class BadStructure(Exception):
+    """A rule returned the wrong number of cotangents."""

@@ -1,0 +1,360 @@
+"""The re-examinations a disagreement gets before finite differences may
+convict AD. Each is an excuse: a small object with one method that looks
+again at fn along the disagreeing direction and returns whether it changed
+the reference there (the comparison then runs again). A comparison tries its
+excuses in order until none changes anything, as Hypothesis's shrinker loops
+over its passes; a disagreement that survives them all is a finding.
+
+* ``Unmeasured`` / ``AllUnmeasured``: the reference was the rounding
+  model's; measure fn's noise and judge again.
+* ``OnGrid``: fn's values lie on a grid coarser than u |F| (a cancellation
+  inside fn): raise the bounds to what rounding to it can do.
+* ``FinerStep``: the estimate moves with a finer step (a feature of fn
+  narrower than the step): FD cannot decide there.
+* ``WideNoise``: noise seen only at wider spacings could tilt the slope by as
+  much as the disagreement: FD has nothing left to convict.
+
+An excuse never passes an element: it widens a bound or marks the element
+unreliable, with its reason. It replaces the oracle's reference rather than
+editing it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import fd as _fd
+from . import tolerance as tol
+from . import xp as _xp
+
+if TYPE_CHECKING:  # (the oracle's module imports this one: a type only)
+    from .oracle import Oracle
+
+__all__ = ["AllUnmeasured", "Disagreement", "Excuse", "FinerStep", "OnGrid", "Unmeasured", "WideNoise", "within"]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """What a comparison about to fail puts to the excuses."""
+
+    #: The direction (a column of a full Jacobian) whose reference disagrees.
+    b: int
+    #: By how much each element lies beyond its bound (-inf where nothing is
+    #: compared), or one projection's excess; computed when first asked for.
+    excess_of: Callable[[], Any]
+    #: The cotangent a projection's excess was taken with (None: per element).
+    weights: Any = None
+
+    @functools.cached_property
+    def excess(self) -> Any:
+        return self.excess_of()
+
+
+class Excuse:
+    """One re-examination: ``__call__`` returns whether it changed the
+    oracle's reference (the comparison must then run again)."""
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        raise NotImplementedError
+
+
+class Unmeasured(Excuse):
+    """The reference along the direction was the rounding model's (AD agreed
+    within it in FD's units; in u's, rounding may differ): measure fn's noise."""
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        if not oracle.refs[case.b].modelled:
+            return False
+        oracle.measured(case.b)
+        return True
+
+
+class AllUnmeasured(Excuse):
+    """A projection meets every direction's reference: where any was the
+    rounding model's, measure them all."""
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        if not any(r.modelled for r in oracle.refs):
+            return False
+        for b in range(len(oracle.refs)):
+            oracle.measured(b)
+        return True
+
+
+class OnGrid(Excuse):
+    """Measure the grid fn's values lie on (see _fd.grid) where direction
+    b's estimate disagrees with AD, and raise those elements' bounds to
+    what rounding to it can do to the estimate. Where fn cancels inside
+    (z - tanh z at small z) the grid is u x its terms, far coarser than
+    u |F|, and rounding to it can be linear across the whole stencil -
+    invisible to a difference table, yet a slope error of up to its
+    spacing over the step. An element whose bound then reaches its
+    derivatives is unreliable (see _fd.mark_unresolved). Done once per
+    direction; returns whether any bound was raised."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()  # directions whose grid was measured
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        b = case.b
+        if b in self.done:
+            return False
+        self.done.add(b)
+        ref = oracle.measured(b)
+        with _xp.quiet():
+            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
+        if not idx.size:
+            return False
+        p, c = oracle.precision, oracle.probes.cs[b]
+        F = oracle.F(oracle.probes.us[b], c)
+        values = [_xp.take(_xp.flat(v), idx) for v in _fd.values_at(F, [k * p.h / 4 for k in _fd.OFFSETS])]
+        q = _fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx))
+        reach = _fd.grid_bound(q, p.h) / c
+        err = _xp.take(ref.err, idx)
+        raised = reach > err
+        if not raised.any():
+            return False
+        at = idx[raised]
+        shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
+        err = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.err)), at, reach[raised]), shape)
+        reasons = dict(ref.reasons or {})
+        status = _fd.mark_unresolved(ref.value, err, ref.status, ref.typical / c, reasons)
+        oracle.refs[b] = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
+        return True
+
+
+class FinerStep(Excuse):
+    """Estimate direction b again with steps REFINE, REFINE^2, ... times
+    smaller. A smooth function gives the same value within both bounds;
+    where the estimate moves by more, the step was larger than a feature of
+    fn (a row normalised while far smaller than the step, an eps) and FD
+    cannot decide there: those elements become unreliable, with both
+    values. An element the finer step cannot settle (a kink flag, or a
+    bound as large as the derivatives: a feature it still straddles) is
+    taken one level further down: a feature narrower than the
+    first step can also hide from the first level's flags. Where such an
+    element is smooth at a later level, the first step straddled a feature
+    that this step no longer reaches (as down the kink ladder): the finer
+    estimate replaces the reference. So that the feature cannot hide from
+    these levels too, they estimate the disagreeing elements alone: the
+    rounding model's slope scale is then theirs, not that of a neighbour
+    whose own feature made its slope huge. The levels stop where an element
+    is smooth or noise-bound (a finer step only adds noise), or
+    where the point x + t u itself would round: along a column that is at
+    the moved element's own magnitude, not its argument's (a row of norm
+    1e-9 beside rows of 6 needs a step of 1e-11, which that element
+    represents exactly). Done once per direction; returns whether any
+    element changed."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()  # directions estimated again with a finer step
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        b = case.b
+        if b in self.done:
+            return False
+        self.done.add(b)
+        ref = oracle.measured(b)
+        p, probes = oracle.precision, oracle.probes
+        with _xp.quiet():
+            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
+        c = probes.cs[b]
+        terms = oracle.terms(c, column=probes.full)
+        own = max(abs(float(probes.x[b])), tol.TINY_SCALE) / c if probes.full else 1.0
+        F = oracle.F(probes.us[b], c)
+        moved: dict[int, tuple[float, float, float]] = {}  # element -> fine value, err, shrink
+        replaced: dict[int, tuple[float, float]] = {}
+        shrink = tol.REFINE
+        grid: dict[int, float] = {}  # element -> the coarsest grid its values showed (see _fd.grid)
+        while idx.size and p.h / shrink >= tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own:
+            at = idx
+            seen: list[np.ndarray] = []
+
+            def level(t: float, at: np.ndarray = at, seen: list = seen) -> np.ndarray:
+                v = _xp.take(_xp.flat(F(t)), at)
+                seen.append(v)
+                return v
+
+            f0_at = _xp.take(oracle.f0, at)
+            fine = _fd.reference(
+                _fd.Line(level),
+                f0_at,
+                p.h / shrink,
+                p.floor,
+                p.u_oracle,
+                0.0,
+                ladder=False,
+                f0_scale=p.f0_scale,
+                inputs=probes.inputs_max,
+                point=terms,
+            )
+            # fn's grid does not shrink with the step: a level where a quantised
+            # fn looks flat still carries the rounding to the grid a coarser
+            # one showed (a slope error of up to its spacing over the step)
+            q = _fd.grid(seen, f0_at)
+            q = np.maximum(q, np.array([grid.get(int(i), 0.0) for i in at.tolist()]))
+            grid.update(zip(at.tolist(), q.tolist()))
+            reach = _fd.grid_bound(q, p.h / shrink)
+            value, err = fine.value / c, np.maximum(fine.err, reach) / c
+            with np.errstate(invalid="ignore"):
+                gridded = ~(reach <= 0.5 * (np.abs(fine.value) + fine.typical))
+            smooth = (fine.status == _fd.SMOOTH) & ~gridded
+            if shrink == tol.REFINE:
+                with np.errstate(invalid="ignore"):
+                    far = np.abs(value - _xp.take(ref.value, at)) > err + _xp.take(ref.err, at)
+                for k in np.flatnonzero(smooth & far).tolist():
+                    moved[int(at[k])] = (float(value[k]), float(err[k]), shrink)
+            else:  # (every element here was flagged one level up)
+                for k in np.flatnonzero(smooth).tolist():
+                    replaced[int(at[k])] = (float(value[k]), float(err[k]))
+            idx = at[~smooth & ~gridded & ~_noise_bound(fine, p.h / shrink)]
+            shrink *= tol.REFINE
+        changes: dict[str, Any] = {}
+        if replaced:
+            at = np.array(sorted(replaced))
+            shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
+            for name, k in (("value", 0), ("err", 1)):
+                part = np.array([replaced[i][k] for i in at.tolist()])
+                changes[name] = xp.reshape(_xp.put(_xp.copy(_xp.flat(getattr(ref, name))), at, part), shape)
+            # (a smooth estimate now, whatever the first level's flag said)
+            changes["status"] = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.status)), at, _fd.SMOOTH), shape)
+            ref = dataclasses.replace(ref, **changes)
+        if moved:
+            before_value, before_err = ref.value, ref.err
+            mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), np.array(sorted(moved)), True)
+            ref = ref.gave_up(
+                _xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)),
+                lambda i: (
+                    f"the estimate moved from {float(before_value[i]):.6g} +- {float(before_err[i]):.2g} to "
+                    f"{moved[i][0]:.6g} +- {moved[i][1]:.2g} "
+                    f"with a {moved[i][2]:g}x smaller step: a feature of fn narrower than the step"
+                ),
+            )
+        oracle.refs[b] = ref
+        return bool(moved or replaced)
+
+
+class WideNoise(Excuse):
+    """Look at fn over wider spacings along direction b. A function computed
+    through a cancellation can be smooth or flat at the step and still carry
+    an error of u x its terms that shows only further out (jax's tanh-form
+    gelu in its tail: flat pieces and quantum steps): a slope read between
+    two steps says nothing about the function's. Where such noise - a
+    plausible rounding artifact, see ROUNDING_TERMS - could tilt the slope
+    at the step by as much as the disagreement (``excess`` beyond the bound
+    per element, or for one projection with ``weights``), FD has nothing
+    left to convict: those elements become unreliable, with the reason -
+    never a pass. Elements the ladder settled (a kink nearby, known
+    structure) are left alone. Returns whether anything was explained
+    (then the comparison is made again)."""
+
+    def __init__(self) -> None:
+        self.levels: dict[int, int] = {}  # direction -> wider noise tables measured
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        b, excess, weights = case.b, case.excess, case.weights
+        ref = oracle.measured(b)
+        eligible = ref.status == _fd.SMOOTH
+        if ref.flagged is not None:
+            eligible = eligible & ~ref.flagged
+        if not _xp.any_(eligible):
+            return False
+        p = oracle.precision
+        c = oracle.probes.cs[b]
+        F = oracle.F(oracle.probes.us[b], c)
+        inputs = oracle.probes.inputs_max
+        xp = _xp.ns(oracle.f0)
+        peak = xp.abs(oracle.f0)
+        level = self.levels.get(b, 0)
+        why = "noise"
+        span = 0.0
+        while True:
+            table = _fd.wide_table(F, oracle.f0, p.h, level)
+            if table is None:
+                # No noise at any spacing: what fn's rounding could still hide is
+                # a smooth deviation of up to its quantum (u x its terms) over
+                # more than the widest table - a slope error of quantum / span.
+                # (z - tanh z at z = 1e-16 is exactly 0 there, z tanh z at
+                # 1e-286 underflows, jax's tanh-form gelu is linear with the
+                # wrong slope between far-apart steps.)
+                if span == 0.0:
+                    return False
+                why = "quantum"
+                quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, inputs)
+                quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
+                tilt = xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
+                explained = within(tilt, excess, weights, ref.err)
+                if not _xp.any_(explained):
+                    return False
+                break
+            span = 8 * table.d
+            level += 1
+            self.levels[b] = level
+            with _xp.quiet():
+                fs = tuple(table.f[k] for k in sorted(table.f))
+                peak, tilt = _fd.blockwise(
+                    _wide_tilt, peak, fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
+                )
+                # (the points have served: let them go before the next table's are made)
+                del fs
+                table.f.clear()
+            explained = within(tilt, excess, weights, ref.err)
+            if _xp.any_(explained):
+                break
+        oracle.refs[b] = ref.gave_up(
+            explained,
+            lambda i: (
+                f"fn as computed is quantised here: steps of {float(table.sigma[i]):.3g} (rounding of its terms) "
+                f"seen at wider spacings can tilt the finite-difference slope by up to {float(tilt[i]):.3g}, "
+                "more than the disagreement"
+                if why == "noise"
+                else f"the disagreement is below what fn's rounding (u x its terms, smooth over more than "
+                f"{span * c:.3g}) can hide from any step: a slope error up to {float(tilt[i]):.3g}; finite differences "
+                "cannot see that far into the function as computed"
+            ),
+        )
+        return True
+
+
+def _noise_bound(ref: _fd.Reference, h: float) -> np.ndarray:
+    """Elements of a host reference at step h whose rounding alone (the model's,
+    which a finer step only raises) makes the bound as large as the
+    derivatives (see _fd.mark_unresolved). The measured noise does not count
+    here: a feature narrower than the step shows in a difference table as
+    noise too."""
+    part = (tol.NOISE_SAFETY * _fd.R2_WEIGHT / h) * ref.eps_f
+    with np.errstate(invalid="ignore"):
+        return ~(part <= 0.5 * (np.abs(ref.value) + ref.typical))
+
+
+def _wide_tilt(fs: tuple[Any, ...], sigma: Any, peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:
+    """The largest |F| seen so far (``peak``) with a wide table's values ``fs``,
+    and the slope tilt its noise ``sigma`` can cause where that noise is a
+    plausible rounding artifact of fn's terms (0 elsewhere)."""
+    inputs, u_oracle, hc = scalars
+    xp = _xp.ns(*fs)
+    values = xp.abs(fs[0])
+    for v in fs[1:]:
+        values = xp.maximum(values, xp.abs(v))
+    values = xp.where(_xp.finite(values), values, 0.0)
+    terms = xp.maximum(values, inputs)
+    plausible = sigma <= tol.ROUNDING_TERMS * u_oracle * terms
+    # a noise of sigma anywhere beyond the stencil tilts its slope by up to ~sigma / h
+    tilt = xp.where(eligible & plausible, tol.NOISE_SAFETY * 6.0 * sigma / hc, 0.0)
+    return xp.maximum(peak, values), tilt
+
+
+def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:
+    """The elements whose disagreement a slope error of ``tilt`` explains:
+    per element, or (``weights``) all that add to one projection's."""
+    if weights is None:
+        return (excess > 0) & (excess <= tilt)
+    xp = _xp.ns(tilt)
+    noisy = tilt > err
+    reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0)) if _xp.any_(noisy) else 0.0
+    return noisy if reach >= excess else noisy & False

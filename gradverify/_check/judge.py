@@ -1,0 +1,120 @@
+"""What every comparison of a check shares: its context, the AD values, the
+oracle's references, the bounds, the excuses (one of each per check: each
+keeps which directions it has looked at), the localiser, and the machinery
+that judges a disagreement - its worst element or projection, the loop over
+the excuses, the report of a projection that fails."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+from . import fd
+from . import tolerance as tol
+from . import xp as _xp
+from .bounds import Bounds
+from .context import Context
+from .excuses import AllUnmeasured, Disagreement, Excuse, FinerStep, OnGrid, Unmeasured, WideNoise
+from .locate import Localiser
+from .messages import fd_bound_reason, projection_mismatch
+from .modes import AD, Modes
+from .oracle import Oracle
+from .worst import ProjectionWorst
+
+__all__ = ["Judge"]
+
+W = TypeVar("W")
+
+
+class Judge:
+    """The shared part of the comparisons (see compare)."""
+
+    def __init__(self, ctx: Context, ad: AD, oracle: Oracle, modes: Modes, bounds: Bounds) -> None:
+        self.ctx, self.ad, self.oracle, self.modes, self.bounds = ctx, ad, oracle, modes, bounds
+        self.probes, self.primal, self.closeness = ctx.probes, ctx.primal, ctx.closeness
+        self.locate = Localiser(
+            ad, oracle, modes, bounds.jvp, bounds.vjp, lambda w: tol.ad_bound(w, modes.ad_out, bounds.rtol, bounds.atol)
+        )
+        # (each excuse keeps which directions it has looked at: one set per check)
+        self.unmeasured, self.all_unmeasured = Unmeasured(), AllUnmeasured()
+        self.on_grid, self.finer_step, self.wide_noise = OnGrid(), FinerStep(), WideNoise()
+
+    @functools.cached_property
+    def lhs(self) -> list[list[float]]:
+        """<J^T v_a, u_b> for every projection (directional checks)."""
+        return [[_xp.dot(g, u) for u in self.probes.us] for g in self.modes.vjps]
+
+    @functools.cached_property
+    def g_terms(self) -> list[float]:
+        """The Hoeffding term of each VJP's rounding in a projection: |u_b| =
+        scale, so (u_b g)^2 = (scale g)^2 whatever the direction."""
+        return [tol.hoeffding(self.probes.scale, self.bounds.vjp(a)) for a in range(len(self.modes.vjps))]
+
+    def _until_unexcused(
+        self, attempt: Callable[[], W | None], excuses: Callable[[W], tuple[Disagreement, Sequence[Excuse]]]
+    ) -> W | None:
+        """The worst disagreement ``attempt`` finds once no excuse changes the
+        oracle's reference any more (None: none left). Each excuse is tried in
+        order; the first that changes something sends the comparison round
+        again, and what it noted of its closeness is taken back."""
+        while True:
+            mark = self.closeness.mark()
+            worst = attempt()
+            if worst is None:
+                return None
+            case, passes = excuses(worst)
+            if not any(excuse(self.oracle, case) for excuse in passes):
+                return worst
+            self.closeness.restore(mark)
+
+    def _violation(self, ad: np.ndarray, ref: fd.Reference, ad_tol: np.ndarray) -> np.ndarray:
+        """By how much ``ad`` lies outside the reference interval widened by its
+        rounding bound (positive: a mismatch); -inf where nothing is compared."""
+        xp = _xp.ns(ad)
+        over = xp.abs(ad - ref.value) - ref.err - ad_tol
+        return over if ref.all_smooth else xp.where(self.oracle.usable(ref), over, -xp.inf)
+
+    def _bound_reason(self, kink: bool) -> str:
+        return fd_bound_reason(kink, self.bounds.ad_reason(), self.ctx.precision.name)
+
+    def _worst_projection(
+        self, rhs_and_bound: Callable[[int, int], tuple[float, float] | None]
+    ) -> ProjectionWorst | None:
+        worst = None
+        for a in range(len(self.modes.vjps)):
+            for b in range(len(self.probes.us)):
+                rb = rhs_and_bound(a, b)
+                if rb is None:
+                    continue
+                rhs, bound = rb
+                lhs = self.lhs[a][b]
+                bound += self.g_terms[a]
+                ratio = abs(lhs - rhs) / (bound + 1e-300)
+                self.closeness.note(ratio)
+                if ratio > 1 and (worst is None or ratio > worst.ratio):
+                    worst = ProjectionWorst(ratio, a, b, lhs, rhs, bound)
+        return worst
+
+    def _report_vjp(self, w: ProjectionWorst, pair: tuple[str, str], *, use_jvp: bool) -> None:
+        found = w.found or self.locate.vjp(w.cotangent, w.direction, use_jvp)
+        arg, idx = self.probes.flat.locate(found.element)
+        self.ctx.report.keep(
+            projection_mismatch(
+                pair,
+                arg,
+                idx,
+                found.values,
+                found.bound,
+                lhs=w.lhs,
+                rhs=w.rhs,
+                bound=w.bound,
+                modelled=w.found is not None,  # (judged against FD with the rounding model's noise)
+                user_bounds=self.bounds.user,
+                ad_out=self.modes.ad_out,
+                cotangent=f"cotangent v {w.cotangent + 1} (random signs, seed {self.probes.seed})",
+                how=found.how,
+            )
+        )
