@@ -13,6 +13,7 @@ __all__ = [
     "ERROR",
     "INFO",
     "WARNING",
+    "SECOND_ORDER_MODES",
     "ArraySummary",
     "CheckResult",
     "Finding",
@@ -21,6 +22,7 @@ __all__ = [
     "Word",
     "render_finding",
     "render_text",
+    "second_order_mode",
 ]
 
 _T = TypeVar("_T")
@@ -80,6 +82,15 @@ class Level(Word):
 
 
 ERROR, WARNING, INFO = Level.ERROR, Level.WARNING, Level.INFO
+
+
+def second_order_mode(mode: str, of: str) -> str:
+    """The name of ``mode`` (JVP or VJP) applied to the derivative ``of``."""
+    return f"{mode} of {of}"
+
+
+#: The modes of an order-2 check: each mode of each first-order derivative.
+SECOND_ORDER_MODES = tuple(second_order_mode(mode, of) for of in ("VJP", "JVP") for mode in ("JVP", "VJP"))
 
 
 @dataclass(frozen=True)
@@ -168,7 +179,7 @@ class CheckResult:
         """order=2: whether any derivative of the JVP or VJP was checked (None: order 1)."""
         if self.order != 2:
             return None
-        return any(" of " in mode and status == "checked" for mode, status in self.modes.items())
+        return any(self.modes.get(mode) == "checked" for mode in SECOND_ORDER_MODES)
 
     def by_kind(self, kind: str) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.kind == kind)

@@ -20,9 +20,8 @@ from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol
 from . import xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
-from .evaluate import Evaluator
-from .findings import Findings, unravel
-from .primal import Precision, Primal
+from .context import Context
+from .findings import unravel
 from .probes import Probes
 
 __all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
@@ -58,22 +57,14 @@ class Modes:
 class AD:
     """Every AD call of one check, validated, with the float64 tier."""
 
-    def __init__(
-        self,
-        ev: Evaluator,
-        primal: Primal,
-        precision: Precision,
-        probes: Probes,
-        report: Findings,
-        vectorise: bool = False,
-    ) -> None:
-        self.ev, self.primal, self.probes, self.report = ev, primal, probes, report
-        self.ad64 = precision.ad64
-        self.native_ad = precision.native_ad
+    def __init__(self, ctx: Context) -> None:
+        self.ev, self.primal, self.probes, self.report = ctx.ev, ctx.primal, ctx.probes, ctx.report
+        self.ad64 = ctx.precision.ad64
+        self.native_ad = ctx.precision.native_ad
         self.status: dict[str, str] = {}
         self.notes: list[str] = []
         self.dropped: str | None = None
-        self.vectorise = vectorise
+        self.vectorise = ctx.options.vectorise
         self.vectorised = False  # whether any value came from a vectorised call
 
     def usable(self, mode: str) -> bool:

@@ -15,9 +15,7 @@ import numpy as np
 from . import fd as _fd
 from . import tolerance as tol
 from . import xp as _xp
-from .evaluate import Evaluator
-from .primal import Precision, Primal
-from .probes import Probes
+from .context import Context
 
 __all__ = ["FD_DIRECTIONS", "Oracle"]
 
@@ -31,11 +29,10 @@ FD_DIRECTIONS = 1
 class Oracle:
     """FD references along the probe directions (``refs``: one per FD direction)."""
 
-    def __init__(
-        self, ev: Evaluator, primal: Primal, precision: Precision, probes: Probes, *, vectorise: bool = True
-    ) -> None:
-        self.ev, self.primal, self.precision, self.probes = ev, primal, precision, probes
-        self.vectorise = vectorise  # fn at many points of a small check in one vectorised call
+    def __init__(self, ctx: Context) -> None:
+        ev, precision, probes = ctx.ev, ctx.precision, ctx.probes
+        self.ev, self.primal, self.precision, self.probes = ev, ctx.primal, precision, probes
+        self.vectorise = ctx.options.vectorise  # fn at many points of a small check in one vectorised call
         self.batched = False  # whether any F value came from such a call
         # F(0): the finite differences' centre, from the same fn as their
         # stencil (a compiled fn may round unlike its eager run)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _observe
 from .._errors import GradientError, ModeUnavailable
-from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind
+from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from ..backends import Backend, backend_of
 from . import (
     batched as _batched,
@@ -56,7 +56,7 @@ from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
 from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_readable
 
-__all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check"]
+__all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check", "run"]
 
 
 def check(
@@ -92,39 +92,34 @@ def check(
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise, batched)
-    options = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
+    asked = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
+    options = Options(
+        seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
+    )
     with _observe.call(
         "check",
         fn,
         args,
-        {**options, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
+        {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
     ) as outermost:
-        result = _check(fn, args, wrt, order, seed, rtol, atol, full, directions, name, vectorise, batched)
+        result = run(fn, args, wrt, order, name, options)
     if outermost:
         _observe.finished("check", result)
     return result
 
 
-def _check(
+def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     wrt: int | Sequence[int] | None,
     order: int,
-    seed: int,
-    rtol: float | None,
-    atol: float | None,
-    full: bool | None,
-    directions: int,
     name: str | None,
-    vectorise: bool = True,
-    batched: bool = False,
+    options: Options,
 ) -> CheckResult:
+    """gv.check of validated arguments, its options whole."""
     backend = backend_of(args)
     validate_readable(backend, args)
     label = name or function_name(fn)
-    options = Options(
-        seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
-    )
     complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
     if any(complex_args):
         view = _complex.real_view(fn, complex_args, backend)
@@ -238,15 +233,15 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         outcome.notes = list(precision.notes)
         probes = _probes.choose(ev, primal, precision, seed=options.seed, k=options.k, full=options.full)
         outcome.strategy = probes.strategy
-        ad = AD(ev, primal, precision, probes, report, vectorise=options.vectorise)
+        ctx = Context(ev, primal, precision, probes, options, report, closeness)
+        ad = AD(ctx)
         outcome.modes = ad.status
         try:
             modes = _modes.run(ad, probes)
-            oracle = Oracle(ev, primal, precision, probes, vectorise=options.vectorise)
+            oracle = Oracle(ctx)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
             ad.status["FD"] = oracle.label
-            ctx = Context(ev, primal, precision, probes, options, report, closeness)
             Comparisons(ctx, ad, oracle, modes, bounds).run()
             if options.batched:
                 _batched.run(ctx, ad)
@@ -304,29 +299,17 @@ def _second_order(ev: Evaluator, options: Options, primal: Primal, probes: Probe
         except ModeUnavailable as e:
             ad.unavailable("second-order JVP", str(e))
     for label, of, g in derived:
-        sub = check(
-            g,
-            *ev.originals,
-            wrt=ev.wrt,
-            order=1,
-            seed=options.seed + 1,
-            rtol=options.rtol,
-            atol=options.atol,
-            full=options.full,
-            directions=options.k,
-            name=label,
-            vectorise=options.vectorise,
-        )
+        sub = run(g, ev.originals, ev.wrt, 1, label, dataclasses.replace(options, seed=options.seed + 1))
         for f in sub.findings:
             if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
                 continue
-            pair = None if f.pair is None else (f"{f.pair[0]} of {of}", f.pair[1])
+            pair = None if f.pair is None else (second_order_mode(f.pair[0], of), f.pair[1])
             report.append(
                 Finding(**{**f.__dict__, "order": 2, "pair": pair, "message": f"derivative of {label}: {f.message}"})
             )
         for mode, st in sub.modes.items():
-            if mode in ("JVP", "VJP"):
-                status[f"{mode} of {of}"] = st
+            if mode in ("JVP", "VJP", "batched JVP", "batched VJP"):
+                status[second_order_mode(mode, of)] = st
         for key, count in sub.evaluations.items():
             ev.counts[key] += count
 
