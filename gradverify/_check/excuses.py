@@ -182,16 +182,18 @@ class FinerStep(Excuse):
 
             f0_at = _xp.take(oracle.f0, at)
             fine = _fd.reference(
-                _fd.Line(level),
-                f0_at,
-                p.h / shrink,
-                p.floor,
-                p.u_oracle,
-                0.0,
-                ladder=False,
-                f0_scale=p.f0_scale,
-                inputs=probes.inputs_max,
-                point=terms,
+                _fd.Problem.of(
+                    _fd.Line(level),
+                    f0_at,
+                    p.h / shrink,
+                    p.floor,
+                    p.u_oracle,
+                    0.0,
+                    ladder=False,
+                    f0_scale=p.f0_scale,
+                    inputs=probes.inputs_max,
+                    point=terms,
+                )
             )
             # fn's grid does not shrink with the step: a level where a quantised
             # fn looks flat still carries the rounding to the grid a coarser

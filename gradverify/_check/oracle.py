@@ -148,7 +148,7 @@ class Oracle:
         if point is None:
             point = self.terms(c, column=j is not None)
         ad_tol, ad = _along_c(ad_tol, ad, c)
-        ref = _fd.reference(
+        problem = _fd.Problem.of(
             self.F(u, c, j=j),
             self.f0,
             p.h if h is None else h,
@@ -158,13 +158,9 @@ class Oracle:
             ladder=ladder,
             f0_scale=p.f0_scale,
             inputs=self.probes.inputs_max,
-            model_first=model_first,
-            ad=ad,
-            sparse=j is not None,
             point=point,
-            have=have,
-            quick=quick,
         )
+        ref = _fd.reference(problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick)
         return self._in_units(ref, c)
 
     def terms(self, c: float, column: bool) -> float:

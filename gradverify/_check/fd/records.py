@@ -108,6 +108,25 @@ class Problem:
     point: float = 1.0
     outer: float = 0.0
 
+    @classmethod
+    def of(
+        cls,
+        F: Callable[[float], Array],
+        f0: Array,
+        h: float,
+        floor: float,
+        u_oracle: float,
+        ad_tol: Array | float,
+        *,
+        ladder: bool = True,
+        f0_scale: float | None = None,
+        inputs: float = 0.0,
+        point: float = 1.0,
+    ) -> Problem:
+        """The problem with F(0)'s scale measured where not given."""
+        scale = _xp.fmax(f0) if f0_scale is None else f0_scale
+        return cls(F, f0, h, floor, u_oracle, ad_tol, ladder, scale, inputs, point)
+
 
 #: reference()'s ``quick`` before model_reference() has run.
 UNKNOWN: Any = object()

@@ -5,7 +5,6 @@ elements no step can resolve marked unreliable."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,37 +20,25 @@ __all__ = ["reference", "mark_unresolved"]
 
 
 def reference(
-    F: Callable[[float], Array],
-    f0: Array,
-    h: float,
-    floor: float,
-    u_oracle: float,
-    ad_tol: Array | float,
+    problem: Problem,
     *,
-    ladder: bool = True,
-    f0_scale: float | None = None,
-    inputs: float = 0.0,
     model_first: bool = False,
     ad: Array | None = None,
     sparse: bool = False,
-    point: float = 1.0,
     have: dict[int, Array] | None = None,
     quick: Any = UNKNOWN,
 ) -> Reference:
-    """FD reference for F'(0) with kink analysis of flagged elements. ``inputs``:
-    the largest input magnitude (what fn's terms are at least, for telling its
-    rounding from a feature). ``model_first``: try the rounding model first
-    (see model_reference; ``ad`` +- ``ad_tol``, the AD values it will judge, must
-    agree with it too); where nothing is flagged the reference is the model's,
-    and ``Reference.measure`` measures fn's noise when a comparison needs it.
-    ``sparse``: estimate only the outputs the steps move (see _on_support).
-    ``point``: the point's magnitude along the direction (see model_noise).
-    ``have``: F's values at MODEL_OFFSETS, evaluated already (model_first);
-    ``quick``: model_reference()'s result on them (None included), where
-    model_references() worked it out already."""
-    if f0_scale is None:
-        f0_scale = _xp.fmax(f0)
-    problem = Problem(F, f0, h, floor, u_oracle, ad_tol, ladder, f0_scale, inputs, point)
+    """FD reference for F'(0) of ``problem``, with kink analysis of flagged
+    elements. ``model_first``: try the rounding model first (see
+    model_reference; ``ad`` +- the problem's ``ad_tol``, the AD values it will
+    judge, must agree with it too); where nothing is flagged the reference is
+    the model's, and ``Reference.measure`` measures fn's noise when a
+    comparison needs it. ``sparse``: estimate only the outputs the steps move
+    (see _on_support). ``have``: F's values at MODEL_OFFSETS, evaluated
+    already (model_first); ``quick``: model_reference()'s result on them (None
+    included), where model_references() worked it out already."""
+    F, f0, h, u_oracle, ad_tol = problem.F, problem.f0, problem.h, problem.u_oracle, problem.ad_tol
+    f0_scale, point = problem.f0_scale, problem.point
     if model_first:
         have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
         if quick is UNKNOWN:
