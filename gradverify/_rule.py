@@ -11,16 +11,31 @@ __all__ = ["Rule"]
 
 
 class Rule:
-    """A function with hand-written rules.
-
-    ``jvp(primals: tuple, tangents: tuple) -> output tangent`` and
-    ``vjp(primals: tuple, cotangent) -> tuple of input cotangents`` (one per
-    positional argument; ``None`` for an argument that gets no cotangent).
-    Primals, tangents and cotangents are arrays of the function's backend; an
-    integer or bool argument gets ``None`` as its tangent.
+    """A function with hand-written rules, for gv.check and gv.verify.
 
     Around a torch or jax function the rules *replace* the framework's AD, so
     a missing rule means that mode is unavailable, not that autograd fills in.
+
+    Args:
+        fn: the function (positional arrays of one backend, one array out).
+        jvp: ``jvp(primals: tuple, tangents: tuple) -> output tangent``; an
+            integer or bool argument gets ``None`` as its tangent. None: no
+            forward mode.
+        vjp: ``vjp(primals: tuple, cotangent) -> tuple of input cotangents``,
+            one per positional argument (``None`` for one that gets none).
+            None: no reverse mode.
+
+    Returns:
+        A callable that computes ``fn`` and carries ``jvp`` and ``vjp``.
+
+    Raises:
+        ArgumentTypeError: fn is None, or a rule is not callable.
+
+    Example:
+        >>> import numpy as np, gradverify as gv
+        >>> sq = gv.Rule(lambda x: x * x, jvp=lambda p, t: 2 * p[0] * t[0], vjp=lambda p, g: (2 * p[0] * g,))
+        >>> sq(np.array([3.0]))
+        array([9.])
     """
 
     __slots__ = ("fn", "jvp", "vjp", "__name__")

@@ -88,15 +88,42 @@ def verify(
     report_dir: str | os.PathLike[str] | None = None,
     **check_options: Any,
 ) -> VerifyResult:
-    """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` (a
-    Hypothesis strategy of tuples of positional arguments) and shrink any
-    failure to a minimal counterexample.
+    """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` and
+    shrink any failure to a minimal counterexample. Same seed, same examples,
+    same result.
 
-    Same seed, same examples, same result; no example database unless one is
-    passed (``database=``). ``check_options`` go to :func:`gradverify.check`
-    (``rtol``, ``atol``, ``wrt``, ``full``, ``directions``, ``name``). A failing
-    counterexample is saved as ``.npz`` in ``report_dir`` (default: a fresh
-    temporary directory)."""
+    Args:
+        fn: the function, as for :func:`gradverify.check`.
+        args_strategy: a Hypothesis strategy of tuples of positional
+            arguments (e.g. ``gradverify.strategies.bias_act_args``).
+        max_examples: how many inputs to draw.
+        seed: fixes the examples and, through gv.check, the directions.
+        order: 1, or 2 to check the derivatives of the JVP and VJP too.
+        database: a Hypothesis example database (default: none).
+        report_dir: where a failing counterexample is saved as ``.npz``
+            (default: a fresh temporary directory).
+        **check_options: passed to :func:`gradverify.check` at every
+            example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
+            ``name``, ``vectorise``, ``batched``.
+
+    Returns:
+        A :class:`gradverify.VerifyResult`: ``ok``, and on failure the shrunk
+        ``counterexample`` with its check (``result``) and the ``.npz``
+        (``saved``); ``print(result)`` is the report.
+
+    Raises:
+        ArgumentTypeError: fn is not callable, args_strategy is not a
+            strategy, or an option is not one of gv.check's.
+        ArgumentValueError: ``max_examples`` or ``seed`` out of range.
+
+    Example:
+        >>> import numpy as np, gradverify as gv
+        >>> from hypothesis import strategies as st
+        >>> from gradverify.strategies import arrays
+        >>> sq = gv.Rule(lambda x: x * x, vjp=lambda p, g: (2.5 * p[0] * g,))  # wrong: 2.5 for 2
+        >>> gv.verify(sq, st.tuples(arrays("numpy", shape=(3,))), max_examples=10).ok
+        False
+    """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
     from hypothesis import seed as hypothesis_seed
     from hypothesis.strategies import SearchStrategy

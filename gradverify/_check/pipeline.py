@@ -73,22 +73,54 @@ def check(
     vectorise: bool = True,
     batched: bool = False,
 ) -> CheckResult:
-    """Check the derivatives of ``fn`` at ``args``.
+    """Check the derivatives of ``fn`` at ``args``: forward mode (JVP), reverse
+    mode (VJP) and finite differences (FD) cross-checked, within bounds from a
+    rounding model and fn's measured noise; a kink or a jump is inconclusive,
+    never a failure.
 
-    ``fn`` takes positional arrays of one backend (numpy, torch or jax) and
-    returns one array. ``wrt`` picks the positional arguments to differentiate
-    (default: every floating one; integer and bool arguments are constants).
-    ``order=2`` also checks the derivatives of the JVP and VJP. ``seed`` fixes
-    the random directions. ``rtol``/``atol`` replace the rounding model for AD
-    values (the finite-difference error estimate is always added). ``full``
-    forces (True) or forbids (False) the full Jacobian; ``directions`` is the
-    number of random directions otherwise. ``vectorise``: a full Jacobian's
-    columns and rows come from one vmap call per mode, and fn at its finite
-    differences' points from one more, where fn allows (a failure is always
-    confirmed with plain calls); False asks one at a time. ``batched``: also
-    run the JVP and VJP under the backend's vmap over a batch of points near
-    ``args`` and compare each member with its plain derivative (torch and
-    jax; see docs/api.md, "Batched derivatives").
+    Args:
+        fn: a function of positional arrays of one backend (numpy, torch or
+            jax) returning one array; a torch ``autograd.Function``'s
+            ``apply``, a ``jax.custom_jvp``/``custom_vjp``, or a
+            :class:`gradverify.Rule` (numpy functions with hand-written rules).
+        *args: the point: arrays of that backend (real or complex; integer
+            and bool arrays are constants).
+        wrt: the positional arguments to differentiate, an int or a
+            sequence of ints (default: every floating one).
+        order: 1, or 2 to check the derivatives of the JVP and the VJP too.
+        seed: fixes the random directions and cotangents.
+        rtol: replaces the rounding model for AD values, relative to |AD|
+            (the finite-difference error estimate is always added).
+        atol: replaces the rounding model for AD values, absolute.
+        full: True forces the full Jacobian, False forbids it (default: the
+            full Jacobian on small inputs, random directions otherwise).
+        directions: how many random directions a directional check takes.
+        name: the function's name in the report (default: its ``__name__``).
+        vectorise: a full Jacobian's columns and rows from one vmap call per
+            mode, and fn at its finite differences' points from one more,
+            where fn allows (a failure is always confirmed with plain calls);
+            False asks one at a time.
+        batched: also run the JVP and VJP under the backend's vmap over a
+            batch of points near ``args`` and compare each member with its
+            plain derivative (torch and jax; docs/api.md, "Batched
+            derivatives").
+
+    Returns:
+        A :class:`gradverify.CheckResult`: ``ok`` is False iff an error-level
+        finding was made; ``findings`` name the pair that disagrees, the
+        element, both values and the bound; ``print(result)`` is the report.
+
+    Raises:
+        ArgumentTypeError: fn is not callable, or an argument is not an
+            array of a supported backend (or mixes backends).
+        ArgumentValueError: an option is out of range, or an argument is
+            empty or not finite.
+
+    Example:
+        >>> import numpy as np, gradverify as gv
+        >>> sq = gv.Rule(lambda x: x * x, jvp=lambda p, t: 2 * p[0] * t[0], vjp=lambda p, g: (2 * p[0] * g,))
+        >>> gv.check(sq, np.linspace(-1.0, 1.0, 5)).ok
+        True
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise, batched)

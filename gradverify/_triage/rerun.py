@@ -394,20 +394,51 @@ def rerun(
     dtypes: Sequence[str] = DTYPES,
 ) -> Triage:
     """Rerun one gradient test across seeds, thread counts, FD steps, dtypes
-    and repeated identical evaluations, and give a verdict with its evidence.
+    and repeated identical evaluations, and give a verdict with its evidence:
+    confirmed failures are a **bug** (nearly every input fails) or a **bug
+    in a region** (some do; the pieces between ``kinks``, or the signs, that
+    hold the failing positions are given); unconfirmed ones are a **kink
+    flake** (the input lies within 2 ``fd_step`` of a kink, or gv.check finds
+    one there) or else a **precision flake** with the tolerance that would
+    hold; outputs or gradients that change between identical calls or thread
+    counts make it a **nondeterministic op**.
 
-    ``test(fn, *args) -> (ok, error)`` is the test as written (default: gv.check
-    with the rounding model). Each failing input is judged again by gv.check:
-    confirmed failures are a **bug** (nearly every input fails) or a **bug in a
-    region** (some do; the pieces between ``kinks``, or the signs, that hold
-    the failing positions are given); unconfirmed ones are a
-    **kink flake** when the input lies within 2 ``fd_step`` of one of ``kinks``
-    (``position(*args)`` gives the points to measure, default the first
-    argument) or gv.check finds a kink there, else a **precision flake** with
-    the tolerance that would hold; outputs or gradients that change between
-    identical calls or thread counts make it a **nondeterministic op**. Each
-    failure also records an FD-step sweep (:func:`fd_step_sweep`) and the test
-    on its values in each of ``dtypes`` (:func:`dtype_sweep`)."""
+    Args:
+        fn: the function the test checks, as for :func:`gradverify.check`.
+        args_strategy: a Hypothesis strategy of argument tuples (the test's
+            inputs).
+        test: ``test(fn, *args) -> (ok, error)``, the test as written
+            (default: gv.check with the rounding model); each failing input
+            is judged again by gv.check.
+        seeds: how many seeds to rerun the test with.
+        max_examples: examples drawn per seed.
+        kinks: the points where fn has a kink (in the units ``position``
+            gives).
+        position: ``position(*args)`` gives the points to measure against
+            ``kinks`` (default: the first argument).
+        threads: torch thread counts to compare outputs and gradients across.
+        repeats: identical evaluations compared bit for bit.
+        fd_step: the test's own finite-difference step, if it has one.
+        fd_steps: the steps of each failure's FD-step sweep
+            (:func:`fd_step_sweep`).
+        dtypes: the dtypes each failure is tried in (:func:`dtype_sweep`).
+
+    Returns:
+        A :class:`gradverify.Triage`: its ``verdict`` (a
+        :class:`gradverify.Verdict`) and ``evidence``, which reads as the
+        JSON it is written as.
+
+    Raises:
+        ArgumentTypeError: fn or args_strategy is not what gv.verify takes.
+
+    Example:
+        >>> import numpy as np, gradverify as gv
+        >>> from hypothesis import strategies as st
+        >>> from gradverify.strategies import arrays
+        >>> sq = gv.Rule(lambda x: x * x, vjp=lambda p, g: (2.5 * p[0] * g,))
+        >>> gv.triage(sq, st.tuples(arrays("numpy", shape=(3,))), seeds=2, max_examples=5).verdict
+        <Verdict.BUG: 'bug'>
+    """
 
     def default_test(f: Any, *args: Any) -> tuple[bool, float]:
         r = check(f, *args)
