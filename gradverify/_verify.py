@@ -126,24 +126,8 @@ def verify(
     """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
     from hypothesis import seed as hypothesis_seed
-    from hypothesis.strategies import SearchStrategy
 
-    if not callable(fn):
-        raise ArgumentTypeError(explain("verify(fn)", "a callable", type(fn).__name__, "pass the function first"))
-    if not isinstance(args_strategy, SearchStrategy):
-        raise ArgumentTypeError(
-            explain(
-                "verify(args_strategy)",
-                "a Hypothesis strategy of argument tuples",
-                f"{type(args_strategy).__name__} {args_strategy!r:.60}",
-                "e.g. gradverify.strategies.bias_act_args('swish', 'torch'), or st.tuples(arrays(...), ...)",
-            )
-        )
-    for name, value, low in (("max_examples", max_examples, 1), ("seed", seed, 0)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-            raise ArgumentValueError(
-                explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
-            )
+    _validate(fn, args_strategy, max_examples, seed)
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
     state = _State()
 
@@ -195,27 +179,31 @@ def verify(
             prop()
     except _Failed:
         pass
-    label = state.label or label  # the check's own name for fn (e.g. Function.apply's class)
-    failed = state.last is not None
-    args, res = state.last if failed else ((), None)
-    result = VerifyResult(
-        ok=not failed,
-        counterexample=tuple(args) if failed else None,
-        result=res,
-        seed=int(seed),
-        examples_run=state.examples,
-        inconclusive=state.inconclusive,
-        max_examples=int(max_examples),
-        function=label,
-        backend=res.backend if failed else None,
-        shrink_steps=state.shrink_steps if failed else 0,
-        saved=_save(args, label, int(seed), report_dir) if failed else None,
-        strategy=repr(args_strategy),
-        worst_ratio=state.worst_ratio,
-    )
+    result = state.result(label, int(seed), int(max_examples), repr(args_strategy), report_dir)
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+def _validate(fn: Any, args_strategy: Any, max_examples: Any, seed: Any) -> None:
+    from hypothesis.strategies import SearchStrategy
+
+    if not callable(fn):
+        raise ArgumentTypeError(explain("verify(fn)", "a callable", type(fn).__name__, "pass the function first"))
+    if not isinstance(args_strategy, SearchStrategy):
+        raise ArgumentTypeError(
+            explain(
+                "verify(args_strategy)",
+                "a Hypothesis strategy of argument tuples",
+                f"{type(args_strategy).__name__} {args_strategy!r:.60}",
+                "e.g. gradverify.strategies.bias_act_args('swish', 'torch'), or st.tuples(arrays(...), ...)",
+            )
+        )
+    for name, value, low in (("max_examples", max_examples, 1), ("seed", seed, 0)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+            raise ArgumentValueError(
+                explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
+            )
 
 
 def derive_seed(base: int, key: str) -> int:
@@ -293,6 +281,27 @@ class _State:
     last: tuple[tuple[Any, ...], CheckResult] | None = None
     label: str | None = None
     worst_ratio: float = 0.0
+
+    def result(self, label: str, seed: int, max_examples: int, strategy: str, report_dir: Any) -> VerifyResult:
+        """The run's result; a failure's counterexample saved in ``report_dir``."""
+        label = self.label or label  # the check's own name for fn (e.g. Function.apply's class)
+        failed = self.last is not None
+        args, res = self.last if self.last is not None else ((), None)
+        return VerifyResult(
+            ok=not failed,
+            counterexample=tuple(args) if failed else None,
+            result=res,
+            seed=seed,
+            examples_run=self.examples,
+            inconclusive=self.inconclusive,
+            max_examples=max_examples,
+            function=label,
+            backend=res.backend if res is not None else None,
+            shrink_steps=self.shrink_steps if failed else 0,
+            saved=_save(args, label, seed, report_dir) if failed else None,
+            strategy=strategy,
+            worst_ratio=self.worst_ratio,
+        )
 
 
 # -- the counterexample, exactly ----------------------------------------------------------

@@ -2,8 +2,9 @@
 generated rule), and variants - a backward that calls a cos kernel whose
 batched version (its vmap rule) gives every member the first member's
 values, right alone and wrong under vmap, and one with no vmap support.
-tests/test_batched.py also writes this file into a user's project, where
-``sin`` and ``args`` are the command's target and strategy."""
+tests/check/test_batched.py imports them; tests/faces/test_batched_options.py
+writes this file into a user's project, where ``sin`` and ``args`` are the
+command's target and strategy."""
 
 import numpy as np
 import torch

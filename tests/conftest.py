@@ -1,4 +1,5 @@
-"""Fixtures and session set-up (shared helpers are in _helpers.py)."""
+"""Fixtures and session set-up for every wing (the helpers several wings
+share are in _helpers.py; a wing's own are in its folder)."""
 
 from __future__ import annotations
 

@@ -159,7 +159,9 @@ def test_every_wing_module_declares_its_surface():
     for name, path in _modules().items():
         if wing(name) and path.name != "__init__.py" or name in ("_result", "_errors", "_io", "_rule", "_observe"):
             tree = ast.parse(path.read_text())
-            assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+            assigned = {
+                t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+            }
             if "__all__" not in assigned:
                 missing.append(name)
     assert not missing, f"modules without __all__: {missing}"

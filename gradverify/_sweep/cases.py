@@ -5,9 +5,9 @@ order, seed), each built into a function and a strategy and run through
 A case's seed is derived from the base seed and the case's own id, so a case
 gives the same result alone, in any order and on any worker.
 
-gradverify.ops and gradverify.strategies are imported inside the functions
-that build a case: the strategies import Hypothesis (~90 ms at start-up),
-which merging, rendering and listing do not need.
+gradverify.strategies is imported inside the function that builds a case's
+strategy: it imports Hypothesis (~90 ms at start-up), which merging,
+rendering, listing and the pytest plugin (through the reports) do not need.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from .. import _io, ops
-from .. import strategies as gst
 from .._check.evaluate import Evaluator
 from .._check.steps import fd_against_step
 from .._check.steps import kink_distance as distance
@@ -289,6 +288,8 @@ def _load(spec: str, what: str) -> Any:
 def build(case: Case) -> tuple[Callable[..., Any], Any]:
     """(fn, strategy) for a case, or Skip."""
     from hypothesis import strategies as st
+
+    from .. import strategies as gst  # (imports hypothesis: only where a case's strategy is built)
 
     if case.op == "user":
         if case.strategy is None:

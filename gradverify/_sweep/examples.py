@@ -19,7 +19,6 @@ import numpy as np
 
 from .. import ops
 from .._rule import Rule
-from ..strategies._arrays import to_backend
 
 __all__ = [
     "BUILDERS",
@@ -284,6 +283,8 @@ def naive_strategy(case: NaiveCase, dtype: str) -> Any:
     kinks, zeros or subnormals."""
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
+
+    from ..strategies._arrays import to_backend  # (imports hypothesis: only where a strategy is built)
 
     elements = st.floats(-10, 10, width=64 if dtype == "float64" else 32)
 

@@ -458,30 +458,7 @@ def rerun(
             judged.append((failure, tuple(args), at))
     failures = [f for f, _, _ in judged]
     nondeterminism = _thread_counts_differ(fn, first_args[0], threads, repeats) if first_args else None
-    figures: dict[str, Any] = {}
-
-    def near_kink(f: Failure) -> bool:
-        declared = fd_step is not None and f.kink_distance is not None and f.kink_distance <= 2 * fd_step
-        return declared or f.inconclusive
-
-    if nondeterminism is not None:
-        verdict = Verdict.NONDETERMINISTIC_OP
-    elif not failures:
-        verdict = Verdict.PASSES
-    elif any(f.confirmed for f in failures):
-        # a confirmed failure is a bug, whatever else flaked; everywhere (nearly
-        # every input fails) or only where inputs reach a region
-        verdict = Verdict.BUG if failing >= 0.95 * examples else Verdict.BUG_IN_A_REGION
-        positions = np.concatenate([np.asarray(f.position, dtype=np.float64) for f in failures if f.confirmed])
-        # the pieces between the kinks that hold the failures; without kinks, their signs
-        figures["region"] = _pieces(positions, kinks if len(kinks) else (0.0,))
-    elif all(near_kink(f) for f in failures if not f.confirmed):
-        verdict = Verdict.KINK_FLAKE
-        figures["kink_distances"] = [f.kink_distance for f in failures]
-        figures["avoid_with"] = "gradverify.strategies.arrays(..., kinks=[...]) or bias_act_args: values kept off kinks"
-    else:
-        verdict = Verdict.PRECISION_FLAKE
-        figures["proposed_tolerance"] = 2 * max(f.test_error for f in failures)
+    verdict, figures = _verdict(failures, nondeterminism, failing, examples, kinks, fd_step)
     first = next((j for j in judged if j[0].confirmed), judged[0] if judged else None)
     example = None if first is None else first[1]
     at = None if first is None else first[2]
@@ -499,6 +476,41 @@ def rerun(
         **figures,
     )
     return Triage(verdict=verdict, evidence=evidence, example=example, check=at)
+
+
+def _verdict(
+    failures: list[Failure],
+    nondeterminism: Nondeterminism | None,
+    failing: int,
+    examples: int,
+    kinks: Sequence[float],
+    fd_step: float | None,
+) -> tuple[Verdict, dict[str, Any]]:
+    """The verdict on the judged failures, and the figures that back it."""
+    figures: dict[str, Any] = {}
+
+    def near_kink(f: Failure) -> bool:
+        declared = fd_step is not None and f.kink_distance is not None and f.kink_distance <= 2 * fd_step
+        return declared or f.inconclusive
+
+    if nondeterminism is not None:
+        return Verdict.NONDETERMINISTIC_OP, figures
+    if not failures:
+        return Verdict.PASSES, figures
+    if any(f.confirmed for f in failures):
+        # a confirmed failure is a bug, whatever else flaked; everywhere (nearly
+        # every input fails) or only where inputs reach a region
+        verdict = Verdict.BUG if failing >= 0.95 * examples else Verdict.BUG_IN_A_REGION
+        positions = np.concatenate([np.asarray(f.position, dtype=np.float64) for f in failures if f.confirmed])
+        # the pieces between the kinks that hold the failures; without kinks, their signs
+        figures["region"] = _pieces(positions, kinks if len(kinks) else (0.0,))
+        return verdict, figures
+    if all(near_kink(f) for f in failures if not f.confirmed):
+        figures["kink_distances"] = [f.kink_distance for f in failures]
+        figures["avoid_with"] = "gradverify.strategies.arrays(..., kinks=[...]) or bias_act_args: values kept off kinks"
+        return Verdict.KINK_FLAKE, figures
+    figures["proposed_tolerance"] = 2 * max(f.test_error for f in failures)
+    return Verdict.PRECISION_FLAKE, figures
 
 
 def _shrunk(

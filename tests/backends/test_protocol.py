@@ -14,7 +14,7 @@ from gradverify._errors import ModeUnavailable
 from gradverify.backends import BACKENDS, backend_name_of, backend_of, require_backend_name
 from gradverify.strategies._arrays import to_backend
 
-from ._helpers import precise
+from .._helpers import precise
 
 
 def _sin(backend):

@@ -1,11 +1,10 @@
 """Batched derivatives (``batched=True``): the JVP and VJP under torch.func.vmap
 and jax.vmap, member by member against their plain values. A rule right
 alone and wrong under vmap is an error; one that cannot run under vmap is a
-warning in the framework's words; a right one passes, in float64 and float32."""
+warning in the framework's words; a right one passes, in float64 and float32.
+(The command's --batched and the plugin's switches: faces/test_batched_options.py.)"""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 
 # -- torch ------------------------------------------------------------------------------
-from ._batchops import Sin, SinBatchedBackwardBug, SinWithoutVmap  # noqa: E402
+from .._batchops import Sin, SinBatchedBackwardBug, SinWithoutVmap  # noqa: E402
 
 
 def _x(dtype="float64", shape=(3, 2), seed=0):
@@ -154,53 +153,3 @@ def test_numpy_rules_say_they_cannot_be_vmapped():
 def test_batched_must_be_a_bool():
     with pytest.raises(gv.ArgumentValueError, match="batched"):
         gv.check(torch.tanh, _x(), batched="yes")
-
-
-# -- the command and the pytest plugin ---------------------------------------------------
-#: The rules above as a module of a user's project.
-BATCHOPS = (Path(__file__).parent / "_batchops.py").read_text()
-
-
-def _run(argv, cwd, env_path):
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PYTHONPATH": str(env_path)}
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env)
-
-
-def test_the_command_checks_under_vmap_with_batched(tmp_path):
-    (tmp_path / "batchops.py").write_text(BATCHOPS)
-    target = ["-m", "gradverify.cli", "check", "batchops:sin=batchops:args", "--max-examples", "10"]
-    plain = _run([*target, "--no-report"], tmp_path, tmp_path)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
-    batched = _run([*target, "--batched", "--report", str(tmp_path / "r")], tmp_path, tmp_path)
-    assert batched.returncode == 1, batched.stdout + batched.stderr
-    assert "batched VJP" in batched.stdout
-    (script,) = (tmp_path / "r" / "cases").glob("*.py")
-    assert "batched=True" in script.read_text()
-    rerun = _run([str(script)], tmp_path / "r" / "cases", "")
-    assert rerun.returncode == 1 and "batched VJP vs VJP" in rerun.stdout, rerun.stdout + rerun.stderr
-
-
-def test_the_plugin_turns_batching_on_by_flag_ini_and_marker(tmp_path):
-    (tmp_path / "batchops.py").write_text(BATCHOPS)
-    (tmp_path / "test_ops.py").write_text(
-        "import pytest\n"
-        "import batchops\n\n\n"
-        "def test_plain(gradverify):\n"
-        "    assert gradverify.verify(batchops.sin, batchops.args, max_examples=5).ok\n\n\n"
-        "@pytest.mark.gradverify(batched=True)\n"
-        "def test_marked(gradverify):\n"
-        "    assert gradverify.verify(batchops.sin, batchops.args, max_examples=5).ok\n"
-    )
-    base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_ops.py"]
-    plain = _run(base, tmp_path, tmp_path)
-    assert plain.returncode == 1 and "1 failed, 1 passed" in plain.stdout, plain.stdout
-    assert "test_marked" in plain.stdout and "batched VJP" in plain.stdout
-    flagged = _run([*base, "--gradverify-batched"], tmp_path, tmp_path)
-    assert "2 failed" in flagged.stdout, flagged.stdout
-    (tmp_path / "pytest.ini").write_text("[pytest]\ngradverify_batched = true\n")
-    ini = _run(base, tmp_path, tmp_path)
-    assert "2 failed" in ini.stdout, ini.stdout

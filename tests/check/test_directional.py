@@ -9,7 +9,7 @@ import pytest
 import gradverify as gv
 from gradverify._sweep.examples import tanh_bias_flipped
 
-from ._helpers import flipped_tanh_bias, make
+from .._helpers import flipped_tanh_bias, make
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])

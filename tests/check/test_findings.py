@@ -7,7 +7,7 @@ import pytest
 
 import gradverify as gv
 
-from ._helpers import make
+from .._helpers import make
 
 
 def square_rule(**overrides):

@@ -1,5 +1,6 @@
-"""Kinks are detected, not flagged: correct kinked ops pass with inputs exactly
-on each kink and a hair beside it; wrong rules near kinks are still caught."""
+"""Kinks are detected, not flagged: correct rules pass a hair beside a kink
+(checked on their own side); wrong rules near kinks are still caught, a jump
+is a discontinuity, and rounding noise far above the model is measured."""
 
 from __future__ import annotations
 
@@ -8,107 +9,14 @@ import pytest
 
 import gradverify as gv
 
-from ._helpers import make
-
-# name: (kinks, numpy forward, numpy derivative with JAX's conventions at kinks)
-TABLE = {
-    "relu": ([0.0], lambda z: np.maximum(z, 0), lambda z: (z > 0) * 1.0),
-    "relu6": ([0.0, 6.0], lambda z: np.clip(z, 0, 6), lambda z: ((z > 0) & (z < 6)) * 1.0),
-    "hardtanh": ([-1.0, 1.0], lambda z: np.clip(z, -1, 1), lambda z: ((z > -1) & (z < 1)) * 1.0),
-    "hardsigmoid": (
-        [-3.0, 3.0],
-        lambda z: np.clip((z + 3) / 6, 0, 1),
-        lambda z: ((z > -3) & (z < 3)) / 6.0,
-    ),
-    "hardswish": (
-        [-3.0, 3.0],
-        lambda z: z * np.clip((z + 3) / 6, 0, 1),
-        lambda z: np.where(z < -3, 0.0, np.where(z > 3, 1.0, z / 3 + 0.5)),
-    ),
-    "softshrink": (
-        [-0.5, 0.5],
-        lambda z: np.where(z > 0.5, z - 0.5, np.where(z < -0.5, z + 0.5, 0.0)),
-        lambda z: (np.abs(z) > 0.5) * 1.0,
-    ),
-    "leakyrelu": ([0.0], lambda z: np.where(z > 0, z, 0.01 * z), lambda z: np.where(z > 0, 1.0, 0.01)),
-}
+from ._helpers import KINKED_OPS, numpy_rule
 
 
-def torch_op(name):
-    import torch
-    import torch.nn.functional as F
-
-    return {
-        "relu": F.relu,
-        "relu6": F.relu6,
-        "hardtanh": F.hardtanh,
-        # F.hardsigmoid's derivative is float32(1/6) even in float64 (see the
-        # test below): use the plain formula, whose autograd is exact.
-        "hardsigmoid": lambda z: torch.clamp((z + 3) / 6, 0, 1),
-        "hardswish": F.hardswish,
-        "softshrink": F.softshrink,
-        "leakyrelu": F.leaky_relu,
-    }[name]
-
-
-def jax_op(name):
-    import jax
-    import jax.numpy as jnp
-
-    return {
-        "relu": jax.nn.relu,
-        "relu6": jax.nn.relu6,
-        "hardtanh": jax.nn.hard_tanh,
-        "hardsigmoid": jax.nn.hard_sigmoid,
-        "hardswish": jax.nn.hard_swish,
-        "softshrink": lambda z: jnp.where(z > 0.5, z - 0.5, jnp.where(z < -0.5, z + 0.5, 0.0)),
-        "leakyrelu": jax.nn.leaky_relu,
-    }[name]
-
-
-def numpy_rule(name, derivative=None):
-    _, fwd, der = TABLE[name]
-    der = derivative or der
-    return gv.Rule(
-        lambda z: fwd(z),
-        jvp=lambda p, t: (der(p[0]) * t[0]).astype(p[0].dtype),
-        vjp=lambda p, g: ((der(p[0]) * g).astype(p[0].dtype),),
-    )
-
-
-def op_for(backend, name):
-    return {"numpy": numpy_rule, "torch": torch_op, "jax": jax_op}[backend](name)
-
-
-def kink_inputs(name, dtype):
-    delta = 1e-9 if dtype == "float64" else 1e-6
-    pts = []
-    for k in TABLE[name][0]:
-        pts += [k, k + delta, k - delta]
-    pts += [-7.0, -2.0, 0.3, 2.5, 7.0]
-    return np.array(pts, dtype=dtype)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", sorted(TABLE))
-@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
-def test_correct_kinked_op_passes_on_and_beside_kinks(backend, name, dtype):
-    x = make(backend, kink_inputs(name, dtype))
-    result = gv.check(op_for(backend, name), x)
-    assert result.ok, str(result)
-    # Exactly on a kink: reported, as inconclusive, not as a mismatch.
-    kinks = result.by_kind(gv.Kind.NONDIFFERENTIABLE)
-    assert kinks and all(f.level == "info" for f in kinks)
-    assert result.inconclusive
-    assert "inconclusive" in str(result).splitlines()[0]
-
-
-@pytest.mark.parametrize("name", sorted(TABLE))
+@pytest.mark.parametrize("name", sorted(KINKED_OPS))
 def test_smooth_points_beside_kinks_are_not_inconclusive(name):
     """1e-9 beside a kink (float64) is resolved: checked on its own side."""
     delta = 1e-9
-    pts = np.array([k + s * delta for k in TABLE[name][0] for s in (1, -1)])
+    pts = np.array([k + s * delta for k in KINKED_OPS[name][0] for s in (1, -1)])
     result = gv.check(numpy_rule(name), pts)
     assert result.ok, str(result)
     assert not result.inconclusive, str(result)

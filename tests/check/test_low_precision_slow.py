@@ -9,6 +9,8 @@ import pytest
 import gradverify as gv
 from gradverify._sweep.examples import BUILDERS
 
+pytestmark = pytest.mark.slow
+
 
 def arrays(backend, dtype, shape, seed):
     rng = np.random.default_rng(seed)
@@ -33,7 +35,6 @@ def act(backend, name):
     return {"gelu": jax.nn.gelu, "tanh": jax.numpy.tanh, "silu": jax.nn.silu}[name]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(3, 4), (300, 40)], ids=["full", "directional"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backend", ["torch", "jax"])

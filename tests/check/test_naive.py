@@ -1,54 +1,15 @@
-"""Correct functions under the strategy a new user writes - plain floats in
-[-10, 10], zeros, subnormals and repeats included, shapes 1-5 - give no
-failure on any seed: what gradverify cannot decide there is inconclusive,
-never a mismatch.
-
-Every case runs 10 seeds of GRADVERIFY_NAIVE_EXAMPLES examples (100 by
-default, which CI runs; ``GRADVERIFY_NAIVE_EXAMPLES=200 pytest -n auto
-tests/test_naive.py`` runs the full 228,000 checks over the 114 case/dtype
-pairs, which pass, in about 18 minutes on two cores: more than CI's time
-holds beside the rest of the suite). An example costs ~3-15 ms (a full
-Jacobian: a vectorised evaluation of fn at every column's stencil points, a
-vectorised JVP and VJP - twice for float32, whose AD also runs in float64 -
-and the checker's arithmetic; more down the kink ladder; jax also compiles
-fn, its JVP and its VJP for every new shape), and Hypothesis's own
-generation ~1.2 ms; docs/benchmarks.md splits it by part.
-``benchmarks/bench_false_alarms.py`` runs the same cases beside gradcheck
-and check_grads (its table is in docs/false-alarms.md)."""
+"""What the naive-strategy suite (test_naive_slow.py) found, each at its own
+input: F.normalize of a row far below the step, hardswish beside its kink
+with a tiny bias, tanhshrink on its own grid - correct functions pass or are
+inconclusive, never a mismatch, and wrong rules there are still caught."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 import gradverify as gv
-from gradverify._sweep.examples import naive_cases, naive_strategy
 
-SEEDS = range(10)
-EXAMPLES = int(os.environ.get("GRADVERIFY_NAIVE_EXAMPLES", "100"))
-CASES = naive_cases()
-
-
-def _params():
-    for case in CASES:
-        for dtype in ("float64", "float32"):
-            yield pytest.param(case, dtype, id=f"{case.label}-{dtype}")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("case", "dtype"), list(_params()))
-def test_correct_functions_never_fail_on_a_naive_strategy(case, dtype):
-    strategy = naive_strategy(case, dtype)
-    examples = inconclusive = 0
-    with gv.compiling():  # one function over every seed
-        for seed in SEEDS:
-            r = gv.verify(case.fn, strategy, max_examples=EXAMPLES, seed=seed)
-            assert r.ok, str(r)
-            examples += r.examples_run
-            inconclusive += r.inconclusive
-    assert examples == len(SEEDS) * EXAMPLES
-    assert inconclusive < examples  # something was decided
+from ._helpers import NAIVE_CASES
 
 
 def test_normalize_of_a_row_far_below_the_step_is_inconclusive_not_convicted():
@@ -152,38 +113,6 @@ def test_hardswish_beside_its_kink_with_a_tiny_bias_passes():
     assert r.ok, str(r)
 
 
-@pytest.mark.slow
-def test_jax_tanh_gelu_quantised_tail_at_the_float32_floor_is_not_a_kink_to_convict():
-    """Found at 200 examples a seed: x + b = -6.502 (float32), where jax's
-    tanh-form gelu is computed through 1 + tanh(...) ~ 2e-13 and is flat
-    between quantum steps of u x its terms. No finer step than the first lies
-    above float32's resolution; the one-sided slopes differ by a quantum over
-    the step, which is a kink or a quantum step - undecidable, not a kink whose
-    sides convict AD's right -6.4e-12. A rule 1% off is still caught in the
-    same tail where FD can judge (b = -3)."""
-    import jax
-    import jax.numpy as jnp
-
-    from gradverify._sweep.examples import _jax_gelu
-
-    x, b = jnp.array([0.0], jnp.float32), jnp.array([-6.5021781921386719], jnp.float32)
-    r = gv.check(_jax_gelu, x, b, seed=7)
-    assert r.ok, str(r)
-    assert not r.by_kind(gv.Kind.NONDIFFERENTIABLE)
-
-    @jax.custom_jvp
-    def off(x, b):
-        return _jax_gelu(x, b)
-
-    @off.defjvp
-    def _(primals, tangents):
-        y, t = jax.jvp(_jax_gelu, primals, tangents)
-        return y, 1.01 * t
-
-    bad = gv.check(off, x, jnp.array([-3.0], jnp.float32))
-    assert not bad.ok and bad.by_kind(gv.Kind.MISMATCH), str(bad)
-
-
 def _scaled_tanhshrink(factor: float):
     """tanhshrink(x + b), z - tanh z, whose rules multiply its derivative
     tanh^2 z by ``factor`` (1: the right rule)."""
@@ -239,7 +168,7 @@ def test_tanhshrink_on_its_own_grid_passes_and_a_wrong_rule_is_still_caught(dtyp
         x, b = [s] * 5, [0.3 * s, 0.0, s, 2 * s, -0.5 * s]
     t = getattr(torch, dtype)
     x, b = torch.tensor(x, dtype=t), torch.tensor(b, dtype=t)
-    bundled = next(c.fn for c in CASES if c.label == "bias_act:tanhshrink (torch)")
+    bundled = next(c.fn for c in NAIVE_CASES if c.label == "bias_act:tanhshrink (torch)")
     for fn in (bundled, _scaled_tanhshrink(1.0)):
         right = gv.check(fn, x, b)
         assert right.ok, str(right)

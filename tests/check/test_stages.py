@@ -13,9 +13,10 @@ from gradverify._check import fd
 from gradverify._check import modes as _modes
 from gradverify._check import primal as _primal
 from gradverify._check import probes as _probes
-from gradverify._check.compare import Bounds
+from gradverify._check.bounds import Bounds
+from gradverify._check.context import Context, Options
 from gradverify._check.evaluate import Evaluator
-from gradverify._check.findings import Findings
+from gradverify._check.findings import Closeness, Findings
 from gradverify._check.locate import bisect
 from gradverify._check.modes import AD
 from gradverify._check.oracle import Oracle
@@ -38,7 +39,9 @@ def stages(fn, *args, seed=0, k=2, full=None):
     primal = _primal.evaluate(ev, report)
     precision = _primal.choose(ev, primal)
     probes = _probes.choose(ev, primal, precision, seed=seed, k=k, full=full)
-    ad = AD(ev, primal, precision, probes, report)
+    options = Options(seed=seed, rtol=None, atol=None, full=full, k=k)
+    ctx = Context(ev, primal, precision, probes, options, report, Closeness())
+    ad = AD(ctx)
     modes = _modes.run(ad, probes)
     return ev, report, primal, precision, probes, ad, modes
 
@@ -112,7 +115,8 @@ def test_a_mode_that_returns_the_wrong_shape_fails_and_is_reported_once():
 
 def test_the_oracle_measures_noise_only_on_demand_and_then_agrees_with_the_model():
     ev, report, primal, precision, probes, ad, modes = stages(tanh_rule(), np.linspace(-3, 3, 200))
-    oracle = Oracle(ev, primal, precision, probes)
+    options = Options(seed=0, rtol=None, atol=None, full=None, k=2)
+    oracle = Oracle(Context(ev, primal, precision, probes, options, report, Closeness()))
     bounds = Bounds(oracle, modes, ev.dtypes, None, None)
     before = sum(ev.counts.values())
     oracle.first_order(modes.jvps, bounds.jvp)

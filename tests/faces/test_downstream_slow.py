@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from ._helpers import PLANTED_TORCH_OPS as TORCH_OPS
+from .._helpers import PLANTED_TORCH_OPS as TORCH_OPS
 
 pytest.importorskip("torch")
 pytest.importorskip("jax")
+
+pytestmark = pytest.mark.slow
 
 JAX_OPS = """
 import jax
@@ -138,7 +140,6 @@ def _seeds(out: str) -> set[str]:
     return set(re.findall(r"scaled_softplus - seed (\d+)", out))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "how",
     [("plain", ()), ("xdist", ("-n", "2")), ("warnings as errors", ("-W", "error")), ("from tests/", ())],
@@ -190,7 +191,6 @@ def test_the_planted_bug_is_caught_and_correct_code_passes(project, how, tmp_pat
     assert props["test_correct_lse"]["gradverify_verdict"] == "passed"
 
 
-@pytest.mark.slow
 def test_a_test_gets_the_same_seed_from_the_root_and_from_tests(project):
     from_root = _pytest(project, "tests", "-k", "planted_bug and not asserted")
     from_tests = _pytest(project, ".", "-k", "planted_bug and not asserted", cwd=project / "tests")
@@ -201,69 +201,7 @@ def test_a_test_gets_the_same_seed_from_the_root_and_from_tests(project):
     assert "--gradverify-seed 7" in other.stdout  # the reproducing command keeps the base seed
 
 
-def _warning_softplus(torch, message: str, filename: str | None = None):
-    """softplus whose (correct) backward warns, as from its own code or from ``filename``."""
-    import warnings
-
-    class Softplus(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return torch.nn.functional.softplus(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            if filename is None:
-                warnings.warn(message, UserWarning, stacklevel=1)
-            else:
-                # as warnings.warn inside that module makes it (its module name is what filters see)
-                module = "torch." + os.path.relpath(filename, os.path.dirname(torch.__file__))[:-3].replace(os.sep, ".")
-                warnings.warn_explicit(message, DeprecationWarning, filename, 1, module=module)
-            return g * torch.sigmoid(x)
-
-    return Softplus.apply
-
-
-def test_warnings_of_fns_rules_stay_visible_and_follow_the_callers_filters():
-    import warnings
-
-    import torch
-
-    import gradverify as gv
-
-    # (plain calls of the rule: vectorised ones are silent, their warnings would be vmap's)
-    x = torch.tensor([-1.0, 0.5], dtype=torch.float64)
-    fn = _warning_softplus(torch, "from the rule")
-    with pytest.warns(UserWarning, match="from the rule"):
-        assert gv.check(fn, x, vectorise=False).ok
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the caller's policy: the rule's warning is an error of the rule
-        r = gv.check(fn, x, vectorise=False)
-    assert not r.ok and r.by_kind(gv.Kind.EXCEPTION), str(r)
-    assert "from the rule" in str(r)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        warnings.filterwarnings("ignore", category=UserWarning, module=__name__)  # the caller's own exception
-        assert gv.check(fn, x, vectorise=False).ok
-
-
-def test_warnings_the_frameworks_raise_from_their_own_code_are_dropped():
-    import warnings
-
-    import torch
-
-    import gradverify as gv
-
-    inside = os.path.join(os.path.dirname(torch.__file__), "autograd", "forward_ad.py")
-    fn = _warning_softplus(torch, "the machinery's", filename=inside)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        r = gv.check(fn, torch.tensor([-1.0, 0.5], dtype=torch.float64), vectorise=False)
-    assert r.ok, str(r)
-
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_blocks() -> list[str]:
@@ -281,7 +219,6 @@ def _readme_blocks() -> list[str]:
     return blocks
 
 
-@pytest.mark.slow
 def test_the_readme_quick_start_runs_in_a_new_project_as_it_says(tmp_path):
     """The README's "check your own function" snippet, run as written, prints
     the report the README shows; the Softplus it defines, put in a package,
@@ -329,7 +266,6 @@ def _command(project: Path, *args: str, cwd: Path | None = None) -> subprocess.C
     )
 
 
-@pytest.mark.slow
 def test_the_command_on_a_projects_functions(tmp_path):
     """``gradverify check MODULE:FN=MODULE:STRATEGY ...``: each target its own
     strategy and a label of its backend and dtype; a strategy of the wrong
@@ -383,7 +319,6 @@ def test_the_command_on_a_projects_functions(tmp_path):
     assert run.returncode == 0 and "gradverify PASSED: scaled_softplus" in run.stdout, run.stdout + run.stderr
 
 
-@pytest.mark.slow
 def test_triage_of_the_projects_failing_test_names_the_bugs_region(project):
     """``gradverify triage rerun NODE`` on the planted bug: a bug (in a region)
     on x < 0, named by sign - not by the span of the elements it located."""

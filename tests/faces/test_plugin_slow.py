@@ -18,6 +18,8 @@ import gradverify.strategies  # noqa: F401  snapshot sys.modules: one copy of ea
 
 pytest_plugins = ["pytester"]
 
+pytestmark = pytest.mark.slow
+
 SUITE = """
 import numpy as np
 import pytest
@@ -58,7 +60,6 @@ def _props(xml_path):
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("family", ["xunit1", "xunit2", "legacy"])
 def test_plugin_figures_junit_summary_and_report(pytester, family):
     pytester.makepyfile(test_suite=SUITE)
@@ -93,7 +94,6 @@ def _seeds(output):
     return re.findall(r"SEED (\d+)", output)
 
 
-@pytest.mark.slow
 def test_seed_depends_on_base_and_node_id_only(pytester):
     pytester.makepyfile(test_suite=SUITE)
     a = pytester.runpytest("-s", "-k", "correct", "--gradverify-seed=1", "-p", "no:cacheprovider")
@@ -103,7 +103,6 @@ def test_seed_depends_on_base_and_node_id_only(pytester):
     assert sa and sa == sb and sa != sc
 
 
-@pytest.mark.slow
 def test_under_xdist_the_controller_writes_one_report(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess(
@@ -118,7 +117,6 @@ def test_under_xdist_the_controller_writes_one_report(pytester):
     assert not list((pytester.path / "gvreport").glob(".*.tmp"))
 
 
-@pytest.mark.slow
 def test_profile_option_and_bad_marker(pytester):
     pytester.makepyfile(
         test_suite="""
@@ -138,7 +136,6 @@ def test_typo(gradverify):
     result.stdout.fnmatch_lines(["*expected options from*found [[]'max_exampels'[]]*"])
 
 
-@pytest.mark.slow
 def test_loading_the_plugin_imports_no_backend():
     code = (
         "import sys, gradverify.pytest_plugin; "
@@ -148,7 +145,6 @@ def test_loading_the_plugin_imports_no_backend():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.slow
 def test_under_xdist_auto_every_attempt_reaches_junit(pytester):
     """-n auto and pytest-rerunfailures: the first attempt's failure, hidden by
     JUnit's single outcome, arrives at the controller in the plugin's record."""
@@ -178,7 +174,6 @@ def test_fine():
     assert run.failed(name) and not run.failed(next(t for t in run.outcomes if t.endswith("test_fine")))
 
 
-@pytest.mark.slow
 def test_a_rerun_that_passes_reports_its_own_calls(pytester):
     """pytest-rerunfailures: the first attempt's failing check is not carried
     into the passing attempt's figures."""

@@ -1,7 +1,8 @@
-"""Normalization references: agree with torch.nn.functional, gradients verified
-by gv.check (order 2 included) on cases that make the usual bugs visible:
-weight != 1, random cotangents, n = 2 or 3, distinct axis sizes, C = 4 with 2
-groups, rows with small variance; running statistics match torch."""
+"""Normalization references: agree with torch.nn.functional (and numpy with
+torch) on cases that make the usual bugs visible: weight != 1, n = 2 or 3,
+distinct axis sizes, C = 4 with 2 groups, rows with small variance; gv.check
+catches statistics treated as constants; running statistics match torch;
+bad shapes say what to change."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 import gradverify as gv
 from gradverify import ops
 
-from ._helpers import CASES, IMPLS, data, make, precise, tt
+from .._helpers import make, precise
+from ._helpers import CASES, IMPLS, data, tt
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -25,19 +27,6 @@ def test_agrees_with_torch(case, shape, impl):
     got = mine(tt(x), tt(w), tt(b), impl)
     want = theirs(F, tt(x), tt(w), tt(b))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-11, atol=1e-12)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_gradients_verified_order_2(case, backend, impl):
-    x, w, b = data((3, 4, 5))
-    fn = CASES[case][0]
-    r = gv.check(lambda x, w, b: fn(x, w, b, impl), make(backend, x), make(backend, w), make(backend, b), order=2)
-    assert r.ok, str(r)
-    if impl == "fused" and backend == "torch":  # torch cannot nest its forward mode: said, not hidden
-        assert [f.kind for f in r.findings] == [gv.Kind.MODE_UNAVAILABLE]
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -1,176 +1,19 @@
-"""gradverify triage junit: real JUnit files written by pytest (with the
-gradverify plugin recording the environment) from ten runs, one test failing
-on the runners with one thread: flagged, with the field named."""
+"""gradverify triage rerun: the four fixtures of a bug, a kink flake, a
+precision flake and a nondeterministic op, each given its verdict with its
+evidence; the command reruns a check target and writes its report; a failure
+the FD-step sweep explains is never a bug."""
 
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 
 import pytest
 
 from gradverify import cli
-from gradverify._check import steps
-from gradverify._triage import junit as _triage_junit
-from gradverify._triage import node as _triage_node
 from gradverify._triage import render as _reports_triage
 from gradverify._triage import rerun as _triage_rerun
 
-pytest_plugins = ["pytester"]
-
-
-def gv_json(obj):
-    from gradverify import _io
-
-    return _io.to_json(obj)
-
-
-SUITE = """
-import os
-
-def test_thread_sensitive():
-    assert os.environ.get("OMP_NUM_THREADS") != "1"
-
-def test_always_wrong():
-    assert 1 + 1 == 3
-
-def test_fine():
-    assert True
-"""
-
-
-@pytest.fixture
-def ten_runs(pytester, monkeypatch):
-    pytester.makepyfile(test_ci=SUITE)
-    files = []
-    for k in range(10):
-        threads = "1" if k in (2, 5, 7) else "4"
-        monkeypatch.setenv("OMP_NUM_THREADS", threads)
-        path = pytester.path / f"run{k}.xml"
-        pytester.runpytest(f"--junitxml={path}", "-p", "no:cacheprovider", "-q")
-        files.append(str(path))
-    return files
-
-
-def test_ten_runs_one_test_failing_on_one_thread_count(ten_runs):
-    import gradverify as gv
-
-    runs = _triage_junit.read_junit(ten_runs)
-    assert len(runs) == 10 and runs[0].env["env.omp_num_threads"] in ("1", "4")
-    rows = {r["test"].split("::")[-1]: r for r in gv.triage_junit(ten_runs)}
-    t = rows["test_thread_sensitive"]
-    assert (t["failures"], t["runs"]) == (3, 10)
-    assert t["verdict"] == "environment-specific"
-    assert t["separating_fields"] == {"env.omp_num_threads": {"failing": ["1"], "passing": ["4"]}}
-    lo, hi = t["interval95"]
-    assert lo < 0.3 < hi and 0.05 < lo and hi < 0.65
-    assert rows["test_always_wrong"]["verdict"] == "fails everywhere"
-    assert rows["test_always_wrong"]["separating_fields"] == {}
-    assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["failures"] == 0
-
-
-def test_cli_prints_the_table_and_writes_the_report(ten_runs, tmp_path, capsys):
-    code = cli.main(["triage", "junit", *ten_runs, "--report", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 1
-    assert "10 run(s); 2 test(s) failed at least once." in out
-    line = next(ln for ln in out.splitlines() if "test_thread_sensitive" in ln)
-    assert "| 3 / 10 |" in line and "environment-specific" in line and "env.omp_num_threads: fails on ['1']" in line
-    data = json.loads((tmp_path / "triage.json").read_text())
-    assert data["schema"] == "gradverify-triage-junit/1" and len(data["files"]) == 10
-    cells = _TableCells()
-    cells.feed((tmp_path / "triage.html").read_text())
-    row = next(r for r in cells.rows if r and r[0].endswith("test_thread_sensitive"))
-    assert row[1] == "3 / 10" and row[3] == "environment-specific" and "env.omp_num_threads" in row[4]
-
-
-class _TableCells(HTMLParser):
-    """The text of each table row's cells."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows, self.cell = [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "tr":
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            self.cell = ""
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self.cell is not None:
-            self.rows[-1].append(self.cell)
-            self.cell = None
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
-
-
-RERUN_SUITE = """
-import os, pathlib
-
-def test_fails_on_first_attempt():
-    counter = pathlib.Path(os.environ["ATTEMPTS_FILE"])
-    n = int(counter.read_text()) if counter.exists() else 0
-    counter.write_text(str(n + 1))
-    assert n >= 1
-
-def test_fine():
-    assert True
-"""
-
-
-@pytest.mark.slow
-def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
-    """pytest-rerunfailures reruns a failed test and JUnit keeps only the pass;
-    the plugin's own record of every attempt keeps the failure visible."""
-    pytester.makepyfile(test_rr=RERUN_SUITE)
-    files = []
-    for k in range(4):
-        monkeypatch.setenv("ATTEMPTS_FILE", str(pytester.path / f"attempts{k}"))
-        path = pytester.path / f"run{k}.xml"
-        result = pytester.runpytest("--reruns", "2", f"--junitxml={path}", "-p", "no:cacheprovider", "-q")
-        outcomes = result.parseoutcomes()
-        outcomes.pop("warnings", None)  # in-process, gradverify is imported before pytest can rewrite it
-        assert outcomes == {"passed": 2, "rerun": 1}
-        files.append(str(path))
-    runs = _triage_junit.read_junit(files)
-    name = next(t for t in runs[0].outcomes if t.endswith("test_fails_on_first_attempt"))
-    assert all(r.outcomes[name] == "passed" for r in runs)  # what JUnit alone says
-    assert all(r.attempts[name] == ["failed", "passed"] for r in runs)
-    rows = {r["test"].split("::")[-1]: r for r in _triage_junit.triage_junit(runs)}
-    t = rows["test_fails_on_first_attempt"]
-    assert (t["failures"], t["passed_on_rerun"], t["failed_attempts"], t["attempts"]) == (4, 4, 4, 8)
-    assert t["verdict"] == "flaky"
-    # triage of the node id says the same from the same runs (its gradient
-    # calls all passing); a call that did not pass decides instead
-    assert _triage_node.verdict_of(t, [{"verdict": "passes"}]) == "flaky"
-    assert _triage_node.verdict_of(t, [{"verdict": "passes"}, {"verdict": "kink flake"}]) == "kink flake"
-    assert _triage_node.verdict_of(None, []) == "passes"
-    assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["attempts"] == 4
-    assert "4 passed on a rerun; 4 of 8 attempts failed" in _reports_triage.junit_markdown(list(rows.values()), 4)
-
-
-def test_hostile_or_broken_files_get_a_clear_error(tmp_path, capsys):
-    bomb = tmp_path / "bomb.xml"
-    bomb.write_text(
-        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;">]>'
-        "<testsuite><testcase name='a'>&lol2;</testcase></testsuite>"
-    )
-    junk = tmp_path / "junk.xml"
-    junk.write_text("not xml at all")
-    for f in (bomb, junk):
-        code = cli.main(["triage", "junit", str(f)])
-        err = capsys.readouterr().err
-        assert code == 2 and "expected a JUnit XML file" in err and str(f) in err
-
-
-def test_wilson_interval():
-    lo, hi = _triage_junit.wilson(0, 10)
-    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
-    lo, hi = _triage_junit.wilson(10, 10)
-    assert hi == pytest.approx(1.0) and lo == pytest.approx(0.7225, abs=1e-4)
+from ._helpers import gv_json
 
 
 # -- triage rerun: the four fixtures of a bug, a kink flake, a precision flake and a nondeterministic op
@@ -206,10 +49,10 @@ def test_a_bug_on_negative_inputs_without_kinks_is_named_by_its_sign():
     import gradverify as gv
     from gradverify import strategies as gst
 
-    from ._helpers import PLANTED_TORCH_OPS
+    from .._helpers import PLANTED_TORCH_OPS
 
     planted: dict = {}
-    exec(PLANTED_TORCH_OPS, planted)  # the downstream project's module (tests/test_downstream.py)
+    exec(PLANTED_TORCH_OPS, planted)  # the downstream project's module (faces/test_downstream_slow.py)
     ScaledSoftplus = planted["ScaledSoftplus"]
 
     args = gst.arrays("torch", "float64", st.tuples(st.integers(1, 6)), min_value=-5, max_value=5)
@@ -394,98 +237,6 @@ def test_cli_rerun_writes_its_report(tmp_path, capsys):
     assert page.found == [rec["verdict"]]
 
 
-# -- triage rerun NODE_ID: a pytest test as the target ------------------------------------------
-NODE_SUITE = """
-import os
-
-import numpy as np
-from hypothesis import strategies as st
-
-import gradverify as gv
-from gradverify import strategies as gst
-
-
-def hardsigmoid(saturated_slope):
-    def slope(x):
-        return np.where(np.abs(x) < 3, 1 / 6, saturated_slope)
-
-    f = lambda x: np.clip((x + 3) / 6, 0, 1)
-    return gv.Rule(f, jvp=lambda p, t: slope(p[0]) * t[0], vjp=lambda p, g: (slope(p[0]) * g,))
-
-
-inputs = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 6)), min_value=-5, max_value=5).map(lambda a: (a,))
-
-
-def test_wrong_saturated_slope(gradverify):
-    assert gradverify.verify(hardsigmoid(1.0), inputs, max_examples=10).ok
-
-
-def test_right_rule(gradverify):
-    assert gradverify.verify(hardsigmoid(0.0), inputs, max_examples=10).ok
-
-
-def test_thread_count(gradverify):
-    assert gradverify.check(np.tanh, np.array([0.3, -1.2])).ok
-    assert os.environ["OMP_NUM_THREADS"] != "1"
-
-
-def test_no_gradient_call():
-    assert os.environ["OMP_NUM_THREADS"] in ("1", "4")
-"""
-
-
-@pytest.mark.slow
-def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
-    """Each verdict of a node-id target, from real pytest runs and the test's own
-    gradient calls: the wrong rule is a bug in a region (its calls rerun), the
-    thread-count-dependent test environment-specific (its runs), the right rule passes."""
-    pytester.makepyfile(test_node=NODE_SUITE)
-    monkeypatch.chdir(pytester.path)
-    code = cli.main(
-        ["triage", "rerun", "test_node.py", "--seeds", "2", "--max-examples", "5", "--report", str(tmp_path)]
-    )
-    out = capsys.readouterr().out
-    assert code == 1
-    verdicts = dict(ln.split(": ", 1) for ln in out.splitlines() if ln.startswith("test_node"))
-    assert verdicts == {
-        "test_node.py::test_no_gradient_call": "passes",  # by its node id, though it makes no gradient call
-        "test_node.py::test_right_rule": "passes",
-        "test_node.py::test_thread_count": "environment-specific",
-        "test_node.py::test_wrong_saturated_slope": "bug in a region",
-    }
-    assert "env.omp_num_threads: fails on ['1'], passes on ['4']" in out
-    assert "CI runs (seeds x threads [1, 4]): 4 of 4 failed" in out  # the wrong rule, every run
-    data = json.loads((tmp_path / "triage-rerun.json").read_text())
-    wrong = next(r for r in data["records"] if r["target"].endswith("test_wrong_saturated_slope"))
-    (call,) = wrong["calls"]
-    assert call["call"] == "verify" and call["verdict"] == "bug in a region"
-    assert all(abs(v) > 3 for f in call["evidence"]["failures"] for v in f["position"])
-    minimal = call["evidence"]["minimal_case"]  # off the kink, though none was declared
-    assert minimal["shapes"] == [[1]] and abs(minimal["position"][0]) > 3 + 1e-3
-    assert wrong["reproduce"].startswith("gradverify triage rerun test_node.py::test_wrong_saturated_slope --seeds 2")
-    cells = _TableCells()
-    cells.feed((tmp_path / "triage-rerun.html").read_text())
-    assert sorted(r[1] for r in cells.rows[1:]) == ["bug in a region", "environment-specific", "passes", "passes"]
-    assert "no gv.check / gv.verify call in the test" in out
-
-
-@pytest.mark.slow
-def test_cli_rerun_a_node_id_that_does_not_exist(pytester, capsys, monkeypatch):
-    pytester.makepyfile(test_node="def test_a():\n    pass\n")
-    monkeypatch.chdir(pytester.path)
-    code = cli.main(["triage", "rerun", "test_node.py::test_missing", "--seeds", "1", "--threads", "1"])
-    err = capsys.readouterr().err
-    assert code == 2 and "expected a pytest node id that collects and runs" in err
-
-
-def test_node_ids_map_to_junit_ids():
-    from gradverify._triage.node import is_node_id, junit_id
-
-    assert junit_id("tests/test_a.py::TestB::test_c[1-2]") == "tests.test_a.TestB::test_c[1-2]"
-    assert junit_id("test_a.py::test_b") == "test_a::test_b"
-    assert is_node_id("tests/test_a.py") and is_node_id("t.py::x") and not is_node_id("bias_act:relu")
-
-
 def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
     """torch's float64 hardsigmoid derivative is float32(1/6): gv.check fails
     it (3e-8 relative), but the FD-step sweep brings FD within 1e-4 of AD: a
@@ -503,47 +254,3 @@ def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
     for f in r.evidence["failures"]:
         assert f["check_fails"] and not f["confirmed"]
         assert f["fd_sweep"]["relative_floor"] < _triage_rerun.STEP_EXPLAINS
-
-
-def test_a_junit_row_is_the_json_object_it_is_written_as():
-    from gradverify._triage.junit import JunitRow, Run, triage_junit
-
-    runs = [
-        Run("a.xml", {"host": "x"}, {"t": "failed"}, {}),
-        Run("b.xml", {"host": "y"}, {"t": "passed"}, {}),
-    ]
-    (row,) = triage_junit(runs)
-    assert isinstance(row, JunitRow) and row.verdict == row["verdict"] == "environment-specific"
-    assert list(row) == [
-        "test",
-        "runs",
-        "failures",
-        "passed_on_rerun",
-        "attempts",
-        "failed_attempts",
-        "flip_rate",
-        "interval95",
-        "verdict",
-        "separating_fields",
-        "failing_files",
-    ]
-    assert json.loads(gv_json([row])) == [dict(row)]
-    assert row.separating_fields == {"host": {"failing": ["x"], "passing": ["y"]}}
-
-
-def test_fd_against_step_is_a_central_difference_that_weighs_only_what_u_weighs():
-    import numpy as np
-
-    def f(x):
-        return np.concatenate([np.sin(x), np.array([np.inf])])  # an infinite output u gives no weight
-
-    x = np.array([0.3, -1.2])
-    from gradverify._check.evaluate import Evaluator
-
-    ev = Evaluator.for_call(f, (x,))
-    u = np.array([0.0, 2.0, 0.0])
-    v = [np.array([0.0, 1.0])]
-    (h, fd, err), (h2, fd2, _) = steps.fd_against_step(ev, u, v, ad=5.0, steps=[1e-3, 1e-6])
-    expected = 2.0 * (np.sin(-1.2 + 1e-3) - np.sin(-1.2 - 1e-3)) / 2e-3
-    assert (h, fd, err) == (1e-3, expected, abs(expected - 5.0))
-    assert abs(fd2 - 2.0 * np.cos(-1.2)) < 1e-8 and abs(fd - 2.0 * np.cos(-1.2)) > 1e-8  # the h^2 term, seen

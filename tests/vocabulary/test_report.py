@@ -7,7 +7,7 @@ import numpy as np
 
 import gradverify as gv
 
-from ._helpers import flipped_tanh_bias
+from .._helpers import flipped_tanh_bias
 
 
 def test_failure_report_fits_a_screen_and_names_the_element():

@@ -10,6 +10,8 @@ import pytest
 
 from gradverify._check import fd
 
+from ._helpers import compare_column_references
+
 
 def stencil(rng, shape, bad):
     arrays = [rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3) for _ in fd.OFFSETS]
@@ -75,7 +77,7 @@ def test_the_model_reference_lies_inside_the_measured_one(case):
     have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
     f0_scale = float(np.max(np.abs(f0)))
     model = fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
-    measured = fd.reference(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False)
+    measured = fd.reference(fd.Problem.of(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False))
     assert model is not None  # smooth everywhere: the model flags nothing
     value, err, shift, _ = model
     ok = measured.status == fd.SMOOTH
@@ -106,77 +108,6 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
     assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
-@pytest.mark.parametrize("case", ["smooth", "kinks", "not finite", "nothing moves"])
-def test_a_column_worked_on_its_support_is_the_whole_reference(backend, case):
-    """Along a basis vector most outputs do not move. The reference worked out
-    on the ones that do (and the non-finite ones), and filled in elsewhere, is
-    the reference of the whole vector: the same values, bounds and statuses,
-    element for element - kinks sent down the ladder, a moved element whose
-    stencil meets NaN or inf, an output that is inf at the point and stays there."""
-    rng = np.random.default_rng(["smooth", "kinks", "not finite", "nothing moves"].index(case))
-    n = 3000
-    x = rng.standard_normal(n) * 3.0
-    moved = np.sort(rng.choice(n, 0 if case == "nothing moves" else 40, replace=False))
-    w = np.zeros(n)
-    w[moved] = rng.standard_normal(moved.size)
-    if case == "kinks":
-        x[moved[:5]] = 0.0  # |x| at its kink
-    if case == "not finite":
-        x[moved[:3]] = [1e308, -1e308, 1e308]  # sinh overflows along the steps
-        x[11] = np.inf  # (unmoved, inf at the point and everywhere)
-    name = {"smooth": "sin", "kinks": "abs", "not finite": "sinh", "nothing moves": "sin"}[case]
-    ad_tol = np.abs(rng.standard_normal(n)) * 1e-9
-    # fn's values come from numpy on every backend (the same bits each time a
-    # point is evaluated); the arrays the estimates work on are the backend's
-    to = np.asarray
-    if backend == "torch":
-        to = pytest.importorskip("torch").from_numpy
-    if backend == "jax":
-        jax = pytest.importorskip("jax")
-        to = jax.numpy.asarray
-    fn = getattr(np, name)
-
-    def on_backend(z):
-        return to(fn(z))
-
-    if backend == "jax":
-        with jax.enable_x64(True):
-            _compare_column_references(x, w, to(ad_tol), on_backend, case, moved)
-        return
-    _compare_column_references(x, w, to(ad_tol), on_backend, case, moved)
-
-
-def _compare_column_references(x, w, ad_tol, fn, case=None, moved=None):
-    n = tuple(x.shape)[0]
-
-    def F(t):
-        with np.errstate(over="ignore", invalid="ignore"):
-            return fn(x + t * w)
-
-    f0, h = F(0.0), 2.0**-16
-    refs = [fd.reference(F, f0, h, 1e-12, 2.0**-53, ad_tol, f0_scale=None, sparse=sparse) for sparse in (False, True)]
-    whole, support = refs
-    for name in ("value", "err", "status"):
-        a, b = (np.asarray(getattr(r, name)) for r in refs)
-        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
-    assert whole.all_smooth == support.all_smooth and whole.typical == support.typical
-    assert whole.eps_f == support.eps_f
-    if case is None:
-        return
-    status = np.asarray(whole.status)
-    unmoved = np.setdiff1d(np.arange(n), moved)
-    if case == "smooth":
-        assert (status == fd.SMOOTH).all()
-    if case == "kinks":
-        assert (status[moved[:5]] == fd.KINK).all()
-    if case == "not finite":
-        assert status[11] == fd.UNRELIABLE and (status[moved[:3]] != fd.SMOOTH).all()
-        unmoved = unmoved[unmoved != 11]
-    assert (status[unmoved] == fd.SMOOTH).all()
-
-
 def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole():
     """F = (t + a t^2, 0, 0): for some curvatures a the unmoved outputs' bound
     is as large as the slope scale until the curvature raises it. The support
@@ -187,7 +118,7 @@ def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole(
         def fn(z, a=a):
             return z + a * z * z
 
-        _compare_column_references(x, w, 0.0, fn)
+        compare_column_references(x, w, 0.0, fn)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])

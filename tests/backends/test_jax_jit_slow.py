@@ -1,0 +1,78 @@
+"""In a compiling session the finite differences' points and the JVPs and
+VJPs go to the compiled jax forms as numpy arrays: the verdicts are the eager
+check's, for a right rule and a wrong one, at every x64 setting, dtype and
+Jacobian strategy."""
+
+from __future__ import annotations
+
+import pytest
+
+import gradverify as gv
+from gradverify import compiling
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_compiled_evaluations_from_host_arrays_judge_as_the_eager_ones(x64):
+    """In a session the finite differences' points go to the compiled fn as
+    numpy arrays (no jax arrays made first): the same verdicts as the eager
+    check, for a right rule and a wrong one, at either x64 setting."""
+
+    @jax.custom_vjp
+    def tanh_mul(x, b):
+        return jnp.tanh(x * b)
+
+    def fwd(x, b):
+        y = tanh_mul(x, b)
+        return y, (x, b, y)
+
+    def bwd(res, g):
+        x, b, y = res
+        d = g * (1 - y * y)
+        return d * b, (d * x).at[2].multiply(wrong)
+
+    tanh_mul.defvjp(fwd, bwd)
+    with jax.enable_x64(x64):
+        x = jnp.linspace(-2.0, 2.0, 6)
+        b = jnp.linspace(0.5, 1.5, 6)
+    for wrong in (1.0, -1.0):
+        eager = gv.check(tanh_mul, x, b)
+        with compiling():
+            compiled = gv.check(tanh_mul, x, b)
+        assert eager.ok == compiled.ok == (wrong == 1.0), str(compiled)
+        if wrong != 1.0:
+            assert {(f.argument, f.input_index) for f in compiled.errors} == {(1, (2,))}, str(compiled)
+
+
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_modes_from_host_arrays_judge_as_the_eager_ones(dtype, full):
+    """In a session the JVPs and VJPs (one direction, or all stacked) also take
+    numpy arrays: a wrong forward rule at one element is named alike, eagerly
+    and compiled, and the right rule passes both ways."""
+
+    @jax.custom_jvp
+    def softplus_mul(x, b):
+        return jax.nn.softplus(x * b)
+
+    @softplus_mul.defjvp
+    def _(primals, tangents):
+        (x, b), (tx, tb) = primals, tangents
+        s = jax.nn.sigmoid(x * b)
+        return softplus_mul(x, b), (s * (tx * b + x * tb)).at[3].multiply(wrong)
+
+    with jax.enable_x64(True):
+        x = jnp.linspace(-2.0, 2.0, 6, dtype=dtype)
+        b = jnp.linspace(0.5, 1.5, 6, dtype=dtype)
+    for wrong in (1.0, 1.5):
+        eager = gv.check(softplus_mul, x, b, full=full)
+        with compiling():
+            compiled = gv.check(softplus_mul, x, b, full=full)
+        assert eager.ok == compiled.ok == (wrong == 1.0), str(compiled)
+        named = {(f.kind, f.input_index) for f in compiled.errors}
+        assert named == {(f.kind, f.input_index) for f in eager.errors}, str(compiled)
+        assert {index for _, index in named} <= {(3,)}, str(compiled)
