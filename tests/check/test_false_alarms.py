@@ -205,21 +205,36 @@ def test_a_tf32_like_backward_is_a_precision_warning():
 
 
 def test_reduced_precision_matmul_on_the_cpu_is_noted_and_a_precision_warning():
-    """torch honours set_float32_matmul_precision('medium') on the CPU (bfloat16
-    passes): the check says so and judges the float32 AD against its float64 run."""
+    """Under set_float32_matmul_precision('medium') the check says so and
+    judges the float32 AD against its float64 run. Whether the CPU honours
+    the setting (bfloat16 passes) depends on the machine and torch's kernels:
+    measured here on the same matmul. Where it does, the bfloat16 rounding
+    shows as a precision warning, never an error; where it does not, the AD
+    is float32's and nothing is said of its precision."""
     rng = np.random.default_rng(4)
     a = torch.tensor(rng.standard_normal((64, 64)), dtype=torch.float32)
     b = torch.tensor(rng.standard_normal((64, 64)), dtype=torch.float32)
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
+        honoured = not torch.equal(a @ b, _highest(lambda: a @ b))
         r = gv.check(lambda a, b: F.gelu(a @ b), a, b)
     finally:
         torch.set_float32_matmul_precision(before)
     assert r.ok, str(r)
     assert any("matmul" in n and "'medium'" in n for n in r.notes)
-    assert r.by_kind(gv.Kind.PRECISION)
+    assert bool(r.by_kind(gv.Kind.PRECISION)) == honoured, str(r)
     assert "note:" in str(r)
+
+
+def _highest(f):
+    """f() with float32 matmuls at full precision."""
+    level = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        return f()
+    finally:
+        torch.set_float32_matmul_precision(level)
 
 
 def test_normalize_of_a_tiny_row_inside_a_spherical_harmonic():

@@ -173,10 +173,13 @@ def test_tanhshrink_on_its_own_grid_passes_and_a_wrong_rule_is_still_caught(dtyp
         right = gv.check(fn, x, b)
         assert right.ok, str(right)
     # The grid is the resolution here: at z ~ 1e-5 a step moves F by a few
-    # grid spacings, and FD cannot decide (inconclusive, never verified); where
-    # it can, a rule 1.5x off is caught.
+    # grid spacings, and FD may not decide (inconclusive, never verified);
+    # where it decides, a rule 1.5x off is caught. Which of the two a point
+    # gives depends on how this CPU's tanh kernel rounds (its vector width
+    # changes the grid), and a disagreement is re-examined where an agreement
+    # is not: the right rule's check being conclusive says nothing of the
+    # wrong one's, so each is judged on its own.
     wrong = gv.check(_scaled_tanhshrink(1.5), x, b)
-    if right.inconclusive:
-        assert not wrong.ok or wrong.by_kind(gv.Kind.FD_UNRELIABLE), str(wrong)
-    else:
+    assert not wrong.ok or wrong.by_kind(gv.Kind.FD_UNRELIABLE), str(wrong)
+    if not wrong.by_kind(gv.Kind.FD_UNRELIABLE):
         assert wrong.by_kind(gv.Kind.MISMATCH), str(wrong)

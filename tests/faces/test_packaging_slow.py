@@ -37,3 +37,11 @@ def test_wheel_has_gradverify_as_only_top_level_package(tmp_path):
     assert "gradverify/ops/__init__.py" in names
     assert "gradverify/strategies/__init__.py" in names
     assert "gradverify/py.typed" in names
+    # every module of every wing and companion is in the wheel (a folder left
+    # out of pyproject's package list would install without it)
+    sources = {
+        f"gradverify/{p.relative_to(ROOT / 'gradverify').as_posix()}" for p in (ROOT / "gradverify").rglob("*.py")
+    }
+    for companion in ("ops", "strategies"):
+        sources |= {f"gradverify/{companion}/{p.name}" for p in (ROOT / companion).glob("*.py")}
+    assert sources - set(names) == set()
