@@ -28,8 +28,7 @@ import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from hypothesis import Phase, given, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import Phase, given, seed as hypothesis_seed, settings
 from jax.test_util import check_grads
 
 import gradverify as gv

@@ -1,7 +1,8 @@
-"""The naive-strategy workload (tests/test_naive.py's cases: plain floats in
-[-10, 10], shapes 1-5) timed on a slice of its case/dtype pairs: every
-PARTS-th pair from PART, one seed of EXAMPLES examples after a warm-up, in
-one compiling session a pair, one torch thread. Prints the total seconds.
+"""The naive-strategy workload (tests/check/test_naive_slow.py's cases:
+plain floats in [-10, 10], shapes 1-5) timed on a slice of its case/dtype
+pairs: every PARTS-th pair from PART, one seed of EXAMPLES examples after a
+warm-up, in one compiling session a pair, one torch thread. Prints the total
+seconds.
 
 It times the checkout it imports gradverify from; to compare two commits,
 run it alternately from each, several times, and compare medians

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 import gradverify as gv
-from gradverify import ops
-from gradverify import strategies as gst
+from gradverify import ops, strategies as gst
 
 
 def _rng(seed: int) -> np.random.Generator:

@@ -9,8 +9,7 @@ from ._errors import ArgumentTypeError, ArgumentValueError, GradientError, Usage
 from ._result import CheckResult, Finding, Kind, Level
 from ._rule import Rule
 from ._triage.junit import junit_files as triage_junit
-from ._triage.rerun import Triage
-from ._triage.rerun import rerun as triage
+from ._triage.rerun import Triage, rerun as triage
 from ._triage.verdict import Verdict
 from ._verify import VerifyResult, verify
 from .backends import compiling

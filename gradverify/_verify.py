@@ -124,8 +124,7 @@ def verify(
         >>> gv.verify(sq, st.tuples(arrays("numpy", shape=(3,))), max_examples=10).ok
         False
     """
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
-    from hypothesis import seed as hypothesis_seed
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings, target
 
     _validate(fn, args_strategy, max_examples, seed)
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
@@ -217,8 +216,7 @@ def generated(strategy: Any, seed: int, max_examples: int, body: Callable[[Any],
     """``body(example)`` on the strategy's examples at ``seed``, in the order
     Hypothesis generates them (unshrunk; no database, no deadline), drawn as
     gv.verify draws (see ``reproducible_generation``)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
+    from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings
 
     @settings(
         max_examples=max_examples,

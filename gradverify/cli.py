@@ -31,15 +31,10 @@ from typing import Any
 
 from . import _io, ops
 from ._errors import UsageError
-from ._sweep import cases as _sweep
-from ._sweep import distribute
-from ._sweep import reports as _reports
+from ._sweep import cases as _sweep, distribute, reports as _reports
 from ._sweep.cases import EXAMPLES, NORMS
 from ._sweep.reports import FORMATS
-from ._triage import junit as _triage_junit
-from ._triage import node as _triage_node
-from ._triage import render as _reports_triage
-from ._triage import rerun as _triage_rerun
+from ._triage import junit as _triage_junit, node as _triage_node, render as _reports_triage, rerun as _triage_rerun
 from ._triage.verdict import Verdict
 from .backends import BACKENDS
 
@@ -252,7 +247,7 @@ def _finish(
         print("reports: " + ", ".join(str(out.shown / Path(p).name) for p in written))
     if interrupted:
         totals["interrupted"] = 1
-    print(_reports._totals_line(totals))
+    print(_reports.totals_line(totals))
     if interrupted:
         return 130
     if totals["error"]:

@@ -4,25 +4,26 @@ Installed as ``gradverify.ops`` (``ops`` is an unrelated PyPI distribution).
 Importing it imports neither torch nor jax: backends load with their arrays.
 """
 
-from ._bias_act import IMPLS as IMPLS
-from ._bias_act import bias_act as bias_act
-from ._bias_act import bias_act_ as bias_act_
-from ._bias_act import bias_act_rule as bias_act_rule
-from ._norm import batch_norm as batch_norm
-from ._norm import group_norm as group_norm
-from ._norm import instance_norm as instance_norm
-from ._norm import layer_norm as layer_norm
-from ._norm import norm_rule as norm_rule
-from ._norm import rms_norm as rms_norm
-from ._table import ACTIVATIONS as ACTIVATIONS
-from ._table import TORCH_FUNCTION_IS_RULE as TORCH_FUNCTION_IS_RULE
-from ._table import Activation as Activation
-from ._table import Kink as Kink
-from ._table import activation as activation
-from ._table import constant_slope as constant_slope
-from ._table import names as names
-from ._table import output_rule as output_rule
-from ._table import two_valued as two_valued
+from ._bias_act import IMPLS as IMPLS, bias_act as bias_act, bias_act_ as bias_act_, bias_act_rule as bias_act_rule
+from ._norm import (
+    batch_norm as batch_norm,
+    group_norm as group_norm,
+    instance_norm as instance_norm,
+    layer_norm as layer_norm,
+    norm_rule as norm_rule,
+    rms_norm as rms_norm,
+)
+from ._table import (
+    ACTIVATIONS as ACTIVATIONS,
+    TORCH_FUNCTION_IS_RULE as TORCH_FUNCTION_IS_RULE,
+    Activation as Activation,
+    Kink as Kink,
+    activation as activation,
+    constant_slope as constant_slope,
+    names as names,
+    output_rule as output_rule,
+    two_valued as two_valued,
+)
 
 __all__ = [
     "ACTIVATIONS",

@@ -14,8 +14,7 @@ from typing import Any
 
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
 
-from . import _norm_fused as nf
-from . import _xp
+from . import _norm_fused as nf, _xp
 from ._norm_fused import Spec
 
 IMPLS = ("reference", "fused")

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from . import _norm_fused as nf
-from . import _xp
+from . import _norm_fused as nf, _xp
 
 
 def _param(p: Any, spec: nf.Spec) -> Any:

@@ -13,21 +13,23 @@ statistics, with fixed seeds. Installed as ``gradverify.strategies``.
 * settings profiles ``ci``, ``dev``, ``thorough`` (:func:`load_profile`).
 """
 
-from ._arrays import BACKENDS as BACKENDS
-from ._arrays import DTYPES as DTYPES
-from ._arrays import arrays as arrays
-from ._arrays import complex_arrays as complex_arrays
-from ._arrays import default_shapes as default_shapes
-from ._arrays import kink_margin as kink_margin
-from ._ops import KINDS as KINDS
-from ._ops import activation_names as activation_names
-from ._ops import activations as activations
-from ._ops import bias_act_args as bias_act_args
-from ._ops import normalization_args as normalization_args
-from ._ops import normalization_call as normalization_call
-from ._profiles import PROFILES as PROFILES
-from ._profiles import load_profile as load_profile
-from ._profiles import profile_settings as profile_settings
+from ._arrays import (
+    BACKENDS as BACKENDS,
+    DTYPES as DTYPES,
+    arrays as arrays,
+    complex_arrays as complex_arrays,
+    default_shapes as default_shapes,
+    kink_margin as kink_margin,
+)
+from ._ops import (
+    KINDS as KINDS,
+    activation_names as activation_names,
+    activations as activations,
+    bias_act_args as bias_act_args,
+    normalization_args as normalization_args,
+    normalization_call as normalization_call,
+)
+from ._profiles import PROFILES as PROFILES, load_profile as load_profile, profile_settings as profile_settings
 
 __all__ = [
     "BACKENDS",

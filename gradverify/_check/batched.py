@@ -26,9 +26,7 @@ import numpy as np
 
 from .._errors import ModeUnavailable
 from .._result import ERROR, Kind
-from . import probes as _probes
-from . import tolerance as tol
-from . import xp
+from . import probes as _probes, tolerance as tol, xp
 from .calls import CallFailed, Derivative
 from .context import Context
 from .evaluate import Evaluator

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import tolerance as tol
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .modes import Modes
 from .oracle import Oracle
 

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
 from .judge import Judge

@@ -1,7 +1,7 @@
 """Calls into fn and its derivatives, always on copies, in a chosen precision.
 
 The checker works on float64 working arrays (numpy copies, or arrays of the
-backend on the arguments' device: ``placed``, see _xp); an ``Evaluator``
+backend on the arguments' device: ``placed``, see xp); an ``Evaluator``
 turns them into fresh backend arrays of the right dtype, calls fn (or its
 rules), and turns the answer back. It counts every call, and wraps every exception raised by user
 code into ``CallFailed`` with the stage it happened in."""

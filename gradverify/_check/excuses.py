@@ -28,14 +28,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import fd as _fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd as _fd, tolerance as tol, xp as _xp
 
 if TYPE_CHECKING:  # (the oracle's module imports this one: a type only)
     from .oracle import Oracle
 
-__all__ = ["AllUnmeasured", "Disagreement", "Excuse", "FinerStep", "OnGrid", "Unmeasured", "WideNoise", "within"]
+__all__ = [
+    "AllUnmeasured",
+    "Disagreement",
+    "Excuse",
+    "FinerStep",
+    "OnGrid",
+    "OncePerDirection",
+    "Unmeasured",
+    "WideNoise",
+    "within",
+]
 
 
 @dataclass(frozen=True)
@@ -86,28 +94,41 @@ class AllUnmeasured(Excuse):
         return True
 
 
-class OnGrid(Excuse):
-    """Measure the grid fn's values lie on (see _fd.grid) where direction
+class OncePerDirection(Excuse):
+    """An excuse that looks at each direction once."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()  # directions looked at
+
+    def first_look(self, oracle: Oracle, case: Disagreement) -> tuple[_fd.Reference, Any] | None:
+        """The direction's measured reference and its disagreeing elements that
+        FD decided (smooth or a kink), the first time the direction is asked
+        about; None after."""
+        if case.b in self.done:
+            return None
+        self.done.add(case.b)
+        ref = oracle.measured(case.b)
+        with _xp.quiet():
+            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
+        return ref, idx
+
+
+class OnGrid(OncePerDirection):
+    """Measure the grid fn's values lie on (see fd.grid) where direction
     b's estimate disagrees with AD, and raise those elements' bounds to
     what rounding to it can do to the estimate. Where fn cancels inside
     (z - tanh z at small z) the grid is u x its terms, far coarser than
     u |F|, and rounding to it can be linear across the whole stencil -
     invisible to a difference table, yet a slope error of up to its
     spacing over the step. An element whose bound then reaches its
-    derivatives is unreliable (see _fd.mark_unresolved). Done once per
+    derivatives is unreliable (see fd.mark_unresolved). Done once per
     direction; returns whether any bound was raised."""
 
-    def __init__(self) -> None:
-        self.done: set[int] = set()  # directions whose grid was measured
-
     def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
-        b = case.b
-        if b in self.done:
+        look = self.first_look(oracle, case)
+        if look is None:
             return False
-        self.done.add(b)
-        ref = oracle.measured(b)
-        with _xp.quiet():
-            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
+        b, (ref, idx) = case.b, look
         if not idx.size:
             return False
         p, c = oracle.precision, oracle.probes.cs[b]
@@ -128,7 +149,7 @@ class OnGrid(Excuse):
         return True
 
 
-class FinerStep(Excuse):
+class FinerStep(OncePerDirection):
     """Estimate direction b again with steps REFINE, REFINE^2, ... times
     smaller. A smooth function gives the same value within both bounds;
     where the estimate moves by more, the step was larger than a feature of
@@ -151,18 +172,12 @@ class FinerStep(Excuse):
     represents exactly). Done once per direction; returns whether any
     element changed."""
 
-    def __init__(self) -> None:
-        self.done: set[int] = set()  # directions estimated again with a finer step
-
     def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
-        b = case.b
-        if b in self.done:
+        look = self.first_look(oracle, case)
+        if look is None:
             return False
-        self.done.add(b)
-        ref = oracle.measured(b)
+        b, (ref, idx) = case.b, look
         p, probes = oracle.precision, oracle.probes
-        with _xp.quiet():
-            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
         c = probes.cs[b]
         terms = oracle.terms(c, column=probes.full)
         own = max(abs(float(probes.x[b])), tol.TINY_SCALE) / c if probes.full else 1.0
@@ -170,7 +185,7 @@ class FinerStep(Excuse):
         moved: dict[int, tuple[float, float, float]] = {}  # element -> fine value, err, shrink
         replaced: dict[int, tuple[float, float]] = {}
         shrink = tol.REFINE
-        grid: dict[int, float] = {}  # element -> the coarsest grid its values showed (see _fd.grid)
+        grid: dict[int, float] = {}  # element -> the coarsest grid its values showed (see fd.grid)
         while idx.size and p.h / shrink >= tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own:
             at = idx
             seen: list[np.ndarray] = []
@@ -326,7 +341,7 @@ class WideNoise(Excuse):
 def _noise_bound(ref: _fd.Reference, h: float) -> np.ndarray:
     """Elements of a host reference at step h whose rounding alone (the model's,
     which a finer step only raises) makes the bound as large as the
-    derivatives (see _fd.mark_unresolved). The measured noise does not count
+    derivatives (see fd.mark_unresolved). The measured noise does not count
     here: a feature narrower than the step shows in a difference table as
     noise too."""
     part = (tol.NOISE_SAFETY * _fd.R2_WEIGHT / h) * ref.eps_f

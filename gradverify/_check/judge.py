@@ -12,9 +12,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from . import fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .bounds import Bounds
 from .context import Context
 from .excuses import AllUnmeasured, Disagreement, Excuse, FinerStep, OnGrid, Unmeasured, WideNoise

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis

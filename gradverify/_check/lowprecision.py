@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import tolerance as tol
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .bounds import Bounds
 from .context import Context
 from .findings import unravel

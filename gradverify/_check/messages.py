@@ -7,9 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._result import ERROR, INFO, WARNING, Finding, Kind
-from . import fd as _fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd as _fd, tolerance as tol, xp as _xp
 from .findings import Findings, unravel
 
 if TYPE_CHECKING:  # (the oracle's module does not import this one; a type only)

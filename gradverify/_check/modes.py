@@ -17,8 +17,7 @@ import numpy as np
 
 from .._errors import ModeUnavailable
 from .._result import ERROR, WARNING, Kind, Word
-from . import tolerance as tol
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
 from .context import Context
 from .findings import unravel

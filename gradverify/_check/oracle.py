@@ -1,7 +1,7 @@
 """The finite-difference oracle: J u along each probe direction, with fn's
-noise measured, its kinks and jumps told apart (see _fd), and the two
-re-examinations a disagreement gets before FD may convict AD - a finer step,
-and fn's noise at wider spacings. What FD cannot decide becomes
+noise measured, its kinks and jumps told apart (see fd). The excuses a
+disagreement gets before FD may convict AD (see excuses) look at fn again
+through it and replace its references. What FD cannot decide becomes
 ``fd_unreliable`` with its reason, never a mismatch."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fd as _fd
-from . import tolerance as tol
-from . import xp as _xp
+from . import fd as _fd, tolerance as tol, xp as _xp
 from .context import Context
 
 __all__ = ["FD_DIRECTIONS", "Oracle"]
@@ -81,7 +79,7 @@ class Oracle:
         return lambda t: _xp.axpy(x, t * k, w)
 
     def stencils(self, us: Any, cs: Any) -> list[dict[int, np.ndarray]] | None:
-        """F's values at the model's offsets (_fd.MODEL_OFFSETS) along every
+        """F's values at the model's offsets (fd.MODEL_OFFSETS) along every
         c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
         ``_many``); None where there is none."""
         offsets = [k * self.precision.h / 4 for k in _fd.MODEL_OFFSETS]
@@ -137,13 +135,13 @@ class Oracle:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
         ``model_first``: the rounding model's reference where it flags nothing
-        (and agrees with ``ad``, the J u it will judge); see _fd.model_reference.
+        (and agrees with ``ad``, the J u it will judge); see fd.model_reference.
         ``j``: along the basis vector e_j (``u`` unused): a column of the
         Jacobian, whose outputs mostly do not move; only those that do are
-        estimated (see _fd.estimate's ``sparse``). ``point``: the magnitude
+        estimated (see fd.reference's ``sparse``). ``point``: the magnitude
         at which the point and fn's terms round, in units of c (see
-        _fd.model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
-        default; along e_j see ``terms``. ``quick``: see _fd.reference."""
+        fd.model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
+        default; along e_j see ``terms``. ``quick``: see fd.reference."""
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)

@@ -26,24 +26,7 @@ from .. import _observe
 from .._errors import GradientError, ModeUnavailable
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from ..backends import Backend, backend_of
-from . import (
-    batched as _batched,
-)
-from . import (
-    complex_parts as _complex,
-)
-from . import (
-    modes as _modes,
-)
-from . import (
-    primal as _primal,
-)
-from . import (
-    probes as _probes,
-)
-from . import (
-    xp,
-)
+from . import batched as _batched, complex_parts as _complex, modes as _modes, primal as _primal, probes as _probes, xp
 from .bounds import Bounds
 from .calls import CallFailed
 from .compare import Comparisons

@@ -16,8 +16,7 @@ import numpy as np
 
 from .._errors import ArgumentTypeError, explain
 from .._result import ERROR, WARNING, ArraySummary, Kind
-from . import tolerance as tol
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .calls import CallFailed
 from .complex_parts import ComplexOutput
 from .evaluate import Evaluator
@@ -32,7 +31,7 @@ class Primal:
 
     dtype: str
     shape: tuple[int, ...]
-    values: Any  # float64, flat (a working array: see _xp)
+    values: Any  # float64, flat (a working array: see xp)
     finite: Any  # bool per output element: only these are checked
     all_finite: bool
     summary: ArraySummary

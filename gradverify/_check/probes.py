@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tolerance as tol
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .evaluate import Evaluator
 from .findings import unravel
 from .primal import Precision, Primal
@@ -59,7 +58,7 @@ class Flat:
 @dataclass(frozen=True)
 class Probes:
     flat: Flat
-    x: Any  # the point, flat float64 (working arrays, see _xp)
+    x: Any  # the point, flat float64 (working arrays, see xp)
     raw_scale: Any  # each element's step scale
     scale: Any  # |u| per element (ones for the full Jacobian)
     scale_max: float

@@ -75,7 +75,7 @@ def ad_rounding(dtype_name: str) -> float:
 #: and the 3/h weight of the Richardson stencil, evaluation errors up to ~50 ulps
 #: of the scale (long reductions, cancellation like x - tanh(x)) stay inside
 #: the bound; a larger factor would hide float64 rules that are only float32
-#: accurate (torch's hardsigmoid derivative, see tests/test_kinks.py).
+#: accurate (torch's hardsigmoid derivative, see tests/check/test_kinks.py).
 FD_EVAL_ROUNDING = 4.0
 
 #: Richardson's error estimate is an estimate; we allow 4x before calling a
@@ -136,7 +136,7 @@ HOEFFDING_K = 6.0
 LADDER_FACTOR = 8.0
 KINK_RESOLUTION = 16.0
 #: ... and above 2^18 u of the oracle dtype: the kink indicator's noise is
-#: ~2^11 u |F| / h (see _fd.estimate), so at this floor a slope jump of 1% of
+#: ~2^11 u |F| / h (see fd.estimate), so at this floor a slope jump of 1% of
 #: the function's scale is still told from rounding (2.9e-11 in float64).
 LADDER_ROUNDING_FLOOR = 2.0**18
 

@@ -27,8 +27,7 @@ import numpy as np
 
 from .. import _io, ops
 from .._check.evaluate import Evaluator
-from .._check.steps import fd_against_step
-from .._check.steps import kink_distance as distance
+from .._check.steps import fd_against_step, kink_distance as distance
 from .._errors import ArgumentValueError, UsageError, explain
 from .._verify import derive_seed, generated, literal, verify
 from ..backends import BACKENDS, backend_name_of

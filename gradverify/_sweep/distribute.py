@@ -1,7 +1,7 @@
 """Running the verification matrix: in this process, on a local process pool,
 or on an existing Dask distributed cluster - with the same records whichever.
 
-Every case is independent and serializable (``_sweep.Case``, a frozen
+Every case is independent and serializable (``cases.Case``, a frozen
 dataclass of plain values) and carries its own seed, so where and in which
 order it runs changes nothing but its ``seconds``. Each record is handed to
 ``on_record`` as it arrives (the command prints it and appends it to
@@ -29,8 +29,7 @@ from typing import Any
 
 from .. import _io
 from .._errors import ArgumentValueError, UsageError, explain
-from . import cases as _sweep
-from . import reports
+from . import cases as _sweep, reports
 
 __all__ = [
     "RECORD_KEYS",
@@ -121,8 +120,7 @@ def _on_pool(items: Sequence[tuple[int, _sweep.Case]], workers: int) -> Iterator
 
 def _on_dask(items: Sequence[tuple[int, _sweep.Case]], address: str) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
-        from distributed import Client
-        from distributed import as_completed as dask_completed
+        from distributed import Client, as_completed as dask_completed
     except ImportError as e:
         raise UsageError(
             explain("--scheduler", "dask distributed installed", f"{e}", "pip install 'gradverify[dask]'")

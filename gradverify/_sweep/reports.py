@@ -24,6 +24,7 @@ __all__ = [
     "FILES",
     "FORMATS",
     "RENDER",
+    "totals_line",
     "SCHEMA",
     "TIMING",
     "build",
@@ -164,7 +165,7 @@ def matrix(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, str]
     return rows, cols, cell
 
 
-def _totals_line(t: dict[str, int]) -> str:
+def totals_line(t: dict[str, int]) -> str:
     line = f"{t['passed']} passed, {t['failed']} failed"
     if t.get("interrupted"):
         line += " (interrupted: the cases that finished)"
@@ -181,7 +182,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# gradverify report",
         "",
-        f"**{_totals_line(t)}** — `{report['command']}` (seed {report['seed']}, {report['created']})",
+        f"**{totals_line(t)}** — `{report['command']}` (seed {report['seed']}, {report['created']})",
         "",
     ]
     rows, cols, cell = matrix(report)
@@ -272,7 +273,7 @@ def to_html(report: dict[str, Any]) -> str:
     t = report["totals"]
     rows, cols, cell = matrix(report)
     out = [
-        f"<p><b>{e(_totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> "
+        f"<p><b>{e(totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> "
         f"(seed {report['seed']}, {e(report['created'])})</p>",
         '<table id="matrix"><thead><tr><th>target</th>'
         + "".join(f"<th>{e('/'.join(c))}</th>" for c in cols)

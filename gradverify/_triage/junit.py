@@ -7,7 +7,7 @@ Files are parsed with defusedxml (they come from other machines) through
 junitparser. Environment fields come from each suite's ``<properties>``
 (the gradverify pytest plugin records the machine, thread counts and
 versions there), the suite's ``hostname``, and each test's own properties.
-Rendering is the reports layer's (``_reports_triage``).
+Rendering is the reports layer's (``render``).
 """
 
 from __future__ import annotations

@@ -30,9 +30,7 @@ from typing import Any
 from .. import _io, _observe
 from .._check.pipeline import check
 from .._errors import ArgumentValueError, explain
-from . import junit as _triage_junit
-from . import render as _reports_triage
-from . import rerun as _triage_rerun
+from . import junit as _triage_junit, render as _reports_triage, rerun as _triage_rerun
 from .verdict import Verdict
 
 __all__ = ["CALLS_PER_TEST", "SEVERITY", "captured", "ci_runs", "is_node_id", "junit_id", "triage_node", "verdict_of"]

@@ -5,7 +5,7 @@ op, with the evidence for it.
 
 The evidence is made of Records (frozen dataclasses that read as the JSON
 objects they are written as). Rendering is the reports layer's
-(``_reports_triage``).
+(``render``).
 """
 
 from __future__ import annotations

@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify._check import fd
-from gradverify._check import modes as _modes
-from gradverify._check import primal as _primal
-from gradverify._check import probes as _probes
+from gradverify._check import fd, modes as _modes, primal as _primal, probes as _probes
 from gradverify._check.bounds import Bounds
 from gradverify._check.context import Context, Options
 from gradverify._check.evaluate import Evaluator

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import find, given, settings
-from hypothesis import strategies as st
+from hypothesis import find, given, settings, strategies as st
 
 import gradverify as gv
-from gradverify import ops
-from gradverify import strategies as gst
+from gradverify import ops, strategies as gst
 
 from ._helpers import FAST
 

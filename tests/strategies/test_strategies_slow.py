@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import find, given, settings
-from hypothesis import strategies as st
+from hypothesis import find, given, settings, strategies as st
 
 import gradverify as gv
-from gradverify import ops
-from gradverify import strategies as gst
+from gradverify import ops, strategies as gst
 from gradverify.backends import require_backend_name
 
 from .._helpers import precise

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from gradverify import cli
-from gradverify._sweep import cases as _sweep
-from gradverify._sweep import reports
+from gradverify._sweep import cases as _sweep, reports
 
 from ._helpers import OPTIONS, TARGETS, run
 

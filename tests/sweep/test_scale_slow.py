@@ -11,8 +11,7 @@ import signal
 import pytest
 
 from gradverify import cli
-from gradverify._sweep import cases as _sweep
-from gradverify._sweep import distribute, reports
+from gradverify._sweep import cases as _sweep, distribute, reports
 
 from ._helpers import OPTIONS, TARGETS, canonical, run, same_files
 

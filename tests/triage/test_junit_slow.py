@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradverify._triage import junit as _triage_junit
-from gradverify._triage import node as _triage_node
-from gradverify._triage import render as _reports_triage
+from gradverify._triage import junit as _triage_junit, node as _triage_node, render as _reports_triage
 
 pytest_plugins = ["pytester"]
 

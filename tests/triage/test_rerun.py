@@ -10,8 +10,7 @@ import json
 import pytest
 
 from gradverify import cli
-from gradverify._triage import render as _reports_triage
-from gradverify._triage import rerun as _triage_rerun
+from gradverify._triage import render as _reports_triage, rerun as _triage_rerun
 
 from ._helpers import gv_json
 

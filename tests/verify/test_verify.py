@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify import ops
-from gradverify import strategies as gst
+from gradverify import ops, strategies as gst
 from gradverify._sweep.examples import BUILDERS
-from gradverify.ops import _norm_fused as nf
-from gradverify.ops import _xp
+from gradverify.ops import _norm_fused as nf, _xp
 
 from ._helpers import naive_bias_args, on_kinks, to_numpy
 

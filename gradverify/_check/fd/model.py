@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tolerance as tol
-from .. import xp as _xp
+from .. import tolerance as tol, xp as _xp
 from .blocks import block_slices, compiled
 from .records import Array
 from .stencil import DIFF_WEIGHT, KAPPA_WEIGHT, R1_WEIGHT, R2_WEIGHT, model_noise, richardson, scales, tolerance_parts

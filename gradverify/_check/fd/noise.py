@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import tolerance as tol
-from .. import xp as _xp
+from .. import tolerance as tol, xp as _xp
 from .blocks import blockwise
 from .records import Array
 from .stencil import D4_NOISE, OFFSETS, difference, difference_noise, values_at

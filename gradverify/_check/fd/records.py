@@ -18,7 +18,7 @@ __all__ = ["SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Line", "Reference",
 SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
 
 
-#: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _xp).
+#: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _check.xp).
 Array = Any
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tolerance as tol
-from .. import xp as _xp
+from .. import tolerance as tol, xp as _xp
 from .ladder import descend, noise_explains
 from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference
 from .records import SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference

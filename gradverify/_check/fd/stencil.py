@@ -12,8 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .. import tolerance as tol
-from .. import xp as _xp
+from .. import tolerance as tol, xp as _xp
 from .blocks import block_slices, blockwise, compiled
 from .records import Array, Line
 
