@@ -2,7 +2,7 @@
 generated rule), and variants - a backward that calls a cos kernel whose
 batched version (its vmap rule) gives every member the first member's
 values, right alone and wrong under vmap, and one with no vmap support.
-tests/check/test_batched.py imports them; tests/faces/test_batched_options.py
+tests/check/test_batched.py imports them; tests/faces/test_batched_options_slow.py
 writes this file into a user's project, where ``sin`` and ``args`` are the
 command's target and strategy."""
 

@@ -9,32 +9,14 @@ import weakref
 
 import numpy as np
 import pytest
-from hypothesis import strategies as st
 
 import gradverify as gv
 from gradverify import ArgumentTypeError, compiling
 
+from ._helpers import float_rows
+
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
-
-
-def float_rows(n=30):
-    return st.lists(st.floats(-3, 3), min_size=n, max_size=n).map(lambda v: (jnp.asarray(np.array(v)),))
-
-
-def test_a_verify_run_compiles_fn_once_not_per_evaluation():
-    calls = []
-
-    def fn(x):
-        calls.append(1)  # runs while jax traces, not per compiled call
-        return jnp.tanh(x)
-
-    r = gv.verify(fn, float_rows(), max_examples=20, seed=0)
-    assert r.ok and r.examples_run == 20
-    # each check evaluates fn ~17 times (~340 Python calls eagerly); two of
-    # them eagerly at the point (mutation and nondeterminism), the rest - the
-    # float64 oracle's centre among them - compiled, traced a few times
-    assert 2 * 20 <= len(calls) < 2 * 20 + 40
 
 
 def test_a_single_check_runs_eagerly_and_sees_fn_as_it_is_now():

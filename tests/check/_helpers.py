@@ -64,3 +64,12 @@ NAIVE_CASES = naive_cases()
 
 # -- order 2 (test_order2*) ---------------------------------------------------------------------
 ORDER2_X = np.array([0.3, -0.7, 1.1, 0.05])
+
+
+def jax_point(seed=0):
+    """Four float64 jax values in [-2, 2] (made under x64)."""
+    import jax
+    import jax.numpy as jnp
+
+    with jax.enable_x64(True):
+        return jnp.asarray(np.random.default_rng(seed).uniform(-2, 2, 4))

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 import pytest
 
 from ._helpers import main, run
@@ -34,34 +31,6 @@ def test_bundled_ops_pass_and_numpy_reference_is_skipped_with_a_reason(capsys):
     lines = out.splitlines()
     assert lines[-1] == "2 passed, 0 failed, 2 skipped"
     assert any(ln.startswith("SKIP  bias_act:relu6 [numpy, reference, float64]  numpy has no AD") for ln in lines)
-
-
-def test_user_function_and_strategy(tmp_path):
-    (tmp_path / "userops.py").write_text(
-        textwrap.dedent(
-            """
-            import numpy as np
-            import gradverify as gv
-            from gradverify import strategies as gst
-            from hypothesis import strategies as st
-
-            def _cube(x):
-                return x ** 3
-
-            good = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] ** 2 * t[0], vjp=lambda p, g: (3 * p[0] ** 2 * g,))
-            bad = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] * t[0], vjp=lambda p, g: (3 * p[0] * g,))
-            args = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 3))).map(lambda a: (a,))
-            """
-        )
-    )
-    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
-    good = run("check", "userops:good", "--strategy", "userops:args", "--no-report", env=env)
-    assert good.returncode == 0, good.stdout + good.stderr
-    assert good.stdout.splitlines()[-1] == "1 passed, 0 failed"
-    bad = run("check", "userops:bad", "--strategy", "userops:args", "--report", str(tmp_path / "r"), env=env)
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    case = json.loads((tmp_path / "r" / "report.json").read_text())["cases"][0]
-    assert case["failure"]["counterexample"][0]["shape"] == [1]
 
 
 def test_list_shows_activations_kinks_and_conventions(capsys):

@@ -181,3 +181,31 @@ def test_progress_bar_on_a_terminal_only():
     assert "verifying" not in out and out.splitlines()[-1] == "1 passed, 0 failed"
     piped = run("check", "examples", "--backend", "numpy", "--no-report")
     assert "verifying" not in piped.stderr
+
+
+def test_user_function_and_strategy(tmp_path):
+    (tmp_path / "userops.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import gradverify as gv
+            from gradverify import strategies as gst
+            from hypothesis import strategies as st
+
+            def _cube(x):
+                return x ** 3
+
+            good = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] ** 2 * t[0], vjp=lambda p, g: (3 * p[0] ** 2 * g,))
+            bad = gv.Rule(_cube, jvp=lambda p, t: 3 * p[0] * t[0], vjp=lambda p, g: (3 * p[0] * g,))
+            args = gst.arrays("numpy", "float64", st.tuples(st.integers(1, 3))).map(lambda a: (a,))
+            """
+        )
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    good = run("check", "userops:good", "--strategy", "userops:args", "--no-report", env=env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    bad = run("check", "userops:bad", "--strategy", "userops:args", "--report", str(tmp_path / "r"), env=env)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    case = json.loads((tmp_path / "r" / "report.json").read_text())["cases"][0]
+    assert case["failure"]["counterexample"][0]["shape"] == [1]

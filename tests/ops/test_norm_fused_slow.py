@@ -6,6 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import gradverify as gv
+from gradverify import ops
+from gradverify.ops import _norm_fused
+
 from .._helpers import make, precise
 from ._helpers import CASES, data, random_like
 
@@ -32,3 +36,39 @@ def test_jax_fused_jvp_and_vjp_equal_the_reference(case):
     np.testing.assert_allclose(np.asarray(t1), np.asarray(t0), rtol=1e-11, atol=1e-11)
     for a, b_ in zip(c1, c0):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-11, atol=1e-11)
+
+
+def test_a_wrong_rule_is_caught_on_every_backend(monkeypatch):
+    """Drop the mean-subtraction from the normalization's derivative (a classic
+    hand-written-rule bug): gv.check fails on numpy, torch (forward mode) and jax."""
+
+    def uncentred(xp, xhat, rstd, t, spec):
+        ts = xp.reshape(xp.astype(t, rstd.dtype), spec.group) if spec.group else xp.astype(t, rstd.dtype)
+        xh = xp.reshape(xhat, ts.shape)
+        out = rstd * (ts - xh * xp.mean(xh * ts, axis=spec.axes, keepdims=True))
+        return xp.reshape(out, tuple(t.shape))
+
+    x, w, b = data((3, 4, 5))
+    right = {
+        "numpy": gv.check(ops.norm_rule("group_norm", x, 2, w, b), x, w, b),
+        **{
+            k: gv.check(lambda *a: ops.group_norm(a[0], 2, *a[1:], impl="fused"), *(make(k, v) for v in (x, w, b)))
+            for k in ("torch", "jax")
+        },
+    }
+    assert all(r.ok for r in right.values()), right
+    monkeypatch.setattr(_norm_fused, "project", uncentred)
+    _norm_fused.jax_fused.cache_clear()
+    try:
+        wrong = {
+            "numpy": gv.check(ops.norm_rule("group_norm", x, 2, w, b), x, w, b),
+            **{
+                k: gv.check(lambda *a: ops.group_norm(a[0], 2, *a[1:], impl="fused"), *(make(k, v) for v in (x, w, b)))
+                for k in ("torch", "jax")
+            },
+        }
+    finally:
+        _norm_fused.jax_fused.cache_clear()
+    for backend, r in wrong.items():
+        assert not r.ok, backend
+        assert r.errors[0].argument == 0, (backend, str(r))

@@ -42,21 +42,6 @@ def test_arrays_shrink_to_one_simple_element():
     assert a.shape == (1,) and a[0] == 0.0
 
 
-def test_bias_act_args_shrink_to_one_element_and_zero_bias():
-    x, b = find(gst.bias_act_args("relu", "numpy"), lambda args: True, settings=settings(database=None))
-    assert x.shape == (1, 1) and b.tolist() == [0.0]
-    # without a bias: x alone
-    (x,) = find(gst.bias_act_args("tanh", "torch", bias=False), lambda a: True, settings=settings(database=None))
-    assert tuple(x.shape) == (1, 1)
-
-
-def test_bias_act_args_channels_on_axis_1():
-    x, b = find(
-        gst.bias_act_args("tanh", "numpy", shape=st.just((2, 3, 4))), lambda a: True, settings=settings(database=None)
-    )
-    assert x.shape == (2, 3, 4) and b.shape == (3, 1)
-
-
 def test_bias_act_args_without_room_say_so():
     with pytest.raises(gv.ArgumentValueError, match="room between the kinks"):
         gst.bias_act_args("relu", "numpy", min_value=-1e-5, max_value=1e-5)

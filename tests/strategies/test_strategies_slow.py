@@ -105,3 +105,18 @@ def test_normalization_args_on_torch_and_jax():
         with precise(backend):  # jax float64 arrays compute under x64
             y = gst.normalization_call("group_norm", "fused")(*args)
         assert tuple(y.shape) == tuple(args[0].shape)
+
+
+def test_bias_act_args_shrink_to_one_element_and_zero_bias():
+    x, b = find(gst.bias_act_args("relu", "numpy"), lambda args: True, settings=settings(database=None))
+    assert x.shape == (1, 1) and b.tolist() == [0.0]
+    # without a bias: x alone
+    (x,) = find(gst.bias_act_args("tanh", "torch", bias=False), lambda a: True, settings=settings(database=None))
+    assert tuple(x.shape) == (1, 1)
+
+
+def test_bias_act_args_channels_on_axis_1():
+    x, b = find(
+        gst.bias_act_args("tanh", "numpy", shape=st.just((2, 3, 4))), lambda a: True, settings=settings(database=None)
+    )
+    assert x.shape == (2, 3, 4) and b.shape == (3, 1)

@@ -8,21 +8,8 @@ import json
 import pytest
 
 from gradverify import cli
-from gradverify._sweep import cases as _sweep, reports
 
 from ._helpers import OPTIONS, TARGETS, run
-
-
-def test_a_case_alone_gives_its_record_in_the_sweep(serial):
-    """Serializable, self-seeded: rebuilt from its record, run on its own."""
-    report = json.loads((serial / "report.json").read_text())
-    failed = next(c for c in report["cases"] if c["status"] == "failed")
-    case = _sweep.case_of(failed)
-    assert case == _sweep.Case(**json.loads(json.dumps(_sweep.dataclasses.asdict(case))))
-    alone = _sweep.run_case(case)
-    alone["index"] = failed["index"]
-    alone = json.loads(reports.to_json(alone))  # as the report holds it
-    assert reports.canonical_case(alone) == reports.canonical_case(failed)
 
 
 def test_merge_refuses_shards_of_different_sweeps(serial, tmp_path, capsys):

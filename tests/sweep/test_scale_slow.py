@@ -106,3 +106,15 @@ def test_an_unreachable_scheduler_gets_a_clear_error(capsys):
             ["check", "bias_act:relu", "--backend", "numpy", "--no-report", "--scheduler", "tcp://127.0.0.1:9"]
         )
     assert code == 2 and "--scheduler: expected the address of a running Dask scheduler" in capsys.readouterr().err
+
+
+def test_a_case_alone_gives_its_record_in_the_sweep(serial):
+    """Serializable, self-seeded: rebuilt from its record, run on its own."""
+    report = json.loads((serial / "report.json").read_text())
+    failed = next(c for c in report["cases"] if c["status"] == "failed")
+    case = _sweep.case_of(failed)
+    assert case == _sweep.Case(**json.loads(json.dumps(_sweep.dataclasses.asdict(case))))
+    alone = _sweep.run_case(case)
+    alone["index"] = failed["index"]
+    alone = json.loads(reports.to_json(alone))  # as the report holds it
+    assert reports.canonical_case(alone) == reports.canonical_case(failed)

@@ -200,3 +200,29 @@ def test_same_seed_same_examples_whatever_else_is_imported():
         for mode in ("less", "more")
     ]
     assert outs[0] == outs[1] and outs[0].strip()
+
+
+def test_report_is_exact_pasteable_and_saved(tmp_path):
+    import torch  # noqa: F401  (the @example line names torch)
+
+    r = gv.verify(BUILDERS["torch"](True), naive_bias_args("torch"), seed=0, report_dir=tmp_path)
+    text = str(r)
+    assert text.startswith("gradverify.verify FAILED: FusedSwishSeedBug.apply - seed 0")
+    assert "@example((torch.tensor(" in text and "dtype=torch.float64" in text
+    # the @example literal rebuilds the counterexample exactly
+    line = next(ln for ln in text.splitlines() if "@example(" in ln).strip()
+    rebuilt = eval(line.removeprefix("@example(").removesuffix(")"))  # noqa: S307
+    for got, want in zip(rebuilt, r.counterexample):
+        assert torch.equal(got, want)
+    saved = np.load(r.saved)
+    assert r.saved.startswith(str(tmp_path)) and sorted(saved.files) == ["arg0", "arg1"]
+    for k, a in enumerate(r.counterexample):
+        np.testing.assert_array_equal(saved[f"arg{k}"], to_numpy(a))
+    assert not list(tmp_path.glob("*.tmp"))  # written atomically
+    assert f"gv.verify(fn, strategy, seed=0, max_examples={r.max_examples})" in text
+    assert "the check at the counterexample:" in text and "mismatch" in text
+    # hex is exact
+    hexes = next(ln for ln in text.splitlines() if "exact:" in ln).split("exact:")[1].split()
+    assert float.fromhex(hexes[0]) == to_numpy(r.counterexample[0]).reshape(-1)[0]
+    d = r.to_dict()
+    assert d["ok"] is False and d["counterexample"][1]["hex"][0] == float(to_numpy(r.counterexample[1])[0]).hex()
