@@ -9,7 +9,6 @@ confirmed by FD along e_j - the independent witness the finding reports."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,18 +16,9 @@ from . import fd, tolerance as tol, xp as _xp
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis
+from .worst import Located
 
-__all__ = ["Localiser", "Located", "bisect"]
-
-
-@dataclass(frozen=True)
-class Located:
-    """The input element behind a disagreement, with FD's witness there."""
-
-    element: int  # flat index into the inputs
-    values: dict[str, float]  # labelled: {"VJP": .., "FD": ..} or {"JVP": .., "FD": ..}
-    bound: float
-    how: str
+__all__ = ["Localiser", "bisect"]
 
 
 class Localiser:

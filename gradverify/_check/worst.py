@@ -1,14 +1,23 @@
 """The named records of a comparison's worst disagreement: what each
-comparison keeps of the element or projection furthest over its bound."""
+comparison keeps of the element or projection furthest over its bound, and
+the input element localisation finds behind it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .locate import Located
+__all__ = ["ElementWorst", "JacobianWorst", "Located", "PrecisionWorst", "ProjectionWorst"]
 
-__all__ = ["ElementWorst", "JacobianWorst", "PrecisionWorst", "ProjectionWorst"]
+
+@dataclass(frozen=True)
+class Located:
+    """The input element behind a disagreement, with FD's witness there."""
+
+    element: int  # flat index into the inputs
+    values: dict[str, float]  # labelled: {"VJP": .., "FD": ..} or {"JVP": .., "FD": ..}
+    bound: float
+    how: str
 
 
 @dataclass(frozen=True)

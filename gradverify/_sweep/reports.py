@@ -24,6 +24,8 @@ __all__ = [
     "FILES",
     "FORMATS",
     "RENDER",
+    "svg_ad_vs_fd",
+    "svg_fd_vs_step",
     "totals_line",
     "SCHEMA",
     "TIMING",
@@ -297,7 +299,7 @@ def to_html(report: dict[str, Any]) -> str:
             continue
         f = c["failure"]
         out.append(f'<h2 id="{e(c["id"])}">FAILED {e(c["id"])}</h2>')
-        for svg in (_svg_fd_vs_step(f.get("fd_vs_step")), _svg_ad_vs_fd(f.get("ad_vs_fd"))):
+        for svg in (svg_fd_vs_step(f.get("fd_vs_step")), svg_ad_vs_fd(f.get("ad_vs_fd"))):
             if svg:
                 out.append(svg)
         plot = _plot(f)
@@ -403,7 +405,7 @@ def _decades(lo: float, hi: float) -> list[tuple[float, str]]:
     return [(float(k), f"1e{k}") for k in range(first, last + 1, every)]
 
 
-def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
+def svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
     """|FD(h) - AD| against the step h, log-log, as inline SVG (no plotting
     library needed): a correct rule dips toward rounding; a wrong one levels
     off at the size of its error."""
@@ -436,7 +438,7 @@ def _svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
     )
 
 
-def _svg_ad_vs_fd(rows: list[dict[str, Any]] | None) -> str | None:
+def svg_ad_vs_fd(rows: list[dict[str, Any]] | None) -> str | None:
     """AD (red dots) and FD (blue rings) per input element for the failing
     output element, as inline SVG: the wrong elements stand apart."""
     if not rows:

@@ -28,8 +28,8 @@ def test_each_plot_has_ticks_axis_labels_and_a_caption(failing_report):
 
 
 def test_no_axis_is_degenerate_when_every_value_is_the_same():
-    flat = reports._svg_fd_vs_step([[10.0**-k, 0.5, 0.25] for k in range(1, 9)])  # levels off: one value
-    one = reports._svg_ad_vs_fd([{"argument": 0, "index": [0], "AD": -1.0, "FD": -1.0}])
+    flat = reports.svg_fd_vs_step([[10.0**-k, 0.5, 0.25] for k in range(1, 9)])  # levels off: one value
+    one = reports.svg_ad_vs_fd([{"argument": 0, "index": [0], "AD": -1.0, "FD": -1.0}])
     for svg in (flat, one):
         assert "nan" not in svg.lower() and "inf" not in svg.lower()
         ys = [float(v) for v in re.findall(r'<circle cx="[\d.]+" cy="([\d.-]+)"', svg)]
