@@ -18,6 +18,7 @@ import hashlib
 import numbers
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,22 @@ from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult
 from .backends import backend_name_of, compiling
 
-__all__ = ["VerifyResult", "derive_seed", "generated", "literal", "render_verify", "reproducible_generation", "verify"]
+__all__ = [
+    "MAX_SHRINKING_SECONDS",
+    "VerifyResult",
+    "derive_seed",
+    "generated",
+    "literal",
+    "render_verify",
+    "reproducible_generation",
+    "verify",
+]
+
+
+#: The default shrink budget, in seconds from the first failure: a failing
+#: verify of a check that takes 0.3 s stays under a minute (Hypothesis's own
+#: limit, MAX_SHRINKING_SECONDS, is five minutes).
+MAX_SHRINKING_SECONDS = 20.0
 
 
 class _Failed(Exception):
@@ -56,6 +72,8 @@ class VerifyResult:
     saved: str | None  # the .npz of the counterexample
     strategy: str
     worst_ratio: float = 0.0  # the largest error / bound over the passing examples (1 = at the bound)
+    # why shrinking stopped before it had finished (the budget that ran out), or None
+    shrink_cut: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         plain = ("ok", "function", "backend", "seed", "examples_run", "inconclusive", "max_examples", "shrink_steps")
@@ -67,6 +85,7 @@ class VerifyResult:
             else [_io.exact(np.asarray(_io.to_numpy(a))) for a in self.counterexample],
             "saved": self.saved,
             "result": None if self.result is None else self.result.to_dict(),
+            "shrink_cut": self.shrink_cut,
         }
 
     def __str__(self) -> str:
@@ -86,6 +105,8 @@ def verify(
     order: int = 1,
     database: Any = None,
     report_dir: str | os.PathLike[str] | None = None,
+    max_shrinks: int | None = None,
+    max_shrinking_seconds: float | None = MAX_SHRINKING_SECONDS,
     **check_options: Any,
 ) -> VerifyResult:
     """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` and
@@ -102,6 +123,12 @@ def verify(
         database: a Hypothesis example database (default: none).
         report_dir: where a failing counterexample is saved as ``.npz``
             (default: a fresh temporary directory).
+        max_shrinks: the most checks shrinking may run after the first
+            failure (None: as many as Hypothesis takes).
+        max_shrinking_seconds: the longest shrinking may take, from the
+            first failure (None: Hypothesis's own limit, minutes). Either
+            budget spent, the smallest counterexample found so far is the
+            result, and the report says shrinking was cut.
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
             ``name``, ``vectorise``, ``batched``.
@@ -124,23 +151,14 @@ def verify(
         >>> gv.verify(sq, st.tuples(arrays("numpy", shape=(3,))), max_examples=10).ok
         False
     """
-    from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings, target
+    from hypothesis import given, seed as hypothesis_seed, target
 
     _validate(fn, args_strategy, max_examples, seed)
+    _validate_budget(max_shrinks, max_shrinking_seconds)
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
-    state = _State()
+    state = _State(max_shrinks=max_shrinks, max_seconds=max_shrinking_seconds)
 
-    @settings(
-        max_examples=int(max_examples),
-        database=database,
-        deadline=None,
-        derandomize=False,
-        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        report_multiple_bugs=False,
-        print_blob=False,
-    )
+    @_settings(int(max_examples), database)
     @hypothesis_seed(int(seed))
     @given(args_strategy)
     def prop(args: Any) -> None:
@@ -153,6 +171,15 @@ def verify(
                     "wrap it: st.tuples(strategy) or strategy.map(lambda a: (a,))",
                 )
             )
+        # Over the shrink budget the failures seen fail again (Hypothesis
+        # replays its smallest) and anything else passes unchecked. Every
+        # failure is raised here, so that Hypothesis sees one bug.
+        over = state.failing_seen and state.spent()
+        if _key(args) in state.failing if over else _judge(args):
+            raise _Failed
+
+    def _judge(args: Any) -> bool:
+        """Whether fn fails its check at ``args`` (a failure is remembered)."""
         res = check(fn, *args, order=order, seed=int(seed), **check_options)
         state.label = res.function
         if state.failing_seen:
@@ -163,12 +190,14 @@ def verify(
                 state.inconclusive += bool(res.inconclusive)
             state.worst_ratio = max(state.worst_ratio, float(res.worst_ratio))
             target(float(res.worst_ratio), label="error / bound")
-            return
+            return False
         if not state.failing_seen:
             state.examples += 1
+            state.started = time.monotonic()
         state.failing_seen = True
         state.last = (args, res)
-        raise _Failed
+        state.failing.add(_key(args))
+        return True
 
     options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
     outermost = False
@@ -182,6 +211,24 @@ def verify(
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+def _settings(max_examples: int, database: Any) -> Any:
+    """Hypothesis's settings for a verify run: quiet, no deadline, no health
+    checks (a gradient check is slow by nature), one bug, no blob."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+    return settings(
+        max_examples=max_examples,
+        database=database,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
 
 
 def _validate(fn: Any, args_strategy: Any, max_examples: Any, seed: Any) -> None:
@@ -203,6 +250,37 @@ def _validate(fn: Any, args_strategy: Any, max_examples: Any, seed: Any) -> None
             raise ArgumentValueError(
                 explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
             )
+
+
+def _validate_budget(max_shrinks: Any, max_shrinking_seconds: Any) -> None:
+    if max_shrinks is not None and (
+        not isinstance(max_shrinks, numbers.Integral) or isinstance(max_shrinks, bool) or max_shrinks < 0
+    ):
+        raise ArgumentValueError(
+            explain("verify(max_shrinks)", "an int >= 0 or None", repr(max_shrinks), "e.g. max_shrinks=100")
+        )
+    if max_shrinking_seconds is not None and (
+        not isinstance(max_shrinking_seconds, numbers.Real)
+        or isinstance(max_shrinking_seconds, bool)
+        or not max_shrinking_seconds >= 0
+    ):
+        raise ArgumentValueError(
+            explain(
+                "verify(max_shrinking_seconds)",
+                "a number of seconds >= 0 or None",
+                repr(max_shrinking_seconds),
+                "e.g. max_shrinking_seconds=60 (None: Hypothesis's own limit)",
+            )
+        )
+
+
+def _key(args: tuple[Any, ...]) -> bytes:
+    """The input's exact value: dtype, shape and bytes of every argument."""
+    parts = []
+    for a in args:
+        v = np.asarray(_io.to_numpy(a))
+        parts.append(f"{v.dtype}{v.shape}".encode() + np.ascontiguousarray(v).tobytes())
+    return hashlib.sha256(b"|".join(parts)).digest()
 
 
 def derive_seed(base: int, key: str) -> int:
@@ -279,6 +357,20 @@ class _State:
     last: tuple[tuple[Any, ...], CheckResult] | None = None
     label: str | None = None
     worst_ratio: float = 0.0
+    max_shrinks: int | None = None
+    max_seconds: float | None = None
+    started: float = 0.0  # when the first failure was seen (time.monotonic)
+    cut: str | None = None  # which budget stopped shrinking
+    failing: set[bytes] = dataclasses.field(default_factory=set)  # the failing inputs seen (_key)
+
+    def spent(self) -> bool:
+        """Whether a shrink budget has run out (said once, in ``cut``)."""
+        if self.cut is None:
+            if self.max_shrinks is not None and self.shrink_steps >= self.max_shrinks:
+                self.cut = f"after {self.shrink_steps} step(s): max_shrinks={self.max_shrinks}"
+            elif self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
+                self.cut = f"after {self.shrink_steps} step(s): max_shrinking_seconds={self.max_seconds:g}"
+        return self.cut is not None
 
     def result(self, label: str, seed: int, max_examples: int, strategy: str, report_dir: Any) -> VerifyResult:
         """The run's result; a failure's counterexample saved in ``report_dir``."""
@@ -299,6 +391,7 @@ class _State:
             saved=_save(args, label, seed, report_dir) if failed else None,
             strategy=strategy,
             worst_ratio=self.worst_ratio,
+            shrink_cut=self.cut if failed else None,
         )
 
 
@@ -337,7 +430,10 @@ def render_verify(r: VerifyResult) -> str:
     )
     if r.ok:
         return head + "\n  no generated input gave an error-level finding"
-    lines = [head + f"; shrunk in {r.shrink_steps} step(s)", f"  counterexample ({r.backend}):"]
+    shrunk = f"; shrunk in {r.shrink_steps} step(s)"
+    if r.shrink_cut:
+        shrunk += f" - shrinking cut {r.shrink_cut}: the smallest counterexample found by then"
+    lines = [head + shrunk, f"  counterexample ({r.backend}):"]
     for i, a in enumerate(r.counterexample or ()):
         ex = _io.exact(np.asarray(_io.to_numpy(a)))
         shape = "x".join(map(str, ex["shape"])) or "scalar"

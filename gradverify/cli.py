@@ -36,6 +36,7 @@ from ._sweep.cases import EXAMPLES, NORMS
 from ._sweep.reports import FORMATS
 from ._triage import junit as _triage_junit, node as _triage_node, render as _reports_triage, rerun as _triage_rerun
 from ._triage.verdict import Verdict
+from ._verify import MAX_SHRINKING_SECONDS
 from .backends import BACKENDS
 
 
@@ -69,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-examples", type=int, default=10)
     c.add_argument("--order", type=int, choices=(1, 2), default=1)
     c.add_argument("--batched", action="store_true", help="also check the JVP and VJP under vmap (torch, jax)")
+    c.add_argument(
+        "--max-shrinking-seconds",
+        type=float,
+        default=MAX_SHRINKING_SECONDS,
+        metavar="S",
+        help=f"stop shrinking a failing case after S seconds (default {MAX_SHRINKING_SECONDS:g})",
+    )
     c.add_argument(
         "--strategy",
         metavar="MODULE:NAME",
@@ -156,6 +164,8 @@ def _check(args: argparse.Namespace) -> int:
     impls = ("reference", "fused") if args.impl == "both" else (args.impl,)
     if args.max_examples < 1:
         raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}")
+    if not args.max_shrinking_seconds >= 0:
+        raise _Usage(f"--max-shrinking-seconds: expected a number of seconds >= 0; found {args.max_shrinking_seconds}")
     try:
         cases = _sweep.cases(
             args.targets,
@@ -167,6 +177,7 @@ def _check(args: argparse.Namespace) -> int:
             max_examples=args.max_examples,
             strategy=args.strategy,
             batched=args.batched,
+            max_shrinking_seconds=args.max_shrinking_seconds,
         )
     except (ValueError, TypeError) as e:
         raise _Usage(str(e)) from e

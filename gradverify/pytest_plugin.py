@@ -4,8 +4,10 @@
   ``--gradverify-profile``, ``--gradverify-report DIR`` and the matching ini keys;
 * a marker ``@pytest.mark.gradverify(**options)`` for per-test options
   (``max_examples``, ``seed``, ``order``, ``rtol``, ``atol``, ``full``, ``directions``,
-  ``batched``); ``--gradverify-batched`` (ini ``gradverify_batched``) turns
-  ``batched`` on for every test that does not set it;
+  ``batched``, ``max_shrinks``, ``max_shrinking_seconds``); ``--gradverify-batched``
+  (ini ``gradverify_batched``) turns ``batched`` on for every test that does
+  not set it; ``--gradverify-max-shrinking-seconds`` (ini
+  ``gradverify_max_shrinking_seconds``) bounds every failing verify's shrinking;
 * a fixture ``gradverify``: ``check``, ``verify``, ``assert_gradients`` and
   ``assert_verified`` bound to the test's own seed (``seed_for``: from the
   base seed and the test's file name and name, so the same whatever the
@@ -34,10 +36,11 @@ from . import _io, _observe
 from ._check.pipeline import check
 from ._errors import GradientError
 from ._sweep import reports
-from ._verify import derive_seed, verify
+from ._verify import MAX_SHRINKING_SECONDS, derive_seed, verify
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise", "batched")
-_MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS)
+_SHRINK_OPTIONS = ("max_shrinks", "max_shrinking_seconds")
+_MARKER_OPTIONS = ("max_examples", "seed", *_CHECK_OPTIONS, *_SHRINK_OPTIONS)
 _RECORDS_ATTR = "gradverify_records"
 
 
@@ -50,6 +53,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--gradverify-report", metavar="DIR", default=None, help="write gradverify's report here")
     group.addoption(
+        "--gradverify-max-shrinking-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"stop shrinking a failing gradverify.verify after S seconds (default {MAX_SHRINKING_SECONDS:g})",
+    )
+    group.addoption(
         "--gradverify-batched",
         action="store_const",
         const=True,
@@ -60,6 +70,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gradverify_max_examples", "examples per gradverify.verify (default 100)", default="")
     parser.addini("gradverify_profile", "Hypothesis settings profile: ci, dev or thorough", default="")
     parser.addini("gradverify_report", "directory for gradverify's report", default="")
+    parser.addini(
+        "gradverify_max_shrinking_seconds",
+        f"seconds a failing gradverify.verify may shrink (default {MAX_SHRINKING_SECONDS:g})",
+        default="",
+    )
     parser.addini("gradverify_batched", "check the JVP and VJP under vmap too (true/false)", type="bool", default=False)
 
 
@@ -73,12 +88,14 @@ class _Settings:
         self.profile = pick("gradverify_profile", "gradverify_profile")
         max_examples = pick("gradverify_max_examples", "gradverify_max_examples")
         if max_examples is None and self.profile:
-            from .strategies._profiles import PROFILES
+            from .strategies import PROFILES  # (imports hypothesis: only where a profile is asked for)
 
             max_examples = PROFILES[self.profile]["max_examples"]
         self.max_examples = int(max_examples or 100)
         self.report = pick("gradverify_report", "gradverify_report")
         self.batched = bool(pick("gradverify_batched", "gradverify_batched"))
+        shrinking = pick("gradverify_max_shrinking_seconds", "gradverify_max_shrinking_seconds")
+        self.max_shrinking_seconds = MAX_SHRINKING_SECONDS if shrinking is None else float(shrinking)
         self.records: list[dict[str, Any]] = []
 
 
@@ -89,14 +106,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gradverify(**options): per-test gradverify options "
-        "(max_examples, seed, order, rtol, atol, full, directions, wrt, vectorise, batched)",
+        "(max_examples, seed, order, rtol, atol, full, directions, wrt, vectorise, batched, "
+        "max_shrinks, max_shrinking_seconds)",
     )
     settings = _Settings(config)
     config.stash[_settings_key] = settings
     if settings.profile:
         from hypothesis import settings as hypothesis_settings
 
-        from .strategies import load_profile
+        from .strategies import load_profile  # (imports hypothesis: only where a profile is asked for)
 
         settings.previous_profile = hypothesis_settings.default
         load_profile(settings.profile)
@@ -169,6 +187,8 @@ class Checker:
         self.options = {k: v for k, v in marker_options.items() if k in _CHECK_OPTIONS}
         if settings.batched:
             self.options.setdefault("batched", True)
+        self.shrinking = {"max_shrinking_seconds": settings.max_shrinking_seconds}
+        self.shrinking.update({k: v for k, v in marker_options.items() if k in _SHRINK_OPTIONS})
         self.report_dir = settings.report
 
     def check(self, fn: Any, *args: Any, **options: Any) -> Any:
@@ -180,6 +200,7 @@ class Checker:
             "seed": self.seed,
             "max_examples": self.max_examples,
             "report_dir": report_dir,
+            **self.shrinking,
             **self.options,
             **options,
         }

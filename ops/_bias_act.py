@@ -75,7 +75,7 @@ def bias_act(activation_: str | Activation, x: Any, b: Any = None, *, impl: str 
         z = x if b is None else x + b
         return act.forward(xp, z, **act.params)
     if backend == "torch":
-        from ._bias_act_torch import fused
+        from ._bias_act_torch import fused  # (imports torch: only for a tensor)
 
         return fused(act, x, b)
     if backend == "jax":
@@ -98,7 +98,7 @@ def bias_act_(activation_: str | Activation, x: Any, b: Any = None) -> Any:
             )
         )
     if backend == "torch":
-        from ._bias_act_torch import fused_
+        from ._bias_act_torch import fused_  # (imports torch: only for a tensor)
 
         return fused_(act, x, b)
     if not x.flags.writeable:

@@ -40,7 +40,7 @@ def _apply(
     xp = _xp.namespace(x)
     backend = _xp.backend_name(x)
     if impl == "fused" and backend == "torch":
-        from ._norm_torch import fused
+        from ._norm_torch import fused  # (imports torch: only for a tensor)
 
         return fused(x, weight, bias, fixed, spec)
     if impl == "fused" and backend == "jax":

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
+from ._xp import namespace
+
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 SQRT_8_OVER_PI = math.sqrt(8.0 / math.pi)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -551,8 +553,6 @@ def derivative_reads_output(act: Activation) -> bool:
 @cache
 def _reads_output(derivative: Fn, params: tuple) -> bool:
     import numpy as np
-
-    from ._xp import namespace
 
     try:
         out = derivative(namespace(np.zeros(1)), np.full(1, 0.5), None, **dict(params))

@@ -10,7 +10,8 @@ statistics, with fixed seeds. Installed as ``gradverify.strategies``.
 * :func:`normalization_args` / :func:`normalization_call` - inputs whose
   statistics are informative, and the layer call that takes them;
 * :func:`activations` - the table's names, simplest first;
-* settings profiles ``ci``, ``dev``, ``thorough`` (:func:`load_profile`).
+* settings profiles ``ci``, ``dev``, ``thorough`` (:func:`load_profile`);
+* :func:`to_backend` - a numpy array as an array of a backend and dtype.
 """
 
 from ._arrays import (
@@ -20,6 +21,7 @@ from ._arrays import (
     complex_arrays as complex_arrays,
     default_shapes as default_shapes,
     kink_margin as kink_margin,
+    to_backend as to_backend,
 )
 from ._ops import (
     KINDS as KINDS,
@@ -47,4 +49,5 @@ __all__ = [
     "normalization_args",
     "normalization_call",
     "profile_settings",
+    "to_backend",
 ]

@@ -134,8 +134,6 @@ def normalization_call(kind: str, impl: str = "reference", *, training: bool = T
     ``lambda x, g, w, b: ops.group_norm(x, int(g), w, b, impl=impl)``. With
     ``backend="numpy"`` and ``impl="fused"`` it is a ``gv.Rule`` whose rules are
     the layer's :func:`gradverify.ops.norm_rule` at each input (numpy has no AD)."""
-    from gradverify import ops
-
     calls = {
         "layer_norm": lambda x, w, b: ops.layer_norm(x, tuple(x.shape[-1:]), w, b, impl=impl),
         "rms_norm": lambda x, w: ops.rms_norm(x, tuple(x.shape[-1:]), w, impl=impl),

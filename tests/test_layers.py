@@ -141,14 +141,15 @@ def test_there_is_no_import_cycle_type_checking_imports_included():
 def test_no_private_name_is_imported_across_wings():
     """Across wings only plain names: a wing's module, or what a module lists
     in ``__all__``; the top-level private modules are the shared vocabulary,
-    and the companions' modules are private to them."""
+    and the companions' own modules are private to them (their names are
+    imported from the companion itself)."""
     modules = _modules(companions=True)
     wrong = []
     for name, path in modules.items():
         for target, imported, _ in _imports(name, path, modules):
             if wing(target) in ("", wing(name)):
                 continue
-            inner = target.split(".")[1:] if wing(target) not in COMPANIONS else []
+            inner = target.split(".")[1:]
             if imported.startswith("_") or any(p.startswith("_") for p in inner):
                 wrong.append(f"{name}: {target}.{imported}".rstrip("."))
     assert not wrong, wrong
@@ -168,9 +169,10 @@ def test_every_wing_module_declares_its_surface():
 
 
 def test_imports_inside_functions_say_why():
-    """An import of the package's own modules inside a function is there for
-    a heavy optional dependency, and says so in a comment on its line."""
-    modules = _modules()
+    """An import of the package's own modules (the companions' included)
+    inside a function is there for a heavy dependency, and says so in a
+    comment on its line."""
+    modules = _modules(companions=True)
     silent = []
     for name, path in modules.items():
         lines = path.read_text().splitlines()

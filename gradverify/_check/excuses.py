@@ -24,14 +24,12 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import fd as _fd, tolerance as tol, xp as _xp
-
-if TYPE_CHECKING:  # (the oracle's module imports this one: a type only)
-    from .oracle import Oracle
+from .oracle import Oracle
 
 __all__ = [
     "AllUnmeasured",
@@ -144,7 +142,7 @@ class OnGrid(OncePerDirection):
         shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.err)), at, reach[raised]), shape)
         reasons = dict(ref.reasons or {})
-        status = _fd.mark_unresolved(ref.value, err, ref.status, ref.typical / c, reasons)
+        status = _fd.mark_unresolved(ref.value, err, _xp.copy(ref.status), ref.typical / c, reasons)
         oracle.refs[b] = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
         return True
 

@@ -1,15 +1,16 @@
 """``gv.check``: cross-check forward mode, reverse mode and finite differences.
 
 The check runs as stages, each a module with a typed result (see
-docs/verdicts.md): the primal twice on copies, for mutation and
-nondeterminism (``_primal.evaluate``) -> the oracle's precision, float64 when
-fn accepts it (``_primal.choose``) -> the probes, directions u and cotangents
-v (``_probes``) -> JVP J u and VJP J^T v (``_modes``) -> the FD oracle with
-fn's noise measured and kinks told apart (``_oracle``, ``_fd``) -> the
-comparisons JVP/FD, VJP/FD, JVP/VJP and low precision/float64
-(``_compare``), a failing one localised (``_locate``) -> findings
-(``_findings``). ``order=2`` checks the derivatives of the JVP and VJP the
-same way.
+docs/how-a-check-works.md): the primal twice on copies, for mutation and
+nondeterminism (``primal.evaluate``, ``primal.repeat``) -> the oracle's
+precision, float64 when fn accepts it (``primal.choose``) -> the probes,
+directions u and cotangents v (``probes``) -> JVP J u and VJP J^T v
+(``modes``) -> the FD oracle with fn's noise measured and kinks told apart
+(``oracle``, ``fd``) -> the comparisons JVP/FD, VJP/FD, JVP/VJP and low
+precision/float64 (``compare``, ``lowprecision``), a disagreement put to the
+``excuses`` first and a surviving one localised (``locate``) -> findings
+(``findings``). ``order=2`` checks the derivatives of the JVP and VJP the
+same way, with the same options.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _check_real(
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
-    """Whether the check works on the arguments' device (see _xp)."""
+    """Whether the check works on the arguments' device (see xp)."""
     if backend.name == "numpy" or sum(xp.size(a) for a in args) <= xp.HOST_MAX:
         return False
     return backend.float64_on_device(args) is None

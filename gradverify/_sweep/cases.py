@@ -29,7 +29,7 @@ from .. import _io, ops
 from .._check.evaluate import Evaluator
 from .._check.steps import fd_against_step, kink_distance as distance
 from .._errors import ArgumentValueError, UsageError, explain
-from .._verify import derive_seed, generated, literal, verify
+from .._verify import MAX_SHRINKING_SECONDS, derive_seed, generated, literal, verify
 from ..backends import BACKENDS, backend_name_of
 from .examples import BUILDERS
 
@@ -78,6 +78,7 @@ class Case:
     strategy: str | None = None  # "pkg.mod:name" for a user target
     path: str | None = None  # a user target: the directory its modules import from (the sweep's)
     batched: bool = False  # the JVP and VJP under vmap too (gv.check's batched)
+    max_shrinking_seconds: float | None = MAX_SHRINKING_SECONDS  # gv.verify's shrink budget
 
     @property
     def id(self) -> str:
@@ -166,6 +167,7 @@ def cases(
     max_examples: int = 10,
     strategy: str | Sequence[str] | None = None,
     batched: bool = False,
+    max_shrinking_seconds: float | None = MAX_SHRINKING_SECONDS,
 ) -> list[Case]:
     """Every (target, backend, impl, dtype) case. A user target's backend and
     dtype are those of its strategy's arrays (see ``resolve``)."""
@@ -191,6 +193,7 @@ def cases(
                         derive_seed(seed, key),
                         max_examples,
                         batched=batched,
+                        max_shrinking_seconds=max_shrinking_seconds,
                     )
                     out.append(resolve(dataclasses.replace(case, strategy=strategies.get(target))) if user else case)
     return out
@@ -362,6 +365,7 @@ def run_case(case: Case, report_dir: str | Path | None = None) -> dict[str, Any]
             order=case.order,
             report_dir=scratch,
             batched=case.batched,
+            max_shrinking_seconds=case.max_shrinking_seconds,
         )
         record.update(
             status="passed" if res.ok else "failed",
@@ -399,6 +403,7 @@ def _failure(case: Case, res: Any) -> dict[str, Any]:
         "script": npz[: -len(".npz")] + ".py",
         "report": str(dataclasses.replace(res, saved=npz)),
         "check": res.result.to_dict(),
+        "shrink_cut": res.shrink_cut,
     }
     failure["fd_vs_step"], failure["ad_vs_fd"] = _probe(case, res, err)
     return failure

@@ -284,7 +284,7 @@ def naive_strategy(case: NaiveCase, dtype: str) -> Any:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
-    from ..strategies._arrays import to_backend  # (imports hypothesis: only where a strategy is built)
+    from ..strategies import to_backend  # (imports hypothesis: only where a strategy is built)
 
     elements = st.floats(-10, 10, width=64 if dtype == "float64" else 32)
 

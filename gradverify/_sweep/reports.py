@@ -208,6 +208,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         if f.get("kink_distance") is not None:
             lines.append(f"- distance of x + b to the nearest kink: {f['kink_distance']:.3g}")
         lines.append(f"- seed {c['seed']}, {c['examples_run']} example(s); op {c['op']}, impl {c['impl']}")
+        if f.get("shrink_cut"):
+            lines.append(f"- shrinking cut {f['shrink_cut']}: the smallest counterexample found by then")
         lines.append("- minimal counterexample:")
         for a in f["counterexample"]:
             lines.append(f"  - `{a['name']}` {a['dtype']}{a['shape']}: `{a['values']}`")

@@ -209,3 +209,23 @@ def test_user_function_and_strategy(tmp_path):
     assert bad.returncode == 1, bad.stdout + bad.stderr
     case = json.loads((tmp_path / "r" / "report.json").read_text())["cases"][0]
     assert case["failure"]["counterexample"][0]["shape"] == [1]
+    assert case["max_shrinking_seconds"] > 0 and case["failure"]["shrink_cut"] is None
+    # a shrink budget of 0 seconds keeps the first failure, and the report says so
+    cut = run(
+        "check",
+        "userops:bad",
+        "--strategy",
+        "userops:args",
+        "--max-shrinking-seconds",
+        "0",
+        "--report",
+        str(tmp_path / "c"),
+        env=env,
+    )
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    case = json.loads((tmp_path / "c" / "report.json").read_text())["cases"][0]
+    assert case["max_shrinking_seconds"] == 0
+    assert case["failure"]["shrink_cut"] == "after 0 step(s): max_shrinking_seconds=0"
+    assert "shrinking cut after 0 step(s)" in (tmp_path / "c" / "report.md").read_text()
+    refused = run("check", "userops:bad", "--strategy", "userops:args", "--max-shrinking-seconds", "-1", env=env)
+    assert refused.returncode == 2 and "--max-shrinking-seconds: expected a number of seconds >= 0" in refused.stderr

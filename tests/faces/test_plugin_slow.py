@@ -201,3 +201,41 @@ def test_wrong_then_right(gradverify):
     assert props["gradverify_verdict"] == "passed" and props["gradverify_calls"] == "1", props
     # the session saw both attempts' calls, the first one failing
     assert "2 gradient check(s) in 1 test(s), 1 failed" in result.stdout.str()
+
+
+SHRINKING = """
+import pytest
+import gradverify as gv
+from hypothesis import strategies as st
+from gradverify.strategies import arrays
+
+WRONG = gv.Rule(lambda x: x * x, vjp=lambda p, g: (2.5 * p[0] * g,))
+
+
+def test_budget_from_the_run(gradverify):
+    r = gradverify.verify(WRONG, st.tuples(arrays("numpy", shape=(6,))), max_examples=20)
+    print("CUT:", r.shrink_cut)
+
+
+@pytest.mark.gradverify(max_shrinks=2)
+def test_budget_from_the_marker(gradverify):
+    r = gradverify.verify(WRONG, st.tuples(arrays("numpy", shape=(6,))), max_examples=20)
+    print("CUT:", r.shrink_cut)
+"""
+
+
+def test_the_shrink_budget_comes_from_the_option_the_ini_key_and_the_marker(pytester):
+    """A failing verify shrinks to its end by default here (a fast check); the
+    marker cuts it after two checks, the option or ini key at 0 seconds
+    (which, the first budget spent, cuts the marked test too)."""
+    pytester.makepyfile(test_shrinking=SHRINKING)
+
+    def cuts(*args):
+        out = pytester.runpytest("-s", "-p", "no:cacheprovider", "-p", "no:xdist", *args).stdout.str()
+        return re.findall(r"CUT: (.*)", out)
+
+    assert cuts() == ["None", "after 2 step(s): max_shrinks=2"]
+    zero = "after 0 step(s): max_shrinking_seconds=0"
+    assert cuts("--gradverify-max-shrinking-seconds=0") == [zero, zero]
+    pytester.makeini("[pytest]\ngradverify_max_shrinking_seconds = 0\n")
+    assert cuts() == [zero, zero]

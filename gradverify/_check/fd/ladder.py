@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerance as tol
-from .records import JUMP, KINK, SMOOTH, UNRELIABLE, Array, Problem
+from .records import JUMP, KINK, SMOOTH, UNRELIABLE, Array, Line, Problem
 from .stencil import (
     DIFF_WEIGHT,
     GRID_NOISE,
@@ -52,7 +52,7 @@ def _levels(p: Problem) -> dict[float, Stencil]:
     of fn where F offers one (each level is otherwise evaluated when the
     ladder reaches it; a level it never reaches costs a batch a few points
     longer, not a call)."""
-    many = getattr(p.F, "many", None)
+    many = p.F.many if isinstance(p.F, Line) else None
     steps, k = [], p.h
     while k / tol.LADDER_FACTOR >= p.floor:
         k /= tol.LADDER_FACTOR

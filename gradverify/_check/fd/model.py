@@ -153,7 +153,7 @@ def _model_block(
 ) -> tuple:
     """model_reference() on one block: (every element passes, value, err,
     shift) from the points ``fs`` (in the order of MODEL_OFFSETS). Pure array
-    arithmetic (see _estimate_block); on numpy and torch the results go into
+    arithmetic (see stencil's estimate block); on numpy and torch the results go into
     ``outs`` (value, err, shift) and the temporaries into ``scratch``."""
     noise1, noise2, typical, kappa_max, drift_max = limits
     f = dict(zip(MODEL_OFFSETS, fs))

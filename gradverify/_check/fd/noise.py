@@ -60,7 +60,7 @@ def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> 
 
 def _wide_block(fs: tuple[Array, ...], d: float) -> tuple[Array, Array]:
     """A wide table's noise sigma and the tilt it can cause, from F at t = k d,
-    k = -4..4 (see _estimate_block; in place on two temporaries per block)."""
+    k = -4..4 (see stencil's estimate block; in place on two temporaries per block)."""
     f = dict(zip(range(-4, 5), fs))
     xp = _xp.ns(*fs)
     m = tuple(fs[0].shape)[0]

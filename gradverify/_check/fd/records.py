@@ -82,7 +82,7 @@ class Reference:
         for i in _xp.nonzero(mask, limit=3):
             reasons[int(i)] = reason(int(i))
         return dataclasses.replace(
-            self, status=_xp.put(self.status, mask, UNRELIABLE), all_smooth=False, reasons=reasons
+            self, status=_xp.put(_xp.copy(self.status), mask, UNRELIABLE), all_smooth=False, reasons=reasons
         )
 
 
