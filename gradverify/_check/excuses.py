@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fd as _fd, tolerance as tol, xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .oracle import Oracle
 
 __all__ = [
@@ -98,7 +98,7 @@ class OncePerDirection(Excuse):
     def __init__(self) -> None:
         self.done: set[int] = set()  # directions looked at
 
-    def first_look(self, oracle: Oracle, case: Disagreement) -> tuple[_fd.Reference, Any] | None:
+    def first_look(self, oracle: Oracle, case: Disagreement) -> tuple[fd.Reference, Any] | None:
         """The direction's measured reference and its disagreeing elements that
         FD decided (smooth or a kink), the first time the direction is asked
         about; None after."""
@@ -107,7 +107,7 @@ class OncePerDirection(Excuse):
         self.done.add(case.b)
         ref = oracle.measured(case.b)
         with _xp.quiet():
-            idx = _xp.nonzero((case.excess > 0) & (ref.status <= _fd.KINK))
+            idx = _xp.nonzero((case.excess > 0) & (ref.status <= fd.KINK))
         return ref, idx
 
 
@@ -131,9 +131,9 @@ class OnGrid(OncePerDirection):
             return False
         p, c = oracle.precision, oracle.probes.cs[b]
         F = oracle.F(oracle.probes.us[b], c)
-        values = [_xp.take(_xp.flat(v), idx) for v in _fd.values_at(F, [k * p.h / 4 for k in _fd.OFFSETS])]
-        q = _fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx))
-        reach = _fd.grid_bound(q, p.h) / c
+        values = [_xp.take(_xp.flat(v), idx) for v in fd.values_at(F, [k * p.h / 4 for k in fd.OFFSETS])]
+        q = fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx))
+        reach = fd.grid_bound(q, p.h) / c
         err = _xp.take(ref.err, idx)
         raised = reach > err
         if not raised.any():
@@ -142,7 +142,7 @@ class OnGrid(OncePerDirection):
         shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.err)), at, reach[raised]), shape)
         reasons = dict(ref.reasons or {})
-        status = _fd.mark_unresolved(ref.value, err, _xp.copy(ref.status), ref.typical / c, reasons)
+        status = fd.mark_unresolved(ref.value, err, _xp.copy(ref.status), ref.typical / c, reasons)
         oracle.refs[b] = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
         return True
 
@@ -194,9 +194,9 @@ class FinerStep(OncePerDirection):
                 return v
 
             f0_at = _xp.take(oracle.f0, at)
-            fine = _fd.reference(
-                _fd.Problem.of(
-                    _fd.Line(level),
+            fine = fd.reference(
+                fd.Problem.of(
+                    fd.Line(level),
                     f0_at,
                     p.h / shrink,
                     p.floor,
@@ -211,14 +211,14 @@ class FinerStep(OncePerDirection):
             # fn's grid does not shrink with the step: a level where a quantised
             # fn looks flat still carries the rounding to the grid a coarser
             # one showed (a slope error of up to its spacing over the step)
-            q = _fd.grid(seen, f0_at)
+            q = fd.grid(seen, f0_at)
             q = np.maximum(q, np.array([grid.get(int(i), 0.0) for i in at.tolist()]))
             grid.update(zip(at.tolist(), q.tolist()))
-            reach = _fd.grid_bound(q, p.h / shrink)
+            reach = fd.grid_bound(q, p.h / shrink)
             value, err = fine.value / c, np.maximum(fine.err, reach) / c
             with np.errstate(invalid="ignore"):
                 gridded = ~(reach <= 0.5 * (np.abs(fine.value) + fine.typical))
-            smooth = (fine.status == _fd.SMOOTH) & ~gridded
+            smooth = (fine.status == fd.SMOOTH) & ~gridded
             if shrink == tol.REFINE:
                 with np.errstate(invalid="ignore"):
                     far = np.abs(value - _xp.take(ref.value, at)) > err + _xp.take(ref.err, at)
@@ -237,7 +237,7 @@ class FinerStep(OncePerDirection):
                 part = np.array([replaced[i][k] for i in at.tolist()])
                 changes[name] = xp.reshape(_xp.put(_xp.copy(_xp.flat(getattr(ref, name))), at, part), shape)
             # (a smooth estimate now, whatever the first level's flag said)
-            changes["status"] = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.status)), at, _fd.SMOOTH), shape)
+            changes["status"] = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.status)), at, fd.SMOOTH), shape)
             ref = dataclasses.replace(ref, **changes)
         if moved:
             before_value, before_err = ref.value, ref.err
@@ -274,7 +274,7 @@ class WideNoise(Excuse):
     def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
         b, excess, weights = case.b, case.excess, case.weights
         ref = oracle.measured(b)
-        eligible = ref.status == _fd.SMOOTH
+        eligible = ref.status == fd.SMOOTH
         if ref.flagged is not None:
             eligible = eligible & ~ref.flagged
         if not _xp.any_(eligible):
@@ -289,7 +289,7 @@ class WideNoise(Excuse):
         why = "noise"
         span = 0.0
         while True:
-            table = _fd.wide_table(F, oracle.f0, p.h, level)
+            table = fd.wide_table(F, oracle.f0, p.h, level)
             if table is None:
                 # No noise at any spacing: what fn's rounding could still hide is
                 # a smooth deviation of up to its quantum (u x its terms) over
@@ -312,7 +312,7 @@ class WideNoise(Excuse):
             self.levels[b] = level
             with _xp.quiet():
                 fs = tuple(table.f[k] for k in sorted(table.f))
-                peak, tilt = _fd.blockwise(
+                peak, tilt = fd.blockwise(
                     _wide_tilt, peak, fs, table.sigma, peak, eligible, (inputs, p.u_oracle, p.h * c)
                 )
                 # (the points have served: let them go before the next table's are made)
@@ -336,13 +336,13 @@ class WideNoise(Excuse):
         return True
 
 
-def _noise_bound(ref: _fd.Reference, h: float) -> np.ndarray:
+def _noise_bound(ref: fd.Reference, h: float) -> np.ndarray:
     """Elements of a host reference at step h whose rounding alone (the model's,
     which a finer step only raises) makes the bound as large as the
     derivatives (see fd.mark_unresolved). The measured noise does not count
     here: a feature narrower than the step shows in a difference table as
     noise too."""
-    part = (tol.NOISE_SAFETY * _fd.R2_WEIGHT / h) * ref.eps_f
+    part = (tol.NOISE_SAFETY * fd.R2_WEIGHT / h) * ref.eps_f
     with np.errstate(invalid="ignore"):
         return ~(part <= 0.5 * (np.abs(ref.value) + ref.typical))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._result import ERROR, INFO, WARNING, Finding, Kind
-from . import fd as _fd, tolerance as tol, xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .findings import Findings, unravel
 
 if TYPE_CHECKING:  # (the oracle's module does not import this one; a type only)
@@ -211,9 +211,9 @@ def inconclusive(oracle: Oracle, report: Findings) -> None:
     if all(r.all_smooth for r in oracle.refs):
         return
     for status, kind, what in (
-        (_fd.KINK, Kind.NONDIFFERENTIABLE, "non-differentiable point (a kink)"),
-        (_fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
-        (_fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences cannot decide"),
+        (fd.KINK, Kind.NONDIFFERENTIABLE, "non-differentiable point (a kink)"),
+        (fd.JUMP, Kind.DISCONTINUITY, "discontinuity (a jump)"),
+        (fd.UNRELIABLE, Kind.FD_UNRELIABLE, "finite differences cannot decide"),
     ):
         masks = [(r.status == status) & primal.finite for r in oracle.refs]
         counts = [_xp.count(m) for m in masks]
@@ -224,7 +224,7 @@ def inconclusive(oracle: Oracle, report: Findings) -> None:
         r = oracle.refs[b]
         where, arg, idx = probes.where(b, i, primal.shape)
         values = {}
-        if status == _fd.KINK:  # the hull of the two one-sided derivatives (which side is which is not kept)
+        if status == fd.KINK:  # the hull of the two one-sided derivatives (which side is which is not kept)
             values = {
                 "lower": float(probes.unscale(b, float(r.lo[i]))),
                 "upper": float(probes.unscale(b, float(r.hi[i]))),
@@ -237,18 +237,18 @@ def inconclusive(oracle: Oracle, report: Findings) -> None:
                 union = union | m
             count = _xp.count(union)
         reason = None
-        if status == _fd.UNRELIABLE:
+        if status == fd.UNRELIABLE:
             reason = (r.reasons or {}).get(int(i)) or (
                 "the estimates did not settle as the step shrank: a feature of fn smaller than the step "
                 "(an eps, a period, a jump that is no jump), or noise as large as the slope"
             )
         report.add(
             kind,
-            INFO if status == _fd.KINK else WARNING,
+            INFO if status == fd.KINK else WARNING,
             f"{what} at {count} element(s), e.g. {where}: inconclusive there; "
             + (
                 "AD values are accepted between the one-sided derivatives"
-                if status == _fd.KINK
+                if status == fd.KINK
                 else "those elements are not compared"
             ),
             argument=arg,
@@ -260,7 +260,7 @@ def inconclusive(oracle: Oracle, report: Findings) -> None:
         )
     compared = 0
     for r in oracle.refs:
-        compared += _xp.count((r.status != _fd.JUMP) & (r.status != _fd.UNRELIABLE) & primal.finite)
+        compared += _xp.count((r.status != fd.JUMP) & (r.status != fd.UNRELIABLE) & primal.finite)
     if compared == 0:
         report.add(
             Kind.NOTHING_COMPARED,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fd as _fd, tolerance as tol, xp as _xp
+from . import fd, tolerance as tol, xp as _xp
 from .context import Context
 
 __all__ = ["FD_DIRECTIONS", "Oracle"]
@@ -37,14 +37,14 @@ class Oracle:
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
             self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
-        self.refs: list[_fd.Reference] = []
+        self.refs: list[fd.Reference] = []
 
     @property
     def label(self) -> str:
         p = self.precision
         return p.name + (f" ({p.reason})" if p.reason else "")
 
-    def F(self, u: np.ndarray | None, c: float = 1.0, *, j: int | None = None) -> _fd.Line:
+    def F(self, u: np.ndarray | None, c: float = 1.0, *, j: int | None = None) -> fd.Line:
         """t -> fn(x + t c u) in the oracle precision; along the basis vector
         e_j instead when ``j`` is given (the point is then a copy of x with
         one element moved)."""
@@ -54,23 +54,23 @@ class Oracle:
             def at_basis(t: float) -> Any:
                 return ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle, flat=True)
 
-            return _fd.Line(at_basis, lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts]))
+            return fd.Line(at_basis, lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts]))
         w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
-            split = _fd.compiled(_split_point, x, static=(3,))
+            split = fd.compiled(_split_point, x, static=(3,))
             layout = (flat.offsets, flat.sizes, flat.shapes)
 
             def at_jax(t: float) -> Any:
                 return ev.primal(list(split(x, w, t * k, layout)), oracle, flat=True)
 
-            return _fd.Line(at_jax)
+            return fd.Line(at_jax)
 
         point = self._along(u, c)
 
         def at(t: float) -> Any:
             return ev.primal(flat.split(point(t)), oracle, flat=True)
 
-        return _fd.Line(at, lambda ts: self._many([point(t) for t in ts]))
+        return fd.Line(at, lambda ts: self._many([point(t) for t in ts]))
 
     def _along(self, u: Any, c: float) -> Callable[[float], Any]:
         """t -> the flat point x + t c u (fresh, on the host's working arrays)."""
@@ -82,13 +82,13 @@ class Oracle:
         """F's values at the model's offsets (fd.MODEL_OFFSETS) along every
         c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
         ``_many``); None where there is none."""
-        offsets = [k * self.precision.h / 4 for k in _fd.MODEL_OFFSETS]
+        offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
         points = [self._along(u, c)(t) for u, c in zip(us, cs) for t in offsets]
         out = self._many(points)
         if out is None:
             return None
         n = len(offsets)
-        return [dict(zip(_fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(len(us))]
+        return [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(len(us))]
 
     def _many(self, points: list[Any]) -> list[np.ndarray] | None:
         """fn at every flat point of ``points`` in the oracle precision, in one
@@ -130,8 +130,8 @@ class Oracle:
         j: int | None = None,
         point: float | None = None,
         have: dict[int, np.ndarray] | None = None,
-        quick: Any = _fd.UNKNOWN,
-    ) -> _fd.Reference:
+        quick: Any = fd.UNKNOWN,
+    ) -> fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
         ``model_first``: the rounding model's reference where it flags nothing
@@ -146,7 +146,7 @@ class Oracle:
         if point is None:
             point = self.terms(c, column=j is not None)
         ad_tol, ad = _along_c(ad_tol, ad, c)
-        problem = _fd.Problem.of(
+        problem = fd.Problem.of(
             self.F(u, c, j=j),
             self.f0,
             p.h if h is None else h,
@@ -158,7 +158,7 @@ class Oracle:
             inputs=self.probes.inputs_max,
             point=point,
         )
-        ref = _fd.reference(problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick)
+        ref = fd.reference(problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick)
         return self._in_units(ref, c)
 
     def terms(self, c: float, column: bool) -> float:
@@ -168,14 +168,14 @@ class Oracle:
         direction at most 1 (|u_j| >= |x_j| / c)."""
         return max(self.probes.inputs_max, tol.TINY_SCALE) / c if column else 1.0
 
-    def _in_units(self, ref: _fd.Reference, c: float) -> _fd.Reference:
+    def _in_units(self, ref: fd.Reference, c: float) -> fd.Reference:
         if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
             ref.value /= c
             ref.err /= c
             if ref.shift is not None:
                 ref.shift /= c
         if not self.primal.all_finite:
-            ref.status = _xp.put(ref.status, ~self.primal.finite, _fd.UNRELIABLE)
+            ref.status = _xp.put(ref.status, ~self.primal.finite, fd.UNRELIABLE)
             ref.all_smooth = False
         if ref.measure is not None:
             measure = ref.measure
@@ -194,11 +194,11 @@ class Oracle:
         cs = probes.cs[: len(us)]
         points = [self.terms(c, column=probes.full) for c in cs]
         tols = [bound(b) if jvps else 0.0 for b in range(len(us))]
-        quick = [_fd.UNKNOWN] * len(us)
-        if have and _xp.size(self.f0) and _xp.size(self.f0) <= _fd.CHUNK:
+        quick = [fd.UNKNOWN] * len(us)
+        if have and _xp.size(self.f0) and _xp.size(self.f0) <= fd.CHUNK:
             scaled = [_along_c(t, jvps[b] if jvps else None, c) for b, (t, c) in enumerate(zip(tols, cs))]
             p = self.precision
-            quick = _fd.model_references(
+            quick = fd.model_references(
                 have,
                 self.f0,
                 p.h,
@@ -215,7 +215,7 @@ class Oracle:
             )
             self.refs.append(ref)
 
-    def measured(self, b: int) -> _fd.Reference:
+    def measured(self, b: int) -> fd.Reference:
         """Direction b's reference with fn's noise measured (done on demand:
         only a comparison about to fail, or an excuse for one, needs it)."""
         if self.refs[b].modelled:
@@ -227,11 +227,11 @@ class Oracle:
         for ref in self.refs:
             ref.measure = None
 
-    def usable(self, ref: _fd.Reference) -> np.ndarray | bool:
+    def usable(self, ref: fd.Reference) -> np.ndarray | bool:
         """The elements a comparison may judge: smooth or a kink, finite output."""
         if ref.all_smooth:
             return True
-        return (ref.status <= _fd.KINK) & self.primal.finite
+        return (ref.status <= fd.KINK) & self.primal.finite
 
 
 def _split_point(x: Any, w: Any, t: float, layout: tuple) -> tuple[Any, ...]:

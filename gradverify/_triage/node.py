@@ -30,7 +30,7 @@ from typing import Any
 from .. import _io, _observe
 from .._check.pipeline import check
 from .._errors import ArgumentValueError, explain
-from . import junit as _triage_junit, render as _reports_triage, rerun as _triage_rerun
+from . import junit, render, rerun
 from .verdict import Verdict
 
 __all__ = ["CALLS_PER_TEST", "SEVERITY", "captured", "ci_runs", "is_node_id", "junit_id", "triage_node", "verdict_of"]
@@ -62,7 +62,7 @@ def _pytest(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, "-m", "pytest", *args], env=env, capture_output=True, text=True, check=False)
 
 
-def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> list[_triage_junit.Run]:
+def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> list[junit.Run]:
     """The test as CI runs it, once per seed x thread count; one Run each."""
     runs = []
     for s in range(seeds):
@@ -90,7 +90,7 @@ def ci_runs(node: str, seeds: int, threads: Sequence[int], directory: Path) -> l
                         "run it once with pytest yourself; pass a path::test that exists",
                     )
                 )
-            (run,) = _triage_junit.read_junit([xml])
+            (run,) = junit.read_junit([xml])
             run.env["triage.seed"] = str(s)
             runs.append(run)
     return runs
@@ -129,7 +129,7 @@ def triage_node(
     with tempfile.TemporaryDirectory(prefix="gradverify-triage-") as tmp:
         runs = ci_runs(node, seeds, threads, Path(tmp))
         seen = captured(node, seeds, threads, max_examples, Path(tmp))
-    rows = {r["test"]: r for r in _triage_junit.triage_junit(runs)}
+    rows = {r["test"]: r for r in junit.triage_junit(runs)}
     ran, calls = seen["tests"], seen["records"]
     by_junit = {junit_id(t): t for t in ran}
     out = []
@@ -193,9 +193,9 @@ def _child(node: str, seeds: int, threads: Sequence[int], max_examples: int, out
             strategy, n_seeds, n_examples = inputs, seeds, min(max_examples, int(options.get("max_examples", 100)))
         else:
             strategy, n_seeds, n_examples = st.just(tuple(inputs)), 1, 1
-        result = _triage_rerun.rerun(fn, strategy, test=test, seeds=n_seeds, max_examples=n_examples, threads=threads)
+        result = rerun.rerun(fn, strategy, test=test, seeds=n_seeds, max_examples=n_examples, threads=threads)
         label = options.get("name") or getattr(fn, "__name__", type(fn).__name__)
-        record = _reports_triage.rerun_record(f"{nodeid} ({kind} {label})", result, f"gradverify triage rerun {nodeid}")
+        record = render.rerun_record(f"{nodeid} ({kind} {label})", result, f"gradverify triage rerun {nodeid}")
         records.append({"nodeid": nodeid, "call": kind, "function": label, **record})
     _io.atomic_write(output, _io.to_json({"tests": ran, "records": records}))
     return 0

@@ -45,7 +45,6 @@ __all__ = [
     "estimate",
     "tolerance_at",
     "scales",
-    "scales_block",
     "richardson",
 ]
 
@@ -385,13 +384,13 @@ def scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> 
         return 0.0, 0.0, 0.0
     if _xp.immutable(F[2]):
         parts = tuple(a[b] for a in (F[2], F[-2], F[-4], F[4], F[2] if f0 is None else f0))
-        return tuple(float(v) for v in compiled(scales_block, F[2])(parts, h))
+        return tuple(float(v) for v in compiled(_scales_block, F[2])(parts, h))
     d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
     top = 0.0 if f0 is None else _xp.fmax(f0[b])
     return _xp.fmax(d2), max(_xp.fmax(F[-4][b]), _xp.fmax(F[4][b])), top
 
 
-def scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Array]:
+def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Array]:
     f2, fm2, fm4, f4, f0 = parts
     xp = _xp.ns(*parts)
 
