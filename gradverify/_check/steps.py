@@ -11,10 +11,11 @@ import numpy as np
 from .. import _io
 from .evaluate import Evaluator
 
-__all__ = ["fd_against_step", "kink_distance"]
+__all__ = ["fd_against_step", "flat_values", "kink_distance"]
 
 
-def _flat(a: Any) -> np.ndarray:
+def flat_values(a: Any) -> np.ndarray:
+    """An argument's values on the host, flat, in float64."""
     return np.asarray(_io.to_numpy(a), dtype=np.float64).reshape(-1)
 
 
@@ -23,8 +24,8 @@ def kink_distance(args: Sequence[Any], kinks: Sequence[float], position: Any) ->
     argument's values) come to the nearest of ``kinks`` (None: no kinks)."""
     if not kinks:
         return None
-    z = position(*args) if position is not None else _flat(args[0])
-    z = np.asarray(_flat(z))
+    z = position(*args) if position is not None else flat_values(args[0])
+    z = np.asarray(flat_values(z))
     return float(np.min(np.abs(z.reshape(-1, 1) - np.asarray(kinks, dtype=np.float64))))
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _io
 from .._check.evaluate import Evaluator
 from .._check.pipeline import check
-from .._check.steps import fd_against_step, kink_distance
+from .._check.steps import fd_against_step, flat_values, kink_distance
 from .._errors import ModeUnavailable
 from .._io import Record
 from .._result import CheckResult, Kind
@@ -201,8 +201,6 @@ def outcome(run: DtypeRun | dict[str, Any]) -> str:
 
 
 # -- the probes ---------------------------------------------------------------------------------
-def _flat(a: Any) -> np.ndarray:
-    return np.asarray(_io.to_numpy(a), dtype=np.float64).reshape(-1)
 
 
 def _gradients(fn: Any, args: Sequence[Any], cotangent_seed: int = 0) -> list[Any]:
@@ -250,11 +248,11 @@ def _located(result: Any, args: Sequence[Any], position: Any) -> list[float]:
     """Where the check located the wrong element: its input value (with
     ``position``, the positions instead)."""
     if position is not None:
-        return [float(v) for v in _flat(position(*args))[:16]]
+        return [float(v) for v in flat_values(position(*args))[:16]]
     err = result.errors[0] if result.errors else None
     if err is not None and err.argument is not None and err.input_index is not None:
         return [float(np.asarray(_io.to_numpy(args[err.argument]), dtype=np.float64)[tuple(err.input_index)])]
-    return [float(v) for v in _flat(args[0])[:16]]
+    return [float(v) for v in flat_values(args[0])[:16]]
 
 
 def _first_failure(
