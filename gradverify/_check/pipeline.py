@@ -15,7 +15,6 @@ same way, with the same options.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -159,7 +158,7 @@ def _check_real(
 ) -> CheckResult:
     """gv.check of fn on real arguments (with a real output)."""
     placed = _placed(backend, args)
-    with backend.working() if placed else contextlib.nullcontext():
+    with backend.checking(placed):
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)

@@ -83,6 +83,17 @@ class Backend:
         yield
 
     @contextlib.contextmanager
+    def checking(self, placed: bool) -> Iterator[None]:
+        """Context of one check: ``working`` where the check works on the
+        arguments' device (``placed``), else whatever the backend does once
+        per check (jax: compile fn and its derivatives, see JaxBackend)."""
+        if placed:
+            with self.working():
+                yield
+        else:
+            yield
+
+    @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:
         """Context in which arrays of ``dtype_name`` can be made and used."""
         yield

@@ -2,11 +2,15 @@
 inside ``precision('float64')`` so that the user's global setting is untouched.
 
 Within a compiling session (``backends.compiling()``: one ``gv.verify`` run,
-where the same fn is checked at shapes that repeat) fn, its JVP and its VJP
-are jit-compiled, once per shape, dtype and precision, and kept for the
-session; outside one (a single ``gv.check``) compiling would cost more than
-it saves, and everything runs eagerly. A function that cannot be traced
-(Python control flow on values, numpy calls, a static argument) runs eagerly
+where the same fn is checked at shapes that repeat, or one check on small
+arrays) fn, its JVP and its VJP are jit-compiled, once per shape, dtype,
+precision and batch size, and kept for the session: eager jax compiles each
+of fn's operations anew for every shape, so a check's vectorised calls -
+the Jacobian's columns and rows, the stencil's points - would otherwise
+recompile all of fn once per batch size. On large arrays a check compiles fn
+alone (its few JVPs and VJPs cost less eager than compiled). A function that
+cannot be traced (Python control flow on values, numpy calls, a static
+argument) runs eagerly
 from its first failed trace on - each of fn, its JVP and its VJP on its own -
 and so does every call whose compiled run raises: the eager run then says
 whether fn itself raises. The two evaluations at the point that look for
@@ -28,7 +32,7 @@ import numpy as np
 
 from .._errors import ModeUnavailable
 from .base import Backend, HostArrays, Wrt, on_wrt
-from .session import compiling_primal, session_cache, session_kinds
+from .session import compiling, compiling_primal, session_cache, session_kinds
 
 __all__ = ["Compiled", "JaxBackend", "compiled"]
 
@@ -104,6 +108,22 @@ class JaxBackend(Backend):
                 yield
         finally:
             _USER_X64.reset(token)
+
+    @contextlib.contextmanager
+    def checking(self, placed: bool) -> Iterator[None]:
+        # On the host (small arrays) a check's session compiles fn, its JVP and
+        # its VJP, each once per shape and batch size: eager jax compiles each
+        # of fn's operations for every new shape, and a check's vectorised
+        # calls (the Jacobian's columns and rows, the stencil's points) are
+        # stacked along new batch sizes - one whole-function compilation
+        # costs less than those, and far less than the same operations run
+        # one at a time.
+        if placed:
+            with self.working():
+                yield
+        else:
+            with compiling():
+                yield
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:

@@ -1,9 +1,14 @@
-"""In a compiling session the finite differences' points and the JVPs and
-VJPs go to the compiled jax forms as numpy arrays: the verdicts are the eager
-check's, for a right rule and a wrong one, at every x64 setting, dtype and
-Jacobian strategy."""
+"""In a compiling session (a verify run, or a check on small arrays) the
+finite differences' points and the JVPs and VJPs go to the compiled jax forms
+as numpy arrays: the verdicts are the eager check's (under
+``jax.disable_jit()``), for a right rule and a wrong one, at every x64
+setting, dtype and Jacobian strategy; and fn's own operations are never
+compiled once per batch size."""
 
 from __future__ import annotations
+
+import logging
+import re
 
 import pytest
 
@@ -42,7 +47,8 @@ def test_compiled_evaluations_from_host_arrays_judge_as_the_eager_ones(x64):
         x = jnp.linspace(-2.0, 2.0, 6)
         b = jnp.linspace(0.5, 1.5, 6)
     for wrong in (1.0, -1.0):
-        eager = gv.check(tanh_mul, x, b)
+        with jax.disable_jit():
+            eager = gv.check(tanh_mul, x, b)
         with compiling():
             compiled = gv.check(tanh_mul, x, b)
         assert eager.ok == compiled.ok == (wrong == 1.0), str(compiled)
@@ -71,7 +77,8 @@ def test_compiled_modes_from_host_arrays_judge_as_the_eager_ones(dtype, full):
         x = jnp.linspace(-2.0, 2.0, 6, dtype=dtype)
         b = jnp.linspace(0.5, 1.5, 6, dtype=dtype)
     for wrong in (1.0, 1.5):
-        eager = gv.check(softplus_mul, x, b, full=full)
+        with jax.disable_jit():
+            eager = gv.check(softplus_mul, x, b, full=full)
         with compiling():
             compiled = gv.check(softplus_mul, x, b, full=full)
         assert eager.ok == compiled.ok == (wrong == 1.0), str(compiled)
@@ -93,3 +100,40 @@ def test_a_verify_run_compiles_fn_once_not_per_evaluation():
     # them eagerly at the point (mutation and nondeterminism), the rest - the
     # float64 oracle's centre among them - compiled, traced a few times
     assert 2 * 20 <= len(calls) < 2 * 20 + 40
+
+
+def test_a_check_on_small_arrays_compiles_fn_whole_not_its_operations_per_batch_size():
+    """A check's vectorised calls stack the Jacobian's columns, its rows and
+    the stencil's points along new batch sizes. Eager jax would compile each
+    of fn's operations again for each of them; the check compiles fn (and its
+    derivatives) whole instead, so the only operations compiled alone are
+    those of the two eager evaluations at the point, at the point's shape.
+    (Read from jax's own compilation log.)"""
+    compiled: list[str] = []
+
+    class Log(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("Compiling "):
+                compiled.append(message)
+
+    def fn(x, y):
+        z = x * y
+        for k in range(4):
+            z = jnp.sin(z) + jnp.cos(x * k) * jnp.tanh(y - k)
+        return z
+
+    handler = Log()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.enable_x64(True), jax.log_compiles(True):
+            x, y = jnp.linspace(0.1, 0.9, 7), jnp.linspace(-0.5, 0.5, 7)
+            r = gv.check(fn, x, y)
+    finally:
+        logger.removeHandler(handler)
+    assert r.ok and r.strategy.startswith("full Jacobian"), str(r)
+    operations = [m for m in compiled if not m.startswith("Compiling jit(<lambda>)")]
+    assert any("jit(sin)" in m for m in operations), compiled  # (the log is read: the eager point's sin)
+    batched = [m for m in operations if re.search(r"ShapedArray\(float64\[\d+,7\]", m)]
+    assert not batched, batched

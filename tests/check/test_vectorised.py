@@ -5,8 +5,6 @@ failure is always reported from the plain calls."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 import gradverify as gv
@@ -223,14 +221,15 @@ def test_a_failure_with_vectorised_stencils_is_reported_from_plain_evaluations()
 
 @pytest.mark.parametrize("session", [True, False])
 def test_jax_stencil_points_in_one_call(session):
-    """Compiled in a session (jax.vmap under jit), eager in a lone check."""
+    """Compiled (jax.vmap under jit, as a check on small arrays is), and eager
+    under jax.disable_jit()."""
 
     def fn(x):
         return jnp.sin(x) * jnp.sum(x)
 
     with jax.enable_x64(True):
         x = jnp.linspace(-2.0, 2.0, 6)
-        with gv.compiling() if session else contextlib.nullcontext():
+        with gv.compiling() if session else jax.disable_jit():
             on, off = _stencil_evaluations(fn, x)
     assert on.ok and off.ok, str(on)
     assert on.evaluations["primal"] < 8 <= 6 * 6 <= off.evaluations["primal"]
