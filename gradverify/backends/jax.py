@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
+import re
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -280,13 +283,98 @@ class Compiled:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
         kinds = session_kinds()
         self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
-        self.primal = jax.jit(lambda *args: ref()(*args))
-        self.primal_flat = jax.jit(lambda *args: ref()(*args).reshape(-1))
-        self.primals = jax.jit(lambda args, points, wrt: _primals(ref(), args, points, wrt), static_argnums=2)
-        self.jvp = jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2)
-        self.vjp = jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2)
-        self.jvps = jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2)
-        self.vjps = jax.jit(lambda args, cotangents, wrt: _vjps(ref(), args, cotangents, wrt), static_argnums=2)
+        self.primal = _Form(jax.jit(lambda *args: ref()(*args)))
+        self.primal_flat = _Form(jax.jit(lambda *args: ref()(*args).reshape(-1)))
+        self.primals = _Form(
+            jax.jit(lambda args, points, wrt: _primals(ref(), args, points, wrt), static_argnums=2), static=2
+        )
+        self.jvp = _Form(jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2), 2)
+        self.vjp = _Form(jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2), 2)
+        self.jvps = _Form(jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2), 2)
+        self.vjps = _Form(
+            jax.jit(lambda args, cotangents, wrt: _vjps(ref(), args, cotangents, wrt), static_argnums=2), static=2
+        )
+
+
+#: Executables of compiled forms by the program they run (see _Form): a
+#: session traces fn anew - each check sees fn as it is now - and reuses an
+#: earlier session's executable where the trace is the same program.
+_EXECUTABLES: OrderedDict[tuple, Any] = OrderedDict()
+_EXECUTABLES_MAX = 256
+#: A primitive that runs Python: pure_callback, io_callback, debug_callback.
+_CALLBACK = re.compile(r"\b\w*callback\[")
+
+
+class _Form:
+    """One compiled form of fn. Each argument signature is traced once per
+    session (jit's trace: fn as it is now, its constants and the rules of its
+    custom derivatives included); the executable comes from _EXECUTABLES
+    where an earlier trace gave the same program, and is compiled otherwise.
+    Tracing costs milliseconds where compiling costs tens of them, so a check
+    that repeats an earlier one's programs compiles nothing."""
+
+    def __init__(self, jitted: Any, static: int | None = None) -> None:
+        self.jitted, self.static = jitted, static
+        self.executables: dict[tuple, Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        signature = _signature(args)
+        exe = self.executables.get(signature)
+        if exe is None:
+            traced = self.jitted.trace(*args)
+            key = _program(traced)
+            exe = None if key is None else _EXECUTABLES.get(key)
+            if exe is None:
+                exe = traced.lower().compile()
+                if key is not None:
+                    _EXECUTABLES[key] = exe
+                    if len(_EXECUTABLES) > _EXECUTABLES_MAX:
+                        _EXECUTABLES.popitem(last=False)
+            else:
+                _EXECUTABLES.move_to_end(key)
+            self.executables[signature] = exe
+        return exe(*(a for i, a in enumerate(args) if i != self.static))
+
+
+def _signature(args: tuple) -> tuple:
+    """What a trace depends on besides fn: the structure, shapes and dtypes of
+    the arguments (the static one's value), and the x64 setting."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return (
+        str(tree),
+        jax.config.jax_enable_x64,
+        tuple(
+            (type(a).__name__, tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False)))
+            if hasattr(a, "shape") and hasattr(a, "dtype")
+            else (type(a).__name__, repr(a))
+            for a in leaves
+        ),
+    )
+
+
+def _program(traced: Any) -> tuple | None:
+    """What a traced form computes: its jaxpr as text (every operation, its
+    parameters and its literals in full), the values of its constants, its
+    output structure and the platform. None - the form is then compiled for
+    this session alone - where a constant is not an array of numbers, or
+    where the program calls back into Python (the text names the callback
+    function, not which one: an edited one would look the same)."""
+    closed = traced.jaxpr
+    text = str(closed.jaxpr)
+    if _CALLBACK.search(text):
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for c in closed.consts:
+        try:
+            a = np.asarray(c)
+        except Exception:
+            return None
+        if a.dtype == object:
+            return None
+        digest.update(f"{a.shape}{a.dtype}".encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
+    out = jax.tree_util.tree_structure(traced.out_info)
+    return (text, digest.hexdigest(), str(out), jax.default_backend(), jax.config.jax_enable_x64)
 
 
 def compiled(fn: Callable) -> Compiled | None:

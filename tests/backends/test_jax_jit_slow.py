@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 
+import numpy as np
 import pytest
 
 import gradverify as gv
@@ -137,3 +138,74 @@ def test_a_check_on_small_arrays_compiles_fn_whole_not_its_operations_per_batch_
     assert any("jit(sin)" in m for m in operations), compiled  # (the log is read: the eager point's sin)
     batched = [m for m in operations if re.search(r"ShapedArray\(float64\[\d+,7\]", m)]
     assert not batched, batched
+
+
+def _compilations(run):
+    """run()'s result and jax's "Compiling ..." log lines while it ran."""
+    compiled: list[str] = []
+
+    class Log(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Compiling "):
+                compiled.append(record.getMessage())
+
+    handler = Log()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            return run(), compiled
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_check_that_repeats_an_earlier_one_compiles_nothing():
+    """Each check traces fn anew; where the trace is an earlier check's
+    program (same function, shapes and constants) its executable is reused."""
+
+    def fn(x, y):
+        return jnp.tanh(x * y) + jnp.sin(x) * 0.25
+
+    with jax.enable_x64(True):
+        x, y = jnp.linspace(0.1, 0.9, 5), jnp.linspace(-0.5, 0.5, 5)
+    first, compiled = _compilations(lambda: gv.check(fn, x, y))
+    assert first.ok and compiled, str(first)  # (the log is read)
+    again, compiled = _compilations(lambda: gv.check(fn, x, y))
+    assert again.ok and compiled == [], compiled
+    assert again.to_dict() == first.to_dict()
+
+
+def test_a_constant_or_a_callback_edited_between_checks_is_seen():
+    """A reused executable is never a stale one: a closed-over array edited in
+    place between two checks, or a Python callback replaced by another of the
+    same name, is what the second check evaluates (the claimed derivative
+    stays the first one's: the second check fails)."""
+    w = np.ones(6)
+
+    @jax.custom_jvp
+    def scaled(x):
+        return jnp.sin(x) * w
+
+    scaled.defjvp(lambda p, t: (scaled(p[0]), jnp.cos(p[0]) * t[0]))  # right while w is 1
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 6)
+    assert gv.check(scaled, x).ok
+    w[:] = 2.0
+    assert not gv.check(scaled, x).ok
+
+    def host_for(k):
+        def host(v):
+            return np.sin(v) * k
+
+        return host
+
+    state = {"host": host_for(1.0)}
+
+    @jax.custom_jvp
+    def called(x):
+        return jax.pure_callback(state["host"], jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential")
+
+    called.defjvp(lambda p, t: (called(p[0]), jnp.cos(p[0]) * t[0]))  # right for k = 1
+    assert gv.check(called, x).ok
+    state["host"] = host_for(3.0)
+    assert not gv.check(called, x).ok

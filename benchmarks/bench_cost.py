@@ -1,0 +1,269 @@
+"""What a check costs, beside gradcheck and check_grads on the same work, in one run.
+
+Four parts, each printed as a table (CPU, one torch thread):
+
+* ``large``: one sign-flipped element of the VJP of tanh(x + b) at n
+  elements (bench_detection's functions: a torch Function with a JVP, the
+  same with its backward only, a jax custom_vjp): detections with the
+  element named, the median time as a multiple of one forward+backward pass,
+  the evaluations of fn and the AD calls of one check (its ``evaluations``),
+  peak memory beyond the inputs in arrays of x's size.
+* ``small``: a fixed set of small functions (torch with and without forward
+  rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
+  rounds that alternate the tools: gradverify's default check against
+  ``gradcheck`` (slow mode, forward AD checked where the function has it)
+  and ``check_grads(order=1, modes=("fwd", "rev"))`` (or "rev" alone where
+  there is no JVP); the ratios' median.
+* ``first``: the first check of an eager jax library function in a fresh
+  process, gradverify against check_grads, each in its own process, rounds
+  alternating; numpyro's ``DoublyTruncatedPowerLaw.log_prob`` where numpyro
+  is installed.
+* ``shrink``: a failing ``gv.verify`` of a function whose single check takes
+  about 0.3 s, with the default shrink budget: its wall time and whether
+  shrinking was cut.
+
+    python benchmarks/bench_cost.py [--parts large small first shrink] [--sizes 1000000] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _timed(f):
+    t = time.perf_counter()
+    out = f()
+    return out, time.perf_counter() - t
+
+
+# -- large arrays ---------------------------------------------------------------------
+def large(sizes: list[int], positions: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    import bench_detection as bd  # (its functions and measurements, shared)
+
+    import gradverify as gv
+
+    print("| n | tool | named | x fwd+bwd | evaluations of fn | JVPs | VJPs | peak memory (arrays) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        res = bd.bench(n, positions, "cpu", baselines=True)
+        rng = np.random.default_rng([0, n])
+        x = torch.tensor(rng.standard_normal((n // 10, 10)))
+        b = torch.tensor(rng.standard_normal(10))
+        counts = {
+            "gv_torch": gv.check(bd.torch_fn(0), x, b).evaluations,
+            "gv_torch_backward": gv.check(bd.torch_fn(0, forward_rule=False), x, b).evaluations,
+        }
+        import jax
+
+        with jax.enable_x64(True):
+            counts["gv_jax"] = gv.check(bd.jax_fn(0), jax.numpy.asarray(x.numpy()), jax.numpy.asarray(b.numpy()))
+            counts["gv_jax"] = counts["gv_jax"].evaluations
+        for key, label in bd.LABELS.items():
+            r = res[key]
+            ratio = statistics.median(t / base for t, base in zip(r["times"], r["base"]))
+            c = counts.get(key, {})
+            memory = f"{statistics.median(r['memory']):.1f}" if r["memory"] else "-"
+            print(
+                f"| {n:.0e} | {label} | {r['hits']}/{len(r['times'])} | {ratio:.1f}x | {c.get('primal', '-')} "
+                f"| {c.get('jvp', '-')} | {c.get('vjp', '-')} | {memory} |"
+            )
+
+
+# -- small inputs ---------------------------------------------------------------------
+def _small_cases():
+    """(name, tool kind, fn, args, forward AD available) of the small set."""
+    import jax
+    import jax.numpy as jnp
+    import torch.nn.functional as F
+
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    rng = np.random.default_rng(0)
+    x5, b5 = rng.standard_normal((4, 5)), rng.standard_normal(5)
+    xt, bt = torch.tensor(x5), torch.tensor(b5)
+    cases = [
+        ("torch tanh(x + b)", "torch", lambda x, b: torch.tanh(x + b), (xt, bt), True),
+        ("torch logsumexp", "torch", lambda x: torch.logsumexp(x, 1), (xt,), True),
+        ("torch layer_norm", "torch", lambda x: F.layer_norm(x, (5,)), (xt,), True),
+        ("torch gelu(x + b)", "torch", lambda x, b: F.gelu(x + b), (xt, bt), True),
+        ("torch softplus", "torch", F.softplus, (xt,), True),
+        ("torch Function with JVP", "torch", tanh_bias_flipped("torch", None), (xt, bt), True),
+        (
+            "torch Function, backward only",
+            "torch",
+            tanh_bias_flipped("torch", None, forward_rule=False),
+            (xt, bt),
+            False,
+        ),
+    ]
+    with jax.enable_x64(True):
+        xj, bj = jnp.asarray(x5), jnp.asarray(b5)
+    cases += [
+        ("jax tanh(x + b)", "jax", lambda x, b: jnp.tanh(x + b), (xj, bj), True),
+        ("jax logsumexp", "jax", lambda x: jax.nn.logsumexp(x, axis=1), (xj,), True),
+        ("jax gelu", "jax", lambda x: jax.nn.gelu(x, approximate=False), (xj,), True),
+        ("jax custom_vjp", "jax", tanh_bias_flipped("jax", None), (xj, bj), False),
+        ("numpy gv.Rule tanh(x + b)", "numpy", tanh_bias_flipped("numpy", None), (x5, b5), True),
+    ]
+    return cases
+
+
+def small(rounds: int) -> None:
+    import jax
+    from jax.test_util import check_grads
+
+    import gradverify as gv
+
+    cases = _small_cases()
+    times: dict[tuple[str, str], list[float]] = {}
+
+    def peer(kind, fn, args, forward):
+        if kind == "torch":
+            leaves = tuple(a.detach().clone().requires_grad_() for a in args)
+            return lambda: torch.autograd.gradcheck(fn, leaves, check_forward_ad=forward)
+        if kind == "jax":
+            return lambda: check_grads(fn, args, order=1, modes=("fwd", "rev") if forward else ("rev",))
+        return None
+
+    for r in range(rounds + 1):  # (round 0 warms every tool up)
+        for name, kind, fn, args, forward in cases:
+            with jax.enable_x64(True):
+                _, t = _timed(lambda: gv.check(fn, *args))
+                if r:
+                    times.setdefault((name, "gv"), []).append(t)
+                p = peer(kind, fn, args, forward)
+                if p is not None:
+                    _, t = _timed(p)
+                    if r:
+                        times.setdefault((name, "peer"), []).append(t)
+    print("| function | gradverify (ms) | peer (ms) | ratio |")
+    print("|---|---|---|---|")
+    ratios = {"torch": [], "jax": []}
+    for name, kind, *_ in cases:
+        g = statistics.median(times[(name, "gv")])
+        if (name, "peer") in times:
+            q = statistics.median(times[(name, "peer")])
+            ratios[kind].append(g / q)
+            print(f"| {name} | {1e3 * g:.1f} | {1e3 * q:.1f} | {g / q:.2f}x |")
+        else:
+            print(f"| {name} | {1e3 * g:.1f} | - | - |")
+    for kind, peer_name in (("torch", "gradcheck"), ("jax", "check_grads")):
+        print(f"median ratio to {peer_name}: {statistics.median(ratios[kind]):.2f}x over {len(ratios[kind])} functions")
+
+
+# -- the first eager jax check in a fresh process ---------------------------------------
+FIRST = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+which, tool = sys.argv[1], sys.argv[2]
+if which == "gamma":
+    from jax.scipy.special import gammaln, xlogy
+    def fn(x, a, r):
+        return xlogy(a - 1, x) - r * x + a * jnp.log(r) - gammaln(a)
+    args = (jnp.array([0.5, 1.3, 2.2]), jnp.array([2.0, 3.5, 1.2]), jnp.array([1.5, 0.7, 2.0]))
+else:
+    import numpyro.distributions as d
+    low, high = jnp.array([1.0, 1.2]), jnp.array([3.0, 4.0])
+    def fn(x, alpha):
+        return d.DoublyTruncatedPowerLaw(alpha, low, high).log_prob(x)
+    args = (jnp.array([1.5, 2.5]), jnp.array([-1.7, 0.6]))
+if tool == "gv":
+    import gradverify as gv
+    t1 = time.perf_counter()
+    ok = gv.check(fn, *args).ok
+else:
+    from jax.test_util import check_grads
+    t1 = time.perf_counter()
+    check_grads(fn, args, order=1, modes=("fwd", "rev"))
+    ok = True
+print(json.dumps({"ok": ok, "check": time.perf_counter() - t1}))
+"""
+
+
+def first(rounds: int) -> None:
+    functions = ["gamma"]
+    try:
+        import numpyro  # noqa: F401
+
+        functions.append("numpyro")
+    except ImportError:
+        print("(numpyro is not installed: its row is left out)")
+    print("| function | gradverify (s) | check_grads (s) | ratio |")
+    print("|---|---|---|---|")
+    for which in functions:
+        t = {"gv": [], "cg": []}
+        for _ in range(rounds):
+            for tool in ("gv", "cg"):
+                out = subprocess.run(
+                    [sys.executable, "-c", FIRST, which, tool], capture_output=True, text=True, check=True
+                )
+                t[tool].append(json.loads(out.stdout.strip().splitlines()[-1])["check"])
+        g, c = statistics.median(t["gv"]), statistics.median(t["cg"])
+        print(f"| {which} | {g:.2f} | {c:.2f} | {g / c:.2f}x |")
+
+
+# -- a failing verify of a slow function -------------------------------------------------
+def shrink() -> None:
+    from hypothesis import strategies as st
+
+    import gradverify as gv
+
+    def slow(x):
+        time.sleep(0.008)  # about 0.3 s a check over its evaluations
+        return np.tanh(x)
+
+    rule = gv.Rule(
+        slow,
+        jvp=lambda p, t: (1 - np.tanh(p[0]) ** 2) * t[0],
+        vjp=lambda p, g: ((1 - np.tanh(p[0]) ** 2) * g * np.where(np.abs(p[0]) > 0.5, 1.5, 1.0),),
+    )
+    _, one = _timed(lambda: gv.check(rule, np.array([0.7, -0.2, 0.9])))
+    r, t = _timed(
+        lambda: gv.verify(
+            rule, st.lists(st.floats(-3, 3), min_size=3, max_size=3).map(lambda v: (np.array(v),)), seed=0
+        )
+    )
+    print("| one check (s) | failing verify (s) | failed | shrinking cut |")
+    print("|---|---|---|---|")
+    print(f"| {one:.2f} | {t:.1f} | {not r.ok} | {r.shrink_cut or 'no'} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", nargs="+", default=["large", "small", "first", "shrink"])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--positions", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=7)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    import jax
+
+    print(f"torch {torch.__version__}, jax {jax.__version__}, {time.strftime('%Y-%m-%d')}, one torch thread")
+    for part in args.parts:
+        print(f"\n## {part}\n", flush=True)
+        if part == "large":
+            large(args.sizes, args.positions)
+        elif part == "small":
+            small(args.rounds)
+        elif part == "first":
+            first(args.rounds)
+        elif part == "shrink":
+            shrink()
+
+
+if __name__ == "__main__":
+    main()
