@@ -170,7 +170,7 @@ class JaxBackend(Backend):
         # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
         # arrays than making jax arrays of them first (jax never writes to them)
         entry = compiled(fn)
-        if entry is None or not entry.ok[_KIND[form]]:
+        if entry is None or not entry.ok[_KIND[form]] or (_KIND[form] == "jvp" and isinstance(fn, jax.custom_vjp)):
             return None
         host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
         ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
@@ -182,6 +182,7 @@ class JaxBackend(Backend):
             return None
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        _forward_mode_refused(fn)
         try:
             return _transform(compiled(fn), fn, "jvp", _jvp, args, tuple(tangents), wrt)
         except TypeError as e:
@@ -193,6 +194,7 @@ class JaxBackend(Backend):
         return list(_transform(compiled(fn), fn, "vjp", _vjp, args, cotangent, wrt))
 
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
+        _forward_mode_refused(fn)
         return _transform(compiled(fn), fn, "jvp", _jvps, args, tuple(tangents), wrt, attribute="jvps")
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
@@ -250,6 +252,13 @@ class JaxBackend(Backend):
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
         return jnp.concatenate([jnp.ravel(p) for p in parts])
+
+
+def _forward_mode_refused(fn: Callable) -> None:
+    """A custom_vjp has no forward mode: say so in jax's words before tracing
+    it, which would find that out at length (eager, compiled, vectorised)."""
+    if isinstance(fn, jax.custom_vjp):
+        raise ModeUnavailable("jax: can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
 
 
 def _jvp(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:

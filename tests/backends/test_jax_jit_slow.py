@@ -209,3 +209,29 @@ def test_a_constant_or_a_callback_edited_between_checks_is_seen():
     assert gv.check(called, x).ok
     state["host"] = host_for(3.0)
     assert not gv.check(called, x).ok
+
+
+def test_a_custom_vjp_has_no_forward_mode_in_jaxs_words_called_directly_or_wrapped():
+    """A custom_vjp is refused forward mode before it is traced; the reason is
+    jax's own, word for word what tracing it inside a wrapper finds out, and
+    the reverse mode is still checked (and a wrong rule caught) either way."""
+
+    def sin_with(wrong):
+        @jax.custom_vjp
+        def f(x):
+            return jnp.sin(x)
+
+        f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x) * wrong,))
+        return f
+
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 5)
+    for wrong in (1.0, -1.0):
+        f = sin_with(wrong)
+        direct, wrapped = gv.check(f, x), gv.check(lambda x, f=f: f(x), x)
+        reasons = []
+        for r in (direct, wrapped):
+            assert r.modes["JVP"] == "unavailable" and r.modes["VJP"] == "checked", str(r)
+            assert r.ok == (wrong == 1.0), str(r)
+            reasons.append([f.message for f in r.findings if f.kind == gv.Kind.MODE_UNAVAILABLE])
+        assert reasons[0] == reasons[1] and "custom_vjp" in reasons[0][0], reasons
