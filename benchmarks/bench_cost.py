@@ -7,7 +7,9 @@ Four parts, each printed as a table (CPU, one torch thread):
   same with its backward only, a jax custom_vjp): detections with the
   element named, the median time as a multiple of one forward+backward pass,
   the evaluations of fn and the AD calls of one check (its ``evaluations``),
-  peak memory beyond the inputs in arrays of x's size.
+  the full-size passes over memory inside fn and in the checker's own
+  arithmetic (torch, counted at torch's dispatcher), peak memory beyond the
+  inputs in arrays of x's size.
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
   rounds that alternate the tools: gradverify's default check against
@@ -48,36 +50,75 @@ def _timed(f):
 
 
 # -- large arrays ---------------------------------------------------------------------
-def large(sizes: list[int], positions: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    import bench_detection as bd  # (its functions and measurements, shared)
+#: torch operations that move no data (views, metadata)
+_NO_DATA = {
+    "aten.slice", "aten.view", "aten.select", "aten.detach", "aten.alias", "aten.expand",
+    "aten.is_same_size", "aten._has_same_storage_numel", "aten.equal", "aten.lift_fresh",
+}  # fmt: skip
+
+
+def passes(fn, args, n: int) -> tuple[float, float]:
+    """Full-size passes of one torch check: every torch operation's larger of
+    the elements it writes and the elements of its largest input, over n,
+    summed - (inside fn and its rules, the checker's own). Read from torch's
+    dispatcher, so every operation counts, not only those written as passes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     import gradverify as gv
 
-    print("| n | tool | named | x fwd+bwd | evaluations of fn | JVPs | VJPs | peak memory (arrays) |")
-    print("|---|---|---|---|---|---|---|---|")
+    count = {True: 0.0, False: 0.0}
+    depth = [0]
+
+    class Passes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not (func.is_view or str(func.overloadpacket) in _NO_DATA):
+                leaves = torch.utils._pytree.tree_leaves
+                written = sum(t.numel() for t in leaves(out) if isinstance(t, torch.Tensor))
+                read = max([t.numel() for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor)] or [0])
+                count[depth[0] > 0] += max(written, read) / n
+            return out
+
+    def inside(*a):
+        depth[0] += 1
+        try:
+            return fn(*a)
+        finally:
+            depth[0] -= 1
+
+    with Passes():
+        gv.check(inside, *args)
+    return count[True], count[False]
+
+
+def large(sizes: list[int], positions: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    import bench_detection as bd  # (its functions and measurements, shared)
+    import jax
+
+    import gradverify as gv
+
+    print("| n | tool | named | x fwd+bwd | fn | JVPs | VJPs | passes in fn / the checker's | peak memory (arrays) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         res = bd.bench(n, positions, "cpu", baselines=True)
         rng = np.random.default_rng([0, n])
         x = torch.tensor(rng.standard_normal((n // 10, 10)))
         b = torch.tensor(rng.standard_normal(10))
-        counts = {
-            "gv_torch": gv.check(bd.torch_fn(0), x, b).evaluations,
-            "gv_torch_backward": gv.check(bd.torch_fn(0, forward_rule=False), x, b).evaluations,
-        }
-        import jax
-
+        counts = {}
+        for key, rule in (("gv_torch", bd.torch_fn(0)), ("gv_torch_backward", bd.torch_fn(0, forward_rule=False))):
+            counts[key] = (gv.check(rule, x, b).evaluations, "{:.0f} / {:.0f}".format(*passes(rule, (x, b), n)))
         with jax.enable_x64(True):
-            counts["gv_jax"] = gv.check(bd.jax_fn(0), jax.numpy.asarray(x.numpy()), jax.numpy.asarray(b.numpy()))
-            counts["gv_jax"] = counts["gv_jax"].evaluations
+            r = gv.check(bd.jax_fn(0), jax.numpy.asarray(x.numpy()), jax.numpy.asarray(b.numpy()))
+            counts["gv_jax"] = (r.evaluations, "-")
         for key, label in bd.LABELS.items():
             r = res[key]
             ratio = statistics.median(t / base for t, base in zip(r["times"], r["base"]))
-            c = counts.get(key, {})
+            c, p = counts.get(key, ({}, "-"))
             memory = f"{statistics.median(r['memory']):.1f}" if r["memory"] else "-"
             print(
                 f"| {n:.0e} | {label} | {r['hits']}/{len(r['times'])} | {ratio:.1f}x | {c.get('primal', '-')} "
-                f"| {c.get('jvp', '-')} | {c.get('vjp', '-')} | {memory} |"
+                f"| {c.get('jvp', '-')} | {c.get('vjp', '-')} | {p} | {memory} |"
             )
 
 
