@@ -17,12 +17,13 @@ Four parts, each printed as a table (CPU, one torch thread):
   and ``check_grads(order=1, modes=("fwd", "rev"))`` (or "rev" alone where
   there is no JVP); the ratios' median.
 * ``first``: the first check of an eager jax library function in a fresh
-  process, gradverify against check_grads, each in its own process, rounds
+  process, gradverify (and gradverify under ``jax.disable_jit()``, which
+  compiles nothing) against check_grads, each in its own process, rounds
   alternating; numpyro's ``DoublyTruncatedPowerLaw.log_prob`` where numpyro
   is installed.
 * ``shrink``: a failing ``gv.verify`` of a function whose single check takes
-  about 0.3 s, with the default shrink budget: its wall time and whether
-  shrinking was cut.
+  about half a second, with the default shrink budget: its wall time and
+  whether shrinking was cut.
 
     python benchmarks/bench_cost.py [--parts large small first shrink] [--sizes 1000000] [--rounds 7]
 """
@@ -207,7 +208,6 @@ def small(rounds: int) -> None:
 # -- the first eager jax check in a fresh process ---------------------------------------
 FIRST = r"""
 import json, sys, time
-t0 = time.perf_counter()
 import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 which, tool = sys.argv[1], sys.argv[2]
@@ -222,10 +222,14 @@ else:
     def fn(x, alpha):
         return d.DoublyTruncatedPowerLaw(alpha, low, high).log_prob(x)
     args = (jnp.array([1.5, 2.5]), jnp.array([-1.7, 0.6]))
-if tool == "gv":
+if tool in ("gv", "eager"):
     import gradverify as gv
     t1 = time.perf_counter()
-    ok = gv.check(fn, *args).ok
+    if tool == "eager":
+        with jax.disable_jit():
+            ok = gv.check(fn, *args).ok
+    else:
+        ok = gv.check(fn, *args).ok
 else:
     from jax.test_util import check_grads
     t1 = time.perf_counter()
@@ -243,18 +247,18 @@ def first(rounds: int) -> None:
         functions.append("numpyro")
     except ImportError:
         print("(numpyro is not installed: its row is left out)")
-    print("| function | gradverify (s) | check_grads (s) | ratio |")
-    print("|---|---|---|---|")
+    print("| function | gradverify (s) | gradverify under disable_jit (s) | check_grads (s) | ratio |")
+    print("|---|---|---|---|---|")
     for which in functions:
-        t = {"gv": [], "cg": []}
+        t = {"gv": [], "eager": [], "cg": []}
         for _ in range(rounds):
-            for tool in ("gv", "cg"):
+            for tool in ("gv", "eager", "cg"):
                 out = subprocess.run(
                     [sys.executable, "-c", FIRST, which, tool], capture_output=True, text=True, check=True
                 )
                 t[tool].append(json.loads(out.stdout.strip().splitlines()[-1])["check"])
-        g, c = statistics.median(t["gv"]), statistics.median(t["cg"])
-        print(f"| {which} | {g:.2f} | {c:.2f} | {g / c:.2f}x |")
+        g, e, c = (statistics.median(t[k]) for k in ("gv", "eager", "cg"))
+        print(f"| {which} | {g:.2f} | {e:.2f} | {c:.2f} | {g / c:.2f}x |")
 
 
 # -- a failing verify of a slow function -------------------------------------------------
@@ -264,7 +268,7 @@ def shrink() -> None:
     import gradverify as gv
 
     def slow(x):
-        time.sleep(0.008)  # about 0.3 s a check over its evaluations
+        time.sleep(0.008)  # about half a second a check over its evaluations
         return np.tanh(x)
 
     rule = gv.Rule(

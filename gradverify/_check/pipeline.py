@@ -158,7 +158,7 @@ def _check_real(
 ) -> CheckResult:
     """gv.check of fn on real arguments (with a real output)."""
     placed = _placed(backend, args)
-    with backend.checking(placed):
+    with backend.checking(placed, small=sum(xp.size(a) for a in args) <= xp.HOST_MAX):
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)

@@ -7,8 +7,9 @@ arrays) fn, its JVP and its VJP are jit-compiled, once per shape, dtype,
 precision and batch size, and kept for the session: eager jax compiles each
 of fn's operations anew for every shape, so a check's vectorised calls -
 the Jacobian's columns and rows, the stencil's points - would otherwise
-recompile all of fn once per batch size. On large arrays a check compiles fn
-alone (its few JVPs and VJPs cost less eager than compiled). A function that
+recompile all of fn once per batch size. On large arrays worked on in place
+a check compiles fn alone (its few JVPs and VJPs cost less eager than
+compiled); under ``jax.disable_jit()`` nothing is compiled. A function that
 cannot be traced (Python control flow on values, numpy calls, a static
 argument) runs eagerly
 from its first failed trace on - each of fn, its JVP and its VJP on its own -
@@ -30,8 +31,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
+from jax._src import config as jax_config
 
 from .._errors import ModeUnavailable
 from .base import Backend, HostArrays, Wrt, on_wrt
@@ -113,20 +116,21 @@ class JaxBackend(Backend):
             _USER_X64.reset(token)
 
     @contextlib.contextmanager
-    def checking(self, placed: bool) -> Iterator[None]:
-        # On the host (small arrays) a check's session compiles fn, its JVP and
-        # its VJP, each once per shape and batch size: eager jax compiles each
-        # of fn's operations for every new shape, and a check's vectorised
-        # calls (the Jacobian's columns and rows, the stencil's points) are
-        # stacked along new batch sizes - one whole-function compilation
-        # costs less than those, and far less than the same operations run
-        # one at a time.
+    def checking(self, placed: bool, small: bool) -> Iterator[None]:
+        # On small arrays a check's session compiles fn, its JVP and its VJP,
+        # each once per shape and batch size: eager jax compiles each of fn's
+        # operations for every new shape, and a check's vectorised calls (the
+        # Jacobian's columns and rows, the stencil's points) are stacked along
+        # new batch sizes - one whole-function compilation costs less than
+        # those. Under jax.disable_jit() nothing is compiled.
         if placed:
             with self.working():
                 yield
-        else:
+        elif small and not jax.config.jax_disable_jit:
             with compiling():
                 yield
+        else:
+            yield
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:
@@ -310,6 +314,8 @@ class Compiled:
 #: earlier session's executable where the trace is the same program.
 _EXECUTABLES: OrderedDict[tuple, Any] = OrderedDict()
 _EXECUTABLES_MAX = 256
+#: Constants of more bytes than this in one form: not worth hashing to share it.
+_CONSTANTS_MAX = 1 << 20
 #: A primitive that runs Python: pure_callback, io_callback, debug_callback.
 _CALLBACK = re.compile(r"\b\w*callback\[")
 
@@ -363,17 +369,26 @@ def _signature(args: tuple) -> tuple:
 
 def _program(traced: Any) -> tuple | None:
     """What a traced form computes: its jaxpr as text (every operation, its
-    parameters and its literals in full), the values of its constants, its
-    output structure and the platform. None - the form is then compiled for
-    this session alone - where a constant is not an array of numbers, or
-    where the program calls back into Python (the text names the callback
-    function, not which one: an edited one would look the same)."""
+    parameters and its literals in full), the values of its constants and of
+    the constants of every jaxpr inside it (an inner jit keeps its own), its
+    inputs' types (weak types included) and structure, its output structure,
+    and the settings a trace depends on (jax's trace context: x64, the
+    default device, the PRNG's mode, ...) and the platform. None - the form
+    is then compiled for this session alone - where a constant is not an
+    array of numbers or the constants are large (copying and hashing them
+    would cost more than compiling), or where the program calls back into
+    Python (the text names the callback function, not which one: an edited
+    one would look the same)."""
     closed = traced.jaxpr
     text = str(closed.jaxpr)
     if _CALLBACK.search(text):
         return None
     digest = hashlib.blake2b(digest_size=16)
-    for c in closed.consts:
+    total = 0
+    for c in _constants(closed):
+        total += int(getattr(c, "nbytes", 0))
+        if total > _CONSTANTS_MAX:
+            return None
         try:
             a = np.asarray(c)
         except Exception:
@@ -382,8 +397,39 @@ def _program(traced: Any) -> tuple | None:
             return None
         digest.update(f"{a.shape}{a.dtype}".encode())
         digest.update(np.ascontiguousarray(a).tobytes())
-    out = jax.tree_util.tree_structure(traced.out_info)
-    return (text, digest.hexdigest(), str(out), jax.default_backend(), jax.config.jax_enable_x64)
+    inputs = tuple(
+        (tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", a)), bool(getattr(a, "weak_type", False)))
+        for a in closed.in_avals
+    )
+    return (
+        text,
+        digest.hexdigest(),
+        inputs,
+        str(traced.in_tree),
+        str(traced.out_tree),
+        jax_config.trace_context(),
+        jax.default_backend(),
+    )
+
+
+def _constants(closed: Any) -> Iterator[Any]:
+    """The constants of a closed jaxpr and of every closed jaxpr in its
+    equations' parameters, depth first."""
+    yield from closed.consts
+    stack = [closed.jaxpr]
+    while stack:
+        jaxpr = stack.pop()
+        for eqn in jaxpr.eqns:
+            params = list(eqn.params.values())
+            while params:
+                v = params.pop()
+                if isinstance(v, (tuple, list)):
+                    params.extend(v)
+                elif isinstance(v, jex_core.ClosedJaxpr):
+                    yield from v.consts
+                    stack.append(v.jaxpr)
+                elif isinstance(v, jex_core.Jaxpr):
+                    stack.append(v)
 
 
 def compiled(fn: Callable) -> Compiled | None:

@@ -1,10 +1,12 @@
 """Compiling sessions: where a backend may keep compiled forms of fn.
 
-A session is one run over many checks of the same function (``gv.verify``):
-compiling fn, its JVP and its VJP once per shape pays off there and the
-compiled forms live as long as the session (and fn). Outside a session
-nothing is compiled, so a function edited between two checks (a notebook, a
-changed global) is always checked as it is now."""
+A session is one run over many checks of the same function (``gv.verify``),
+or one check (a backend's ``checking``): compiling fn, its JVP and its VJP
+once per shape pays off there, and the compiled forms live as long as the
+session (and fn). A new session compiles fn anew, so a function edited
+between two checks (a notebook, a changed global) is checked as it is now
+(a backend may still reuse what compiling gave for the very same program,
+see backends.jax)."""
 
 from __future__ import annotations
 
@@ -51,10 +53,10 @@ def compiling() -> Iterator[None]:
 
 @contextlib.contextmanager
 def compiling_primal() -> Iterator[None]:
-    """A session of one check that compiles fn alone: it is evaluated a few
-    dozen times (the finite differences), its JVP and VJP a few times each,
-    where compiling them would cost more than it saves. Inside a ``compiling``
-    block, that block's session is used."""
+    """A session of one check on large arrays that compiles fn alone: it is
+    evaluated a few dozen times (the finite differences), its JVP and VJP a
+    few times each, where compiling them would cost more than it saves.
+    Inside a ``compiling`` block, that block's session is used."""
     if _CACHE.get() is not None:
         yield
         return

@@ -177,9 +177,10 @@ def test_a_check_that_repeats_an_earlier_one_compiles_nothing():
 
 def test_a_constant_or_a_callback_edited_between_checks_is_seen():
     """A reused executable is never a stale one: a closed-over array edited in
-    place between two checks, or a Python callback replaced by another of the
-    same name, is what the second check evaluates (the claimed derivative
-    stays the first one's: the second check fails)."""
+    place between two checks, an inner jitted function closing over other
+    values, or a Python callback replaced by another of the same name, is
+    what the second check evaluates (the claimed derivative stays the first
+    one's: the second check fails)."""
     w = np.ones(6)
 
     @jax.custom_jvp
@@ -198,6 +199,28 @@ def test_a_constant_or_a_callback_edited_between_checks_is_seen():
             return np.sin(v) * k
 
         return host
+
+    def inner_for(k):
+        weights = np.full(6, k)
+
+        @jax.jit
+        def inner(x):  # (an inner jit keeps its constants in its own jaxpr)
+            return jnp.sin(x) * weights
+
+        return inner
+
+    inner = {"now": inner_for(1.0)}
+
+    @jax.custom_jvp
+    def nested(x):
+        return inner["now"](x)
+
+    nested.defjvp(lambda p, t: (nested(p[0]), jnp.cos(p[0]) * t[0]))  # right for k = 1
+    assert gv.check(nested, x).ok
+    inner["now"] = inner_for(2.0)
+    assert not gv.check(nested, x).ok
+    inner["now"] = inner_for(1.0)  # (and back: the first program's executable again, rightly)
+    assert gv.check(nested, x).ok
 
     state = {"host": host_for(1.0)}
 
@@ -235,3 +258,21 @@ def test_a_custom_vjp_has_no_forward_mode_in_jaxs_words_called_directly_or_wrapp
             assert r.ok == (wrong == 1.0), str(r)
             reasons.append([f.message for f in r.findings if f.kind == gv.Kind.MODE_UNAVAILABLE])
         assert reasons[0] == reasons[1] and "custom_vjp" in reasons[0][0], reasons
+
+
+def test_under_disable_jit_a_check_traces_nothing():
+    """jax.disable_jit() around a check runs fn eagerly: it never sees jit's
+    tracer (vmap's and the JVP's are eager jax's own)."""
+    seen = set()
+
+    def fn(x):
+        seen.add(type(x).__name__)
+        return jnp.sin(x)
+
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 4)
+    with jax.disable_jit():
+        assert gv.check(fn, x).ok
+    assert "DynamicJaxprTracer" not in seen, seen
+    assert gv.check(fn, x).ok
+    assert "DynamicJaxprTracer" in seen, seen  # (the test can see a trace)
