@@ -225,7 +225,7 @@ class Comparisons(Judge):
         # (a full Jacobian is small: its elements are compared on the host, all
         # at once; each value is the elementwise one, and the worst is the
         # first of the largest ratios in column-major order, as a loop over
-        # columns then rows would find it)
+        # columns then rows finds it: tests/check/test_jacobian_comparison.py)
         m, n = _xp.size(self.primal.values), self.probes.flat.n
         J = np.stack([_xp.host(g) for g in self.modes.vjps]) if self.modes.vjps else np.zeros((0, n))  # (m, n)
         refs = self.oracle.refs
@@ -238,9 +238,7 @@ class Comparisons(Judge):
         usable = np.stack([np.broadcast_to(_xp.host(self.oracle.usable(r)), (m,)) for r in refs])
         ad = J.T[: len(refs)]
         with np.errstate(all="ignore"):
-            above, below = (value - err) / s - ad, ad - (value + err) / s
-            # (max(a, b) keeps a unless b > a: NaN where builtin max has it)
-            over = np.where(below > above, below, above) - T
+            over = np.maximum((value - err) / s - ad, ad - (value + err) / s) - T
             ratio = np.abs(ad - value / s) / (T + err / s + 1e-300)
         seen = ratio[usable]
         seen = seen[np.isfinite(seen)]
@@ -251,8 +249,8 @@ class Comparisons(Judge):
         if not count:
             return None
         cols, rows = np.nonzero(flagged)  # (column-major: columns, then rows)
-        r = ratio[cols, rows]
-        k = 0 if np.isnan(r[0]) else int(np.argmax(np.where(np.isnan(r), -np.inf, r)))
+        r = ratio[cols, rows]  # (never NaN: an element over its bound has finite terms)
+        k = int(np.argmax(r))
         j, i = int(cols[k]), int(rows[k])
         status = np.broadcast_to(_xp.host(refs[j].status), (m,))
         return JacobianWorst(
