@@ -157,8 +157,9 @@ def _check_real(
     options: Options,
 ) -> CheckResult:
     """gv.check of fn on real arguments (with a real output)."""
-    placed = _placed(backend, args)
-    with backend.checking(placed, small=sum(xp.size(a) for a in args) <= xp.HOST_MAX):
+    small = sum(xp.size(a) for a in args) <= xp.HOST_MAX
+    placed = not small and _placed(backend, args)
+    with backend.checking(placed, small):
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
@@ -189,10 +190,8 @@ def _check_real(
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
-    """Whether the check works on the arguments' device (see xp)."""
-    if backend.name == "numpy" or sum(xp.size(a) for a in args) <= xp.HOST_MAX:
-        return False
-    return backend.float64_on_device(args) is None
+    """Whether the check on large arguments works on their device (see xp)."""
+    return backend.name != "numpy" and backend.float64_on_device(args) is None
 
 
 def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> CheckResult:

@@ -11,13 +11,13 @@ recompile all of fn once per batch size. On large arrays worked on in place
 a check compiles fn alone (its few JVPs and VJPs cost less eager than
 compiled); under ``jax.disable_jit()`` nothing is compiled. A function that
 cannot be traced (Python control flow on values, numpy calls, a static
-argument) runs eagerly
-from its first failed trace on - each of fn, its JVP and its VJP on its own -
-and so does every call whose compiled run raises: the eager run then says
-whether fn itself raises. The two evaluations at the point that look for
-mutation and nondeterminism are always eager (a random draw inside fn is
-frozen by a trace); the finite differences take their centre from the same
-compiled fn as their stencil, so they round alike."""
+argument) runs eagerly from its first failed trace on - each of fn, its JVP
+and its VJP on its own - and so does every call whose compiled run raises:
+the eager run then says whether fn itself raises. The two evaluations at
+the point that look for mutation and nondeterminism are always eager (a
+random draw inside fn is frozen by a trace); the finite differences take
+their centre from the same compiled fn as their stencil, so they round
+alike."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ class JaxBackend(Backend):
         # jit takes numpy arguments in its C++ dispatch: ~10x cheaper on small
         # arrays than making jax arrays of them first (jax never writes to them)
         entry = compiled(fn)
-        if entry is None or not entry.ok[_KIND[form]] or (_KIND[form] == "jvp" and isinstance(fn, jax.custom_vjp)):
+        if entry is None or not entry.ok[_KIND[form]]:
             return None
         host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
         ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
@@ -296,17 +296,16 @@ class Compiled:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
         kinds = session_kinds()
         self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
+        self.ok["jvp"] &= not isinstance(fn, jax.custom_vjp)  # (no forward mode: see _forward_mode_refused)
+
+        def transform(of: Callable) -> _Form:
+            # fn's (args, operand, wrt) -> of(fn, ...), wrt static
+            return _Form(jax.jit(lambda args, operand, wrt: of(ref(), args, operand, wrt), static_argnums=2), 2)
+
         self.primal = _Form(jax.jit(lambda *args: ref()(*args)))
         self.primal_flat = _Form(jax.jit(lambda *args: ref()(*args).reshape(-1)))
-        self.primals = _Form(
-            jax.jit(lambda args, points, wrt: _primals(ref(), args, points, wrt), static_argnums=2), static=2
-        )
-        self.jvp = _Form(jax.jit(lambda args, tangents, wrt: _jvp(ref(), args, tangents, wrt), static_argnums=2), 2)
-        self.vjp = _Form(jax.jit(lambda args, cotangent, wrt: _vjp(ref(), args, cotangent, wrt), static_argnums=2), 2)
-        self.jvps = _Form(jax.jit(lambda args, tangents, wrt: _jvps(ref(), args, tangents, wrt), static_argnums=2), 2)
-        self.vjps = _Form(
-            jax.jit(lambda args, cotangents, wrt: _vjps(ref(), args, cotangents, wrt), static_argnums=2), static=2
-        )
+        self.primals, self.jvp, self.vjp = transform(_primals), transform(_jvp), transform(_vjp)
+        self.jvps, self.vjps = transform(_jvps), transform(_vjps)
 
 
 #: Executables of compiled forms by the program they run (see _Form): a

@@ -110,13 +110,6 @@ def test_a_check_on_small_arrays_compiles_fn_whole_not_its_operations_per_batch_
     derivatives) whole instead, so the only operations compiled alone are
     those of the two eager evaluations at the point, at the point's shape.
     (Read from jax's own compilation log.)"""
-    compiled: list[str] = []
-
-    class Log(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            message = record.getMessage()
-            if message.startswith("Compiling "):
-                compiled.append(message)
 
     def fn(x, y):
         z = x * y
@@ -124,15 +117,9 @@ def test_a_check_on_small_arrays_compiles_fn_whole_not_its_operations_per_batch_
             z = jnp.sin(z) + jnp.cos(x * k) * jnp.tanh(y - k)
         return z
 
-    handler = Log()
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.enable_x64(True), jax.log_compiles(True):
-            x, y = jnp.linspace(0.1, 0.9, 7), jnp.linspace(-0.5, 0.5, 7)
-            r = gv.check(fn, x, y)
-    finally:
-        logger.removeHandler(handler)
+    with jax.enable_x64(True):
+        x, y = jnp.linspace(0.1, 0.9, 7), jnp.linspace(-0.5, 0.5, 7)
+        r, compiled = _compilations(lambda: gv.check(fn, x, y))
     assert r.ok and r.strategy.startswith("full Jacobian"), str(r)
     operations = [m for m in compiled if not m.startswith("Compiling jit(<lambda>)")]
     assert any("jit(sin)" in m for m in operations), compiled  # (the log is read: the eager point's sin)
