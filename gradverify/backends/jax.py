@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import re
 import weakref
@@ -290,22 +291,69 @@ def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> t
 class Compiled:
     """fn, its JVP and its VJP under jax.jit; ``ok[kind]`` turns False for good
     at the first compiled call of that kind that fails where the eager one
-    does not."""
+    does not.
+
+    fn is traced once per argument signature (``program``); where that trace
+    is a closed program - no custom derivative rules, custom batching or
+    callbacks, whose Python the trace does not show - the other forms are
+    jax's transformations of that program, not new traces of fn, so a check
+    whose program an earlier one ran takes all of its forms' executables
+    from the first trace alone."""
 
     def __init__(self, fn: Callable) -> None:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
         kinds = session_kinds()
         self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
         self.ok["jvp"] &= not isinstance(fn, jax.custom_vjp)  # (no forward mode: see _forward_mode_refused)
+        self.programs: dict[tuple, _Program | None] = {}
 
-        def transform(of: Callable) -> _Form:
+        def transform(of: Callable, name: str) -> _Form:
             # fn's (args, operand, wrt) -> of(fn, ...), wrt static
-            return _Form(jax.jit(lambda args, operand, wrt: of(ref(), args, operand, wrt), static_argnums=2), 2)
+            def derive(f: Callable) -> Any:
+                return jax.jit(lambda args, operand, wrt: of(f, args, operand, wrt), static_argnums=2)
 
-        self.primal = _Form(jax.jit(lambda *args: ref()(*args)))
-        self.primal_flat = _Form(jax.jit(lambda *args: ref()(*args).reshape(-1)))
-        self.primals, self.jvp, self.vjp = transform(_primals), transform(_jvp), transform(_vjp)
-        self.jvps, self.vjps = transform(_jvps), transform(_vjps)
+            return _Form(derive(lambda *a: ref()(*a)), 2, name=name, derive=derive, owner=self)
+
+        def flat(f: Callable) -> Any:
+            return jax.jit(lambda *args: f(*args).reshape(-1))
+
+        self.primal = _Form(jax.jit(lambda *args: ref()(*args)), owner=self)
+        self.primal_flat = _Form(flat(lambda *a: ref()(*a)), name="primal_flat", derive=flat, owner=self)
+        self.primals = transform(_primals, "primals")
+        self.jvp, self.vjp = transform(_jvp, "jvp"), transform(_vjp, "vjp")
+        self.jvps, self.vjps = transform(_jvps, "jvps"), transform(_vjps, "vjps")
+
+    def program(self, args: tuple) -> _Program | None:
+        """fn's program at ``args`` (traced once per signature, its executable
+        kept for the primal form); None where it is not closed."""
+        signature = _signature(args)
+        if signature not in self.programs:
+            traced = self.primal.jitted.trace(*args)
+            key = _program(traced)
+            if signature not in self.primal.executables:
+                self.primal.traces[signature] = traced, key  # (compiled when the primal form is called)
+            self.programs[signature] = (
+                None
+                if key is None or _OPEN.search(key[0])
+                else _Program(key, _as_function(traced.jaxpr, traced.out_tree))
+            )
+        return self.programs[signature]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    key: tuple  # _program's key of fn's trace
+    fn: Callable  # that trace as a function of fn's arguments
+
+
+def _as_function(closed: Any, out_tree: Any) -> Callable:
+    """A closed jaxpr as a function of the arguments it was traced at."""
+    run = jex_core.jaxpr_as_fun(closed)
+
+    def f(*args: Any) -> Any:
+        return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves(args)))
+
+    return f
 
 
 #: Executables of compiled forms by the program they run (see _Form): a
@@ -317,6 +365,9 @@ _EXECUTABLES_MAX = 256
 _CONSTANTS_MAX = 1 << 20
 #: A primitive that runs Python: pure_callback, io_callback, debug_callback.
 _CALLBACK = re.compile(r"\b\w*callback\[")
+#: A primitive whose transformations run Python the trace does not show:
+#: custom_jvp_call, custom_vjp_call, custom_vmap_call, custom_lin, callbacks.
+_OPEN = re.compile(r"\b\w*(custom|callback)\w*\[")
 
 
 class _Form:
@@ -325,29 +376,71 @@ class _Form:
     custom derivatives included); the executable comes from _EXECUTABLES
     where an earlier trace gave the same program, and is compiled otherwise.
     Tracing costs milliseconds where compiling costs tens of them, so a check
-    that repeats an earlier one's programs compiles nothing."""
+    that repeats an earlier one's programs compiles nothing. A form with
+    ``derive`` (fn's JVP, VJP, batches of evaluations) is, where fn's program
+    at these arguments is closed (``Compiled.program``), that transformation
+    of the program: keyed by it, traced only when first compiled."""
 
-    def __init__(self, jitted: Any, static: int | None = None) -> None:
-        self.jitted, self.static = jitted, static
+    def __init__(
+        self,
+        jitted: Any,
+        static: int | None = None,
+        *,
+        name: str = "primal",
+        derive: Callable[[Callable], Any] | None = None,
+        owner: Compiled | None = None,
+    ) -> None:
+        self.jitted, self.static, self.name, self.derive = jitted, static, name, derive
+        self.owner = None if owner is None else weakref.ref(owner)
         self.executables: dict[tuple, Any] = {}
+        self.traces: dict[tuple, tuple[Any, tuple | None]] = {}  # (fn's own, from Compiled.program)
 
     def __call__(self, *args: Any) -> Any:
         signature = _signature(args)
         exe = self.executables.get(signature)
         if exe is None:
-            traced = self.jitted.trace(*args)
-            key = _program(traced)
-            exe = None if key is None else _EXECUTABLES.get(key)
+            owner = None if self.owner is None else self.owner()
+            program = None if owner is None else owner.program(args[0] if self.static is not None else args)
+            exe = None if program is None or self.derive is None else self._derived(program, args, signature)
             if exe is None:
-                exe = traced.lower().compile()
-                if key is not None:
-                    _EXECUTABLES[key] = exe
-                    if len(_EXECUTABLES) > _EXECUTABLES_MAX:
-                        _EXECUTABLES.popitem(last=False)
-            else:
-                _EXECUTABLES.move_to_end(key)
+                traced, key = self.traces.pop(signature, None) or _traced(self.jitted, args)
+                exe = _executable(traced, key)
             self.executables[signature] = exe
         return exe(*(a for i, a in enumerate(args) if i != self.static))
+
+    def _derived(self, program: _Program, args: tuple, signature: tuple) -> Any:
+        assert self.derive is not None
+        key = (self.name, program.key, signature)
+        exe = _EXECUTABLES.get(key)
+        if exe is None:
+            exe = _remember(key, self.derive(program.fn).trace(*args).lower().compile())
+        else:
+            _EXECUTABLES.move_to_end(key)
+        return exe
+
+
+def _traced(jitted: Any, args: tuple) -> tuple[Any, tuple | None]:
+    traced = jitted.trace(*args)
+    return traced, _program(traced)
+
+
+def _executable(traced: Any, key: tuple | None) -> Any:
+    """The executable of a traced form: an earlier one of the same program, or compiled."""
+    exe = None if key is None else _EXECUTABLES.get(key)
+    if exe is None:
+        exe = traced.lower().compile()
+        if key is not None:
+            _remember(key, exe)
+    else:
+        _EXECUTABLES.move_to_end(key)
+    return exe
+
+
+def _remember(key: tuple, exe: Any) -> Any:
+    _EXECUTABLES[key] = exe
+    if len(_EXECUTABLES) > _EXECUTABLES_MAX:
+        _EXECUTABLES.popitem(last=False)
+    return exe
 
 
 def _signature(args: tuple) -> tuple:

@@ -162,6 +162,53 @@ def test_a_check_that_repeats_an_earlier_one_compiles_nothing():
     assert again.to_dict() == first.to_dict()
 
 
+def test_a_check_traces_fn_once_per_precision_and_transforms_that_trace():
+    """fn's Python runs once per check and precision under jit's tracer: its
+    JVP, VJP and batches of evaluations are jax's transformations of that
+    trace, not traces of their own (before, each of them traced fn again)."""
+    calls = []
+
+    def fn(x, y):
+        calls.append(isinstance(x, jax.core.Tracer))
+        return jnp.tanh(x * y) + jnp.sin(x) * 0.25
+
+    with jax.enable_x64(True):
+        x, y = jnp.linspace(0.1, 0.9, 5), jnp.linspace(-0.5, 0.5, 5)
+    for args, precisions in (((x, y), 1), ((x.astype(jnp.float32), y.astype(jnp.float32)), 2)):
+        for _ in range(2):  # (the first check and one that repeats it)
+            calls.clear()
+            r = gv.check(fn, *args)
+            assert r.ok and r.modes["JVP"] == r.modes["VJP"] == "checked", str(r)
+            assert calls.count(True) == precisions, calls  # (the two eager calls at the point besides)
+
+
+def test_an_edited_custom_rule_is_seen_though_the_function_is_not():
+    """A custom derivative rule runs Python the function's trace does not
+    show: its JVP and VJP are traced anew, never taken from the program of
+    an earlier check whose function looked the same."""
+    k = {"now": 1.0}
+
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defjvp(lambda p, t: (f(p[0]), jnp.cos(p[0]) * t[0] * k["now"]))
+
+    @jax.custom_vjp
+    def g(x):
+        return jnp.sin(x)
+
+    g.defvjp(lambda x: (jnp.sin(x), x), lambda x, c: (c * jnp.cos(x) * k["now"],))
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 6)
+    for fn in (f, g):
+        k["now"] = 1.0
+        assert gv.check(fn, x).ok
+        k["now"] = -1.0
+        bad = gv.check(fn, x)
+        assert not bad.ok and bad.by_kind(gv.Kind.MISMATCH), str(bad)
+
+
 def test_a_constant_or_a_callback_edited_between_checks_is_seen():
     """A reused executable is never a stale one: a closed-over array edited in
     place between two checks, an inner jitted function closing over other
