@@ -17,6 +17,11 @@ from .context import Context
 
 __all__ = ["FD_DIRECTIONS", "Oracle"]
 
+#: A point of at least this many elements is written into one buffer of the
+#: oracle's, not a fresh array per evaluation of fn (whose memory would be
+#: paged in anew each time, which costs more than writing it).
+REUSED_POINT = 1 << 16
+
 #: Directional checks run FD along this many of their directions: it checks all
 #: of J u_1 element by element and, projected, every J^T v_a; the other
 #: directions meet the VJP through the adjoint identity, which needs no FD and
@@ -38,6 +43,7 @@ class Oracle:
         if ev.rule is None and ev.backend.compiles(ev.fn):
             self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
         self.refs: list[fd.Reference] = []
+        self._buffer: Any = None  # (see REUSED_POINT)
 
     @property
     def label(self) -> str:
@@ -52,7 +58,7 @@ class Oracle:
         if j is not None:
 
             def at_basis(t: float) -> Any:
-                return ev.primal(flat.split(_xp.shifted(x, j, t * c)), oracle, flat=True)
+                return self._at(lambda out: _xp.shifted(x, j, t * c, out))
 
             return fd.Line(at_basis, lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts]))
         w, k = _mover(u, c)
@@ -68,9 +74,23 @@ class Oracle:
         point = self._along(u, c)
 
         def at(t: float) -> Any:
-            return ev.primal(flat.split(point(t)), oracle, flat=True)
+            return self._at(lambda out: _xp.axpy(x, t * k, w, out))
 
         return fd.Line(at, lambda ts: self._many([point(t) for t in ts]))
+
+    def _at(self, write: Callable[[Any], Any]) -> Any:
+        """fn at the flat point ``write(out)`` makes: written into the
+        oracle's buffer on large arrays (out=None: a fresh array). fn may
+        mutate it (the next point is written whole); an output that is the
+        point or a view of it is copied before the buffer is written again."""
+        x = self.probes.x
+        if self._buffer is None and _xp.size(x) >= REUSED_POINT and not _xp.immutable(x):
+            self._buffer = _xp.empty(_xp.size(x), x)
+        point = write(self._buffer)
+        out = self.ev.primal(self.probes.flat.split(point), self.precision.oracle, flat=True)
+        if point is self._buffer and _xp.shares_memory(out, point):
+            out = _xp.copy(out)
+        return out
 
     def _along(self, u: Any, c: float) -> Callable[[float], Any]:
         """t -> the flat point x + t c u (fresh, on the host's working arrays)."""
@@ -226,6 +246,7 @@ class Oracle:
         """Drop what a reference's measure() holds on to (fn, the point)."""
         for ref in self.refs:
             ref.measure = None
+        self._buffer = None
 
     def usable(self, ref: fd.Reference) -> np.ndarray | bool:
         """The elements a comparison may judge: smooth or a kink, finite output."""

@@ -327,20 +327,37 @@ def finite(a: Any) -> Any:
     return xp.abs(a) < math.inf
 
 
-def axpy(x: Any, t: float, w: Any) -> Any:
-    """A fresh array x + t w (one pass on torch)."""
+def axpy(x: Any, t: float, w: Any, out: Any = None) -> Any:
+    """x + t w: a fresh array, or written into ``out`` (the same values; one
+    pass on torch)."""
     if hasattr(x, "add") and hasattr(x, "detach"):  # torch
-        return x.add(w, alpha=t)
-    return x + t * w
+        return x.add(w, alpha=t) if out is None else _torch().add(x, w, alpha=t, out=out)
+    if out is None:
+        return x + t * w
+    np.multiply(w, t, out=out)
+    return np.add(x, out, out=out)
 
 
-def shifted(x: Any, j: int, delta: float) -> Any:
-    """A copy of the flat array ``x`` with ``delta`` added to element ``j``."""
+def shifted(x: Any, j: int, delta: float, out: Any = None) -> Any:
+    """A copy of the flat array ``x`` with ``delta`` added to element ``j``
+    (written into ``out`` where given)."""
     if immutable(x):
         return x.at[j].add(delta)
-    out = copy(x)
+    if out is None:
+        out = copy(x)
+    elif ns(x) is np:
+        np.copyto(out, x)
+    else:
+        out.copy_(x)
     out[j] += delta
     return out
+
+
+def shares_memory(a: Any, b: Any) -> bool:
+    """Whether two mutable arrays may overlap in memory (a view of the other, or the same)."""
+    if ns(a) is np or ns(b) is np:
+        return ns(a) is ns(b) and bool(np.may_share_memory(a, b))
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def absmax(a: Any) -> float:

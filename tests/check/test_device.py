@@ -61,3 +61,45 @@ def test_a_mutating_fn_is_told_and_the_callers_tensor_kept(monkeypatch, host_max
     r = gv.check(scales_in_place, x)
     assert [f.kind for f in r.findings if f.kind == gv.Kind.MUTATION] == [gv.Kind.MUTATION]
     assert torch.equal(x, before)
+
+
+# -- the points of the finite differences ------------------------------------------------------
+def _reports(monkeypatch, fn, *args):
+    """fn's report with every point written into the oracle's one buffer, and
+    with a fresh array per point."""
+    from gradverify._check import oracle
+
+    out = []
+    for reused in (0, 1 << 60):
+        monkeypatch.setattr(oracle, "REUSED_POINT", reused)
+        out.append(gv.check(fn, *args).to_dict())
+    return out
+
+
+@pytest.mark.parametrize("host_max", [0, xp.HOST_MAX], ids=["on-device", "on-host"])
+def test_points_written_into_one_buffer_judge_as_fresh_ones(monkeypatch, host_max):
+    """One buffer for every point changes no verdict and no value: not for a
+    function whose output is a view of its input (copied before the buffer
+    is written again: two points' values would otherwise be one), not for
+    one that scales its input in place (each point is written whole), and
+    not for a wrong rule, caught the same way."""
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    monkeypatch.setattr(xp, "HOST_MAX", host_max)
+    x, b = example_inputs("torch", seed=5)
+
+    def scales_in_place(a):
+        a.mul_(2.0)
+        return torch.sin(a)
+
+    cases = [
+        (lambda a: a.reshape(-1), (x,), True),  # (a view of the point)
+        (scales_in_place, (x,), False),  # (told as a mutation, judged the same)
+        (tanh_bias_flipped("torch", None), (x, b), True),
+        (tanh_bias_flipped("torch", 7), (x, b), False),
+        (tanh_bias_flipped("torch", 7, forward_rule=False), (x, b), False),
+    ]
+    for fn, args, ok in cases:
+        reused, fresh = _reports(monkeypatch, fn, *args)
+        assert reused == fresh
+        assert reused["ok"] == ok, reused
