@@ -56,6 +56,17 @@ class Bounds:
         ]
         return _xp.concat([_xp.flat(p) for p in parts]) if len(parts) > 1 else _xp.flat(parts[0])
 
+    def of_vjp_rows(self, J: np.ndarray) -> np.ndarray:
+        """``of_vjp`` of every row of a full Jacobian J (m, n) at once: the
+        same bounds (the scale of a full Jacobian's rows is one number)."""
+        probes, modes = self.probes, self.modes
+        assert probes.full
+        out = np.empty_like(J)
+        for off, size, i in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.args):
+            dtype = "float64" if modes.ad64 else self.dtypes[i]
+            out[:, off : off + size] = tol.ad_bound(J[:, off : off + size], dtype, self.rtol, self.atol, modes.jmax_vjp)
+        return out
+
     def ad_reason(self) -> str:
         if self.user:
             return f"user atol {self.atol or 0:g} + rtol {self.rtol or 0:g} x |AD|"

@@ -66,12 +66,15 @@ def _case(rng: np.random.Generator):
         i = next(k for k, original in enumerate(J) if np.array_equal(original, row, equal_nan=True))
         return bounds[i]
 
+    def of_vjp_rows(rows):  # (each row's bound as of_vjp gives it)
+        return np.stack([of_vjp(r) for r in rows]) if len(rows) else bounds
+
     def comparisons():
         return types.SimpleNamespace(
             primal=types.SimpleNamespace(values=np.zeros(m)),
             probes=types.SimpleNamespace(flat=types.SimpleNamespace(n=n), scale=scale),
             modes=types.SimpleNamespace(vjps=J),
-            bounds=types.SimpleNamespace(of_vjp=of_vjp),
+            bounds=types.SimpleNamespace(of_vjp=of_vjp, of_vjp_rows=of_vjp_rows),
             oracle=types.SimpleNamespace(refs=refs, usable=lambda r: True if r.all_smooth else r.some),
             closeness=Closeness(),
         )
@@ -98,3 +101,34 @@ def test_the_jacobian_compared_at_once_is_the_elementwise_definition():
         assert at_once.closeness.worst == one.closeness.worst
         flagged += expected is not None
     assert flagged > 200  # (the cases do reach the worst-element path)
+
+
+def test_the_rows_bounds_at_once_are_each_rows_own(monkeypatch):
+    """Bounds.of_vjp_rows is of_vjp of each row, bit for bit, in real checks:
+    arguments of two dtypes, low precision, a caller's rtol and atol."""
+    import torch
+
+    import gradverify as gv
+    from gradverify._check.bounds import Bounds
+
+    at_once = Bounds.of_vjp_rows
+    seen = []
+
+    def both(self, J):
+        out = at_once(self, J)
+        rows = np.stack([np.asarray(self.of_vjp(J[i])) for i in range(J.shape[0])])
+        assert np.array_equal(out, rows, equal_nan=True)
+        seen.append(J.shape)
+        return out
+
+    monkeypatch.setattr(Bounds, "of_vjp_rows", both)
+    rng = np.random.default_rng(1)
+    x, b = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    for dx, db, opts in (
+        (torch.float64, torch.float32, {}),
+        (torch.float32, torch.float32, {}),
+        (torch.float64, torch.float64, {"rtol": 1e-9, "atol": 1e-12}),
+    ):
+        r = gv.check(lambda x, b: torch.tanh(x * b), torch.tensor(x, dtype=dx), torch.tensor(b, dtype=db), **opts)
+        assert r.ok, str(r)
+    assert len(seen) >= 3
