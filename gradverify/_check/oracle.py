@@ -60,6 +60,8 @@ class Oracle:
             def at_basis(t: float) -> Any:
                 return self._at(lambda out: _xp.shifted(x, j, t * c, out))
 
+            if not self._batches():
+                return fd.Line(at_basis)
             return fd.Line(at_basis, lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts]))
         w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
@@ -76,6 +78,8 @@ class Oracle:
         def at(t: float) -> Any:
             return self._at(lambda out: _xp.axpy(x, t * k, w, out))
 
+        if not self._batches():
+            return fd.Line(at)
         return fd.Line(at, lambda ts: self._many([point(t) for t in ts]))
 
     def _at(self, write: Callable[[Any], Any]) -> Any:
@@ -110,6 +114,11 @@ class Oracle:
         n = len(offsets)
         return [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(len(us))]
 
+    def _batches(self) -> bool:
+        """Whether fn's points may go to one vectorised call (see ``_many``):
+        where they may not, none is made for it."""
+        return bool(self.vectorise and self.probes.full and self.ev.batches and _xp.on_host(self.probes.x))
+
     def _many(self, points: list[Any]) -> list[np.ndarray] | None:
         """fn at every flat point of ``points`` in the oracle precision, in one
         vectorised call (Evaluator.primals) with the point itself beside them.
@@ -120,7 +129,7 @@ class Oracle:
         fn's own there (a vectorised fn that rounds otherwise): then each point
         is evaluated alone. Where they agree, each value is the one F gives."""
         x, ev = self.probes.x, self.ev
-        if not (self.vectorise and self.probes.full and ev.batches and _xp.on_host(x)):
+        if not self._batches():
             return None
         split = self.probes.flat.split
         out = ev.primals([split(_xp.copy(x))] + [split(p) for p in points], self.precision.oracle)
