@@ -9,7 +9,10 @@ Four parts, each printed as a table (CPU, one torch thread):
   the evaluations of fn and the AD calls of one check (its ``evaluations``),
   the full-size passes over memory inside fn and in the checker's own
   arithmetic (torch, counted at torch's dispatcher), peak memory beyond the
-  inputs in arrays of x's size.
+  inputs in arrays of x's size: resident (sampled, so it counts memory the
+  allocator keeps after a release, and varies from run to run) and live
+  (torch: the most full-size arrays the check holds at once, read at the
+  dispatcher).
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
   rounds that alternate the tools: gradverify's default check against
@@ -92,6 +95,47 @@ def passes(fn, args, n: int) -> tuple[float, float]:
     return count[True], count[False]
 
 
+def live_peak(fn, args, n: int) -> float:
+    """The most full-size arrays one torch check holds at once, beyond its
+    inputs: every storage of at least n/2 elements' bytes an operation
+    creates, counted from its creation to its release (read at torch's
+    dispatcher, so memory the allocator keeps after a release, which
+    resident-memory sampling counts, is not), in float64 arrays of n."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import gradverify as gv
+
+    state = {"live": 0.0, "peak": 0.0}
+    seen = set()
+
+    def released(key, size):
+        seen.discard(key)
+        state["live"] -= size
+
+    class Live(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in torch.utils._pytree.tree_leaves(out):
+                if not isinstance(t, torch.Tensor) or t.untyped_storage().nbytes() < 4 * n:
+                    continue
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key in seen:
+                    continue
+                size = storage.nbytes() / (8 * n)
+                seen.add(key)
+                state["live"] += size
+                state["peak"] = max(state["peak"], state["live"])
+                weakref.finalize(storage, released, key, size)
+            return out
+
+    with Live():
+        gv.check(fn, *args)
+    return state["peak"]
+
+
 def large(sizes: list[int], positions: int) -> None:
     sys.path.insert(0, str(ROOT))
     import bench_detection as bd  # (its functions and measurements, shared)
@@ -99,7 +143,10 @@ def large(sizes: list[int], positions: int) -> None:
 
     import gradverify as gv
 
-    print("| n | tool | named | x fwd+bwd | fn | JVPs | VJPs | passes in fn / the checker's | peak memory (arrays) |")
+    print(
+        "| n | tool | named | x fwd+bwd | fn | JVPs | VJPs | passes in fn / the checker's "
+        "| peak memory (arrays): resident / live |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         res = bd.bench(n, positions, "cpu", baselines=True)
@@ -108,15 +155,20 @@ def large(sizes: list[int], positions: int) -> None:
         b = torch.tensor(rng.standard_normal(10))
         counts = {}
         for key, rule in (("gv_torch", bd.torch_fn(0)), ("gv_torch_backward", bd.torch_fn(0, forward_rule=False))):
-            counts[key] = (gv.check(rule, x, b).evaluations, "{:.0f} / {:.0f}".format(*passes(rule, (x, b), n)))
+            counts[key] = (
+                gv.check(rule, x, b).evaluations,
+                "{:.0f} / {:.0f}".format(*passes(rule, (x, b), n)),
+                live_peak(rule, (x, b), n),
+            )
         with jax.enable_x64(True):
             r = gv.check(bd.jax_fn(0), jax.numpy.asarray(x.numpy()), jax.numpy.asarray(b.numpy()))
-            counts["gv_jax"] = (r.evaluations, "-")
+            counts["gv_jax"] = (r.evaluations, "-", None)
         for key, label in bd.LABELS.items():
             r = res[key]
             ratio = statistics.median(t / base for t, base in zip(r["times"], r["base"]))
-            c, p = counts.get(key, ({}, "-"))
+            c, p, live = counts.get(key, ({}, "-", None))
             memory = f"{statistics.median(r['memory']):.1f}" if r["memory"] else "-"
+            memory += "" if live is None else f" / {live:.1f}"
             print(
                 f"| {n:.0e} | {label} | {r['hits']}/{len(r['times'])} | {ratio:.1f}x | {c.get('primal', '-')} "
                 f"| {c.get('jvp', '-')} | {c.get('vjp', '-')} | {p} | {memory} |"
