@@ -62,11 +62,21 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
     ``sparse``: on the outputs the first step moves (see _on_support, which
     passes ``unmoved``: outputs were left out)."""
     h, ad_tol, f0_scale = p.h, p.ad_tol, p.f0_scale
-    stencil = evaluate_level(p.F, h, have)
-    if sparse:
-        narrowed = _on_support(p, stencil)
+    if sparse and _xp.size(p.f0) >= STREAM_COLUMN and not _xp.immutable(p.f0):
+        # F's values kept where they differ from F(0), not whole (see _Moved)
+        f0f = _xp.flat(p.f0)
+        points = [_Moved.of(_xp.flat(have[k] if k in have else p.F(k * h / 4)), f0f) for k in OFFSETS]
+        narrowed = _on_support(p, h, points)
         if narrowed is not None:
             return narrowed
+        shape = tuple(p.f0.shape)
+        stencil = Stencil(h, tuple(_xp.ns(f0f).reshape(_Moved.whole(a, f0f), shape) for a in points))
+    else:
+        stencil = evaluate_level(p.F, h, have)
+        if sparse:
+            narrowed = _on_support(p, h, list(stencil.f))
+            if narrowed is not None:
+                return narrowed
     level0 = estimate(stencil, p.f0, p.u_oracle, ad_tol, f0_scale, outer=p.outer, point=p.point)
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
@@ -95,7 +105,58 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
     return Reference(value, err, status, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
 
 
-def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
+#: A column of at least this many outputs keeps each of its stencil's values
+#: as where it differs from F(0) (a column moves few outputs), not whole.
+STREAM_COLUMN = KEEP_POINTS
+
+
+@dataclasses.dataclass(frozen=True)
+class _Moved:
+    """F at one point of a column's stencil, held as where it differs from F(0)
+    bit for bit (its value, or the sign of a zero): host indices, and F's
+    values there beside F(0). Elsewhere F is F(0)."""
+
+    idx: np.ndarray
+    values: Array
+
+    @staticmethod
+    def of(a: Array, f0f: Array) -> Array | _Moved:
+        """``a`` held so, or ``a`` itself where it differs in many places."""
+        xp = _xp.ns(a, f0f)
+        if _xp.on_host(a) and a.dtype == f0f.dtype == np.float64:
+            differs = a.view(np.int64) != f0f.view(np.int64)  # (one pass)
+        elif not _xp.on_host(a) and a.dtype == f0f.dtype == xp.float64:
+            differs = a.view(xp.int64) != f0f.view(xp.int64)
+        else:
+            with _xp.quiet():
+                differs = (a != f0f) | (xp.signbit(a) != xp.signbit(f0f))
+        idx = _xp.nonzero(differs)
+        if idx.size > _xp.size(a) // 8:
+            return a
+        return _Moved(idx, a[_xp.index(idx, a)])
+
+    @staticmethod
+    def whole(a: Array | _Moved, f0f: Array) -> Array:
+        """The flat array (bit for bit the value F returned)."""
+        if not isinstance(a, _Moved):
+            return a
+        return _xp.put(_xp.copy(f0f), a.idx, a.values)
+
+    @staticmethod
+    def at(a: Array | _Moved, f0f: Array, support: np.ndarray) -> Array:
+        """flat(F)[support] (host indices, ascending)."""
+        if not isinstance(a, _Moved):
+            return _xp.flat(a)[_xp.index(support, f0f)]
+        out = f0f[_xp.index(support, f0f)]
+        pos = np.searchsorted(support, a.idx)
+        hit = pos < support.size
+        hit[hit] = support[pos[hit]] == a.idx[hit]
+        if hit.any():
+            out = _xp.put(out, pos[hit], a.values[_xp.index(np.flatnonzero(hit), f0f)])
+        return out
+
+
+def _on_support(p: Problem, h: float, points: list[Array | _Moved]) -> Reference | None:
     """The measured reference worked out on the outputs the first step moves
     (or that are not finite at 0) and filled in elsewhere - None where every
     output moves. A column of the Jacobian moves few. An output whose nine
@@ -103,21 +164,25 @@ def _on_support(p: Problem, stencil: Stencil) -> Reference | None:
     modelled noise's (R1's), unflagged; the whole vector's scales come out the
     same (such an output's |F(+-h)| is its |F(0)|: a floor under the stencil's
     scale). Where that bound is as large as the derivatives they are unreliable."""
-    h, F = stencil.h, p.F
+    F = p.F
     shape = tuple(p.f0.shape)
     f0f = _xp.flat(p.f0)
     n = _xp.size(f0f)
     with _xp.quiet():
         moved = ~_xp.finite(f0f)
-        for a in stencil.f:
-            moved |= _xp.flat(a) != f0f
+        for a in points:
+            if isinstance(a, _Moved):
+                where = _xp.index(a.idx, f0f)
+                moved[where] = moved[where] | (a.values != f0f[where])
+            else:
+                moved |= _xp.flat(a) != f0f
     idx = _xp.nonzero(moved)
     if idx.size == n:
         return None
     outer = _xp.fmax(f0f, where=~moved)  # the outputs left out: their |F(+-h)| is their |F(0)|
     at = _xp.index(idx, f0f)
     per_element, t = tolerance_parts(p.ad_tol, shape)
-    have = {k: _xp.flat(a)[at] for k, a in zip(OFFSETS, stencil.f)}
+    have = {k: _Moved.at(a, f0f, idx) for k, a in zip(OFFSETS, points)}
     part = dataclasses.replace(
         p, F=Line(lambda step: _xp.flat(F(step))[at]), f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
     )
