@@ -293,12 +293,13 @@ class Compiled:
     at the first compiled call of that kind that fails where the eager one
     does not.
 
-    fn is traced once per argument signature (``program``); where that trace
-    is a closed program - no custom derivative rules, custom batching or
-    callbacks, whose Python the trace does not show - the other forms are
-    jax's transformations of that program, not new traces of fn, so a check
-    whose program an earlier one ran takes all of its forms' executables
-    from the first trace alone."""
+    fn is traced once per argument signature (``program``). Its evaluations
+    (flat, and batched under vmap) are that trace's, unless it holds a custom
+    batching rule or a callback, whose Python the trace does not show; where
+    the trace is a closed program - no custom derivative rule either - its
+    JVP and VJP are jax's transformations of that program too, not new
+    traces of fn. Such a form is keyed by the program, so a check whose
+    program an earlier one ran takes its executables from that one trace."""
 
     def __init__(self, fn: Callable) -> None:
         ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
@@ -334,8 +335,8 @@ class Compiled:
                 self.primal.traces[signature] = traced, key  # (compiled when the primal form is called)
             self.programs[signature] = (
                 None
-                if key is None or _OPEN.search(key[0])
-                else _Program(key, _as_function(traced.jaxpr, traced.out_tree))
+                if key is None or _EVALUATION_OPEN.search(key[0])
+                else _Program(key, _as_function(traced.jaxpr, traced.out_tree), not _OPEN.search(key[0]))
             )
         return self.programs[signature]
 
@@ -344,6 +345,7 @@ class Compiled:
 class _Program:
     key: tuple  # _program's key of fn's trace
     fn: Callable  # that trace as a function of fn's arguments
+    closed: bool  # no custom derivative rule: its derivatives are the program's too
 
 
 def _as_function(closed: Any, out_tree: Any) -> Callable:
@@ -368,6 +370,11 @@ _CALLBACK = re.compile(r"\b\w*callback\[")
 #: A primitive whose transformations run Python the trace does not show:
 #: custom_jvp_call, custom_vjp_call, custom_vmap_call, custom_lin, callbacks.
 _OPEN = re.compile(r"\b\w*(custom|callback)\w*\[")
+#: The same, for evaluating the program (batched or not): a custom derivative
+#: rule plays no part there, a custom batching rule does.
+_EVALUATION_OPEN = re.compile(r"\b\w*(custom_vmap|custom_batching|callback)\w*\[")
+#: The forms that evaluate fn (no derivative).
+_EVALUATIONS = ("primal_flat", "primals")
 
 
 class _Form:
@@ -401,15 +408,16 @@ class _Form:
         if exe is None:
             owner = None if self.owner is None else self.owner()
             program = None if owner is None else owner.program(args[0] if self.static is not None else args)
-            exe = None if program is None or self.derive is None else self._derived(program, args, signature)
+            derives = program is not None and self.derive is not None and (program.closed or self.name in _EVALUATIONS)
+            exe = self._derived(program, args, signature) if derives else None
             if exe is None:
                 traced, key = self.traces.pop(signature, None) or _traced(self.jitted, args)
                 exe = _executable(traced, key)
             self.executables[signature] = exe
         return exe(*(a for i, a in enumerate(args) if i != self.static))
 
-    def _derived(self, program: _Program, args: tuple, signature: tuple) -> Any:
-        assert self.derive is not None
+    def _derived(self, program: _Program | None, args: tuple, signature: tuple) -> Any:
+        assert self.derive is not None and program is not None
         key = (self.name, program.key, signature)
         exe = _EXECUTABLES.get(key)
         if exe is None:

@@ -182,6 +182,28 @@ def test_a_check_traces_fn_once_per_precision_and_transforms_that_trace():
             assert calls.count(True) == precisions, calls  # (the two eager calls at the point besides)
 
 
+def test_a_function_with_a_custom_rule_is_evaluated_from_its_one_trace():
+    """A custom rule plays no part in evaluating fn: its flat and batched
+    evaluations come from fn's one trace (its body runs once per check under
+    jit's tracer, not once per form); its JVP and VJP, which run the rule,
+    are traced with it (the next test: an edited rule is seen)."""
+    calls = []
+
+    @jax.custom_jvp
+    def f(x):
+        calls.append(isinstance(x, jax.core.Tracer))
+        return jnp.sin(x)
+
+    f.defjvp(lambda p, t: (jnp.sin(p[0]), jnp.cos(p[0]) * t[0]))
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 6)
+    for _ in range(2):
+        calls.clear()
+        r = gv.check(f, x)
+        assert r.ok and r.modes["JVP"] == r.modes["VJP"] == "checked", str(r)
+        assert calls.count(True) == 1, calls
+
+
 def test_an_edited_custom_rule_is_seen_though_the_function_is_not():
     """A custom derivative rule runs Python the function's trace does not
     show: its JVP and VJP are traced anew, never taken from the program of
