@@ -325,8 +325,9 @@ class Compiled:
         self.jvps, self.vjps = transform(_jvps, "jvps"), transform(_vjps, "vjps")
 
     def program(self, args: tuple) -> _Program | None:
-        """fn's program at ``args`` (traced once per signature, its executable
-        kept for the primal form); None where it is not closed."""
+        """fn's program at ``args`` (traced once per signature, the trace kept
+        for the primal form); None where evaluating it is not closed (see
+        _EVALUATION_OPEN)."""
         signature = _signature(args)
         if signature not in self.programs:
             traced = self.primal.jitted.trace(*args)
@@ -408,23 +409,15 @@ class _Form:
         if exe is None:
             owner = None if self.owner is None else self.owner()
             program = None if owner is None else owner.program(args[0] if self.static is not None else args)
-            derives = program is not None and self.derive is not None and (program.closed or self.name in _EVALUATIONS)
-            exe = self._derived(program, args, signature) if derives else None
-            if exe is None:
+            derive = self.derive
+            if program is not None and derive is not None and (program.closed or self.name in _EVALUATIONS):
+                # (traced, from the program, only when first compiled)
+                exe = _executable((self.name, program.key, signature), lambda: derive(program.fn).trace(*args))
+            else:
                 traced, key = self.traces.pop(signature, None) or _traced(self.jitted, args)
-                exe = _executable(traced, key)
+                exe = _executable(key, lambda: traced)
             self.executables[signature] = exe
         return exe(*(a for i, a in enumerate(args) if i != self.static))
-
-    def _derived(self, program: _Program | None, args: tuple, signature: tuple) -> Any:
-        assert self.derive is not None and program is not None
-        key = (self.name, program.key, signature)
-        exe = _EXECUTABLES.get(key)
-        if exe is None:
-            exe = _remember(key, self.derive(program.fn).trace(*args).lower().compile())
-        else:
-            _EXECUTABLES.move_to_end(key)
-        return exe
 
 
 def _traced(jitted: Any, args: tuple) -> tuple[Any, tuple | None]:
@@ -432,22 +425,18 @@ def _traced(jitted: Any, args: tuple) -> tuple[Any, tuple | None]:
     return traced, _program(traced)
 
 
-def _executable(traced: Any, key: tuple | None) -> Any:
-    """The executable of a traced form: an earlier one of the same program, or compiled."""
+def _executable(key: tuple | None, trace: Callable[[], Any]) -> Any:
+    """The executable of the program ``key``: an earlier one, or ``trace()``
+    compiled (and kept, where there is a key)."""
     exe = None if key is None else _EXECUTABLES.get(key)
-    if exe is None:
-        exe = traced.lower().compile()
-        if key is not None:
-            _remember(key, exe)
-    else:
+    if exe is not None:
         _EXECUTABLES.move_to_end(key)
-    return exe
-
-
-def _remember(key: tuple, exe: Any) -> Any:
-    _EXECUTABLES[key] = exe
-    if len(_EXECUTABLES) > _EXECUTABLES_MAX:
-        _EXECUTABLES.popitem(last=False)
+        return exe
+    exe = trace().lower().compile()
+    if key is not None:
+        _EXECUTABLES[key] = exe
+        if len(_EXECUTABLES) > _EXECUTABLES_MAX:
+            _EXECUTABLES.popitem(last=False)
     return exe
 
 

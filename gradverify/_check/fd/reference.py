@@ -123,10 +123,8 @@ class _Moved:
     def of(a: Array, f0f: Array) -> Array | _Moved:
         """``a`` held so, or ``a`` itself where it differs in many places."""
         xp = _xp.ns(a, f0f)
-        if _xp.on_host(a) and a.dtype == f0f.dtype == np.float64:
-            differs = a.view(np.int64) != f0f.view(np.int64)  # (one pass)
-        elif not _xp.on_host(a) and a.dtype == f0f.dtype == xp.float64:
-            differs = a.view(xp.int64) != f0f.view(xp.int64)
+        if a.dtype == f0f.dtype == xp.float64:
+            differs = a.view(xp.int64) != f0f.view(xp.int64)  # (one pass)
         else:
             with _xp.quiet():
                 differs = (a != f0f) | (xp.signbit(a) != xp.signbit(f0f))
