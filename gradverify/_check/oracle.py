@@ -62,7 +62,15 @@ class Oracle:
 
             if not self._batches():
                 return fd.Line(at_basis)
-            return fd.Line(at_basis, lambda ts: self._many([_xp.shifted(x, j, t * c) for t in ts]))
+
+            def many_basis(ts: list[float]) -> list[np.ndarray] | None:
+                def fill(rows: np.ndarray) -> None:
+                    rows[:] = x
+                    rows[:, j] += np.array([t * c for t in ts], dtype=rows.dtype)
+
+                return self._many(fill, len(ts))
+
+            return fd.Line(at_basis, many_basis)
         w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
             split = fd.compiled(_split_point, x, static=(3,))
@@ -73,14 +81,12 @@ class Oracle:
 
             return fd.Line(at_jax)
 
-        point = self._along(u, c)
-
         def at(t: float) -> Any:
             return self._at(lambda out: _xp.axpy(x, t * k, w, out))
 
         if not self._batches():
             return fd.Line(at)
-        return fd.Line(at, lambda ts: self._many([point(t) for t in ts]))
+        return fd.Line(at, lambda ts: self._many(_moved(x, [w], [[t * k for t in ts]]), len(ts)))
 
     def _at(self, write: Callable[[Any], Any]) -> Any:
         """fn at the flat point ``write(out)`` makes: written into the
@@ -96,19 +102,14 @@ class Oracle:
             out = _xp.copy(out)
         return out
 
-    def _along(self, u: Any, c: float) -> Callable[[float], Any]:
-        """t -> the flat point x + t c u (fresh, on the host's working arrays)."""
-        x = self.probes.x
-        w, k = _mover(u, c)
-        return lambda t: _xp.axpy(x, t * k, w)
-
     def stencils(self, us: Any, cs: Any) -> list[dict[int, np.ndarray]] | None:
         """F's values at the model's offsets (fd.MODEL_OFFSETS) along every
         c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
         ``_many``); None where there is none."""
         offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
-        points = [self._along(u, c)(t) for u, c in zip(us, cs) for t in offsets]
-        out = self._many(points)
+        movers = [_mover(u, c) for u, c in zip(us, cs)]
+        steps = [[t * k for t in offsets] for _, k in movers]
+        out = self._many(_moved(self.probes.x, [w for w, _ in movers], steps), len(us) * len(offsets))
         if out is None:
             return None
         n = len(offsets)
@@ -119,20 +120,24 @@ class Oracle:
         where they may not, none is made for it."""
         return bool(self.vectorise and self.probes.full and self.ev.batches and _xp.on_host(self.probes.x))
 
-    def _many(self, points: list[Any]) -> list[np.ndarray] | None:
-        """fn at every flat point of ``points`` in the oracle precision, in one
-        vectorised call (Evaluator.primals) with the point itself beside them.
+    def _many(self, fill: Callable[[np.ndarray], None], k: int) -> list[np.ndarray] | None:
+        """fn at k flat points in the oracle precision, in one vectorised call
+        (Evaluator.primals_stacked) with the point itself beside them:
+        ``fill(rows)`` writes the points into the rows of a (k, n) array.
         Only for a full Jacobian: a small check (at most FULL_MAX_IN inputs,
         so the batch stays small) whose modes are vectorised too, and whose
         failure is run again with plain calls. None where there is no such
         call, or where its value at the point itself is not bit for bit F(0),
         fn's own there (a vectorised fn that rounds otherwise): then each point
         is evaluated alone. Where they agree, each value is the one F gives."""
-        x, ev = self.probes.x, self.ev
+        x, ev, flat = self.probes.x, self.ev, self.probes.flat
         if not self._batches():
             return None
-        split = self.probes.flat.split
-        out = ev.primals([split(_xp.copy(x))] + [split(p) for p in points], self.precision.oracle)
+        points = np.empty((k + 1, x.size), dtype=x.dtype)
+        points[0] = x
+        fill(points[1:])
+        stacks = [points[:, o : o + s].reshape((k + 1, *sh)) for o, s, sh in zip(flat.offsets, flat.sizes, flat.shapes)]
+        out = ev.primals_stacked(stacks, self.precision.oracle)
         if out is None:
             return None
         centre, f0 = out[0], _xp.flat(self.f0)
@@ -275,6 +280,22 @@ def _along_c(ad_tol: Any, ad: Any, c: float) -> tuple[Any, Any]:
     if c == 1.0:
         return ad_tol, ad
     return ad_tol * c, None if ad is None else ad * c
+
+
+def _moved(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Callable[[np.ndarray], None]:
+    """Writes the flat points x + t w, for each w of ``ws`` and t of its
+    ``steps``, into the rows of an array: bit for bit each ``axpy(x, t, w)``
+    (t w rounded in w's dtype, as a Python float times w is, then added)."""
+
+    def fill(rows: np.ndarray) -> None:
+        at = 0
+        for w, ts in zip(ws, steps):
+            block = rows[at : at + len(ts)]
+            np.multiply(np.array(ts, dtype=w.dtype)[:, None], w[None, :], out=block)
+            np.add(x[None, :], block, out=block)
+            at += len(ts)
+
+    return fill
 
 
 def _mover(u: Any, c: float) -> tuple[Any, float]:

@@ -53,21 +53,28 @@ class Vectorised:
         call cannot be made - a gv.Rule, fn that the backend cannot vectorise,
         or any exception: then evaluate one point at a time, which says what
         went wrong. One call, counted as one evaluation of fn."""
-        if self.rule is not None or not self.batches or len(points) < 2:
+        if len(points) < 2:
             return None
-        k = len(points)
+        return self.primals_stacked([_stack([p[q] for p in points]) for q in range(len(self.wrt))], precision)
+
+    def primals_stacked(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
+        """``primals`` of points already stacked: ``stacks[q]``, the points'
+        values of the q-th wrt argument along a leading axis."""
+        k = int(stacks[0].shape[0]) if stacks else 0
+        if self.rule is not None or not self.batches or k < 2:
+            return None
         with self.backend.precision(precision or self.native_precision):
-            stacks = [(_stack([p[q] for p in points]), precision or self.dtypes[i]) for q, i in enumerate(self.wrt)]
+            operands = [(a, precision or self.dtypes[i]) for a, i in zip(stacks, self.wrt)]
 
             def plain() -> Any:
-                stacked = [self.array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
+                stacked = [self.array(a, self.originals[i], d, True) for (a, d), i in zip(operands, self.wrt)]
                 return self.backend.primals(self.fn, self.arguments(None, precision), self.wrt, stacked)
 
             self.counts["primal"] += 1
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # (fn's own warnings showed on its primal run)
-                    out = self.host_or("primals", precision, stacks, plain)
+                    out = self.host_or("primals", precision, operands, plain)
             except Exception:
                 out = None
             if backend_name_of(out) != self.backend.name or tuple(out.shape[:1]) != (k,):
