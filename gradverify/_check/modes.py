@@ -9,7 +9,7 @@ them as ``Modes``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -366,10 +366,10 @@ def run(ad: AD, probes: Probes) -> Modes:
     jmax_jvp = jmax_vjp = None
     if probes.full:
         if jv:
-            jmax_jvp = max(_xp.absmax(j) / float(s) for j, s in zip(jv, _xp.host(probes.scale)))
+            jmax_jvp = max((_rows_absmax(jv) / _xp.host(probes.scale)[: len(jv)]).tolist())
             jmax_jvp = max(jmax_jvp, probes.slope_scale)
         if gs:
-            jmax_vjp = max(max(_xp.absmax(g) for g in gs), probes.slope_scale)
+            jmax_vjp = max(max(_rows_absmax(gs).tolist()), probes.slope_scale)
     return Modes(
         jvps=jv,
         vjps=gs,
@@ -401,3 +401,11 @@ def _every(
             break
         out.append(call(p, low, k, None if given is None else given[k]))
     return out if ad.usable(mode) else []
+
+
+def _rows_absmax(rows: Sequence[Any]) -> np.ndarray:
+    """absmax of each array of ``rows`` (NaN propagates; 0 for an empty one),
+    in one operation where they are host arrays of one size."""
+    if all(isinstance(r, np.ndarray) for r in rows) and len({r.size for r in rows}) == 1:
+        return np.max(np.abs(np.stack([np.ravel(r) for r in rows])), axis=1, initial=0.0)
+    return np.array([_xp.absmax(r) for r in rows])

@@ -95,6 +95,14 @@ def basis(j: int, n: int, like: Any = None) -> Any:
     return _xp.put(_xp.zeros(n, np.zeros(0) if like is None else like), np.array([j]), 1.0)
 
 
+def _bases(n: int, like: Any) -> tuple[Any, ...]:
+    """e_0 ... e_{n-1} of length n, beside ``like``: on the host the rows of
+    one identity matrix (each row its own memory, none overlapping)."""
+    if _xp.on_host(like):
+        return tuple(np.eye(n))
+    return tuple(basis(j, n, like) for j in range(n))
+
+
 def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
     segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
     sizes = tuple(_xp.size(s) for s in segs)
@@ -122,9 +130,9 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     if use_full:
         # column j along e_j itself: J e_j is the real column
         scale = _xp.full(n, 1.0, x)
-        us = tuple(basis(j, n, x) for j in range(n))
+        us = _bases(n, x)
         cs = tuple(float(c) for c in _xp.host(raw_scale))
-        vs = tuple(basis(i, m, x) for i in range(m))
+        vs = _bases(m, x)
         strategy = f"full Jacobian ({m}x{n})"
     else:
         c = power_of_two(max(tops))
