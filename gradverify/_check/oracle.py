@@ -63,14 +63,7 @@ class Oracle:
             if not self._batches():
                 return fd.Line(at_basis)
 
-            def many_basis(ts: list[float]) -> list[np.ndarray] | None:
-                def fill(rows: np.ndarray) -> None:
-                    rows[:] = x
-                    rows[:, j] += np.array([t * c for t in ts], dtype=rows.dtype)
-
-                return self._many(fill, len(ts))
-
-            return fd.Line(at_basis, many_basis)
+            return fd.Line(at_basis, lambda ts: self._many(_shifted(x, j, [t * c for t in ts]), len(ts)))
         w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
             split = fd.compiled(_split_point, x, static=(3,))
@@ -294,6 +287,17 @@ def _moved(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Cal
             np.multiply(np.array(ts, dtype=w.dtype)[:, None], w[None, :], out=block)
             np.add(x[None, :], block, out=block)
             at += len(ts)
+
+    return fill
+
+
+def _shifted(x: np.ndarray, j: int, deltas: list[float]) -> Callable[[np.ndarray], None]:
+    """Writes copies of the flat x with each of ``deltas`` added to element j
+    into the rows of an array: bit for bit each ``shifted(x, j, delta)``."""
+
+    def fill(rows: np.ndarray) -> None:
+        rows[:] = x
+        rows[:, j] += np.array(deltas, dtype=rows.dtype)
 
     return fill
 

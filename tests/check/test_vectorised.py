@@ -234,3 +234,37 @@ def test_jax_stencil_points_in_one_call(session):
     assert on.ok and off.ok, str(on)
     assert on.evaluations["primal"] < 8 <= 6 * 6 <= off.evaluations["primal"]
     assert on.worst_ratio == off.worst_ratio
+
+
+def test_the_stacked_stencil_points_are_bit_for_bit_the_points_made_one_at_a_time():
+    """A full Jacobian's stencil is written as one array of points; each row
+    must be the point ``axpy`` (along a direction) or ``shifted`` (along e_j)
+    makes alone, bit for bit: signed zeros, subnormals, huge and tiny
+    values, steps of either sign and a direction in float32 (its step
+    rounds in float32, as a Python float times a float32 array does)."""
+    import numpy as np
+
+    from gradverify._check import xp as _xp
+    from gradverify._check.oracle import _moved, _shifted
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(20) * 10.0 ** rng.integers(-300, 300, 20), [0.0, -0.0, 5e-324, -5e-324]])
+    steps = [[1e-3, -1e-3, 2.5e-4, -7.0], [0.1, -0.1 / 3, 1e-300]]
+    ws = [rng.standard_normal(x.size), np.where(rng.random(x.size) < 0.5, 0.0, -0.0)]
+    ws.append((rng.standard_normal(x.size)).astype(np.float32))
+    steps.append([1 / 3, -1e-5])
+
+    def bits(a):
+        return np.asarray(a, dtype=np.float64).view(np.int64)
+
+    rows = np.empty((sum(map(len, steps)), x.size))
+    _moved(x, ws, steps)(rows)
+    alone = [_xp.axpy(x, t, w) for w, ts in zip(ws, steps) for t in ts]
+    assert np.array_equal(bits(rows), bits(np.stack(alone)))
+
+    deltas = [1e-8, -1e-8, 3.0, -0.0]
+    for j in (0, 21, x.size - 1):
+        rows = np.empty((len(deltas), x.size))
+        _shifted(x, j, deltas)(rows)
+        alone = [_xp.shifted(x, j, d) for d in deltas]
+        assert np.array_equal(bits(rows), bits(np.stack(alone)))
