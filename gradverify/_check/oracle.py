@@ -62,8 +62,7 @@ class Oracle:
 
             if not self._batches():
                 return fd.Line(at_basis)
-
-            return fd.Line(at_basis, lambda ts: self._many(_shifted(x, j, [t * c for t in ts]), len(ts)))
+            return fd.Line(at_basis, lambda ts: self._many(_rows_shifted(x, j, [t * c for t in ts]), len(ts)))
         w, k = _mover(u, c)
         if _xp.immutable(x):  # jax: the point and its split in one compiled pass
             split = fd.compiled(_split_point, x, static=(3,))
@@ -79,7 +78,7 @@ class Oracle:
 
         if not self._batches():
             return fd.Line(at)
-        return fd.Line(at, lambda ts: self._many(_moved(x, [w], [[t * k for t in ts]]), len(ts)))
+        return fd.Line(at, lambda ts: self._many(_rows_along(x, [w], [[t * k for t in ts]]), len(ts)))
 
     def _at(self, write: Callable[[Any], Any]) -> Any:
         """fn at the flat point ``write(out)`` makes: written into the
@@ -102,7 +101,7 @@ class Oracle:
         offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
         movers = [_mover(u, c) for u, c in zip(us, cs)]
         steps = [[t * k for t in offsets] for _, k in movers]
-        out = self._many(_moved(self.probes.x, [w for w, _ in movers], steps), len(us) * len(offsets))
+        out = self._many(_rows_along(self.probes.x, [w for w, _ in movers], steps), len(us) * len(offsets))
         if out is None:
             return None
         n = len(offsets)
@@ -115,7 +114,7 @@ class Oracle:
 
     def _many(self, fill: Callable[[np.ndarray], None], k: int) -> list[np.ndarray] | None:
         """fn at k flat points in the oracle precision, in one vectorised call
-        (Evaluator.primals_stacked) with the point itself beside them:
+        (Evaluator.primals) with the point itself beside them:
         ``fill(rows)`` writes the points into the rows of a (k, n) array.
         Only for a full Jacobian: a small check (at most FULL_MAX_IN inputs,
         so the batch stays small) whose modes are vectorised too, and whose
@@ -130,7 +129,7 @@ class Oracle:
         points[0] = x
         fill(points[1:])
         stacks = [points[:, o : o + s].reshape((k + 1, *sh)) for o, s, sh in zip(flat.offsets, flat.sizes, flat.shapes)]
-        out = ev.primals_stacked(stacks, self.precision.oracle)
+        out = ev.primals(stacks, self.precision.oracle)
         if out is None:
             return None
         centre, f0 = out[0], _xp.flat(self.f0)
@@ -275,7 +274,7 @@ def _along_c(ad_tol: Any, ad: Any, c: float) -> tuple[Any, Any]:
     return ad_tol * c, None if ad is None else ad * c
 
 
-def _moved(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Callable[[np.ndarray], None]:
+def _rows_along(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Callable[[np.ndarray], None]:
     """Writes the flat points x + t w, for each w of ``ws`` and t of its
     ``steps``, into the rows of an array: bit for bit each ``axpy(x, t, w)``
     (t w rounded in w's dtype, as a Python float times w is, then added)."""
@@ -291,7 +290,7 @@ def _moved(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Cal
     return fill
 
 
-def _shifted(x: np.ndarray, j: int, deltas: list[float]) -> Callable[[np.ndarray], None]:
+def _rows_shifted(x: np.ndarray, j: int, deltas: list[float]) -> Callable[[np.ndarray], None]:
     """Writes copies of the flat x with each of ``deltas`` added to element j
     into the rows of an array: bit for bit each ``shifted(x, j, delta)``."""
 

@@ -47,19 +47,13 @@ class Vectorised:
     def host_or(self, form: str, precision: str | None, operands: Any, plain: Callable[[], Any]) -> Any:
         raise NotImplementedError
 
-    def primals(self, points: Sequence[Sequence[Any]], precision: str | None) -> list[Any] | None:
-        """fn at every point of ``points`` (each the wrt arguments' working
-        arrays) in one vectorised call, each output flattened; None where that
-        call cannot be made - a gv.Rule, fn that the backend cannot vectorise,
-        or any exception: then evaluate one point at a time, which says what
-        went wrong. One call, counted as one evaluation of fn."""
-        if len(points) < 2:
-            return None
-        return self.primals_stacked([_stack([p[q] for p in points]) for q in range(len(self.wrt))], precision)
-
-    def primals_stacked(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
-        """``primals`` of points already stacked: ``stacks[q]``, the points'
-        values of the q-th wrt argument along a leading axis."""
+    def primals(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
+        """fn at k points in one vectorised call, each output flattened:
+        ``stacks[q]``, the points' values of the q-th wrt argument (working
+        arrays) along a leading axis of k. None where that call cannot be
+        made - a gv.Rule, fn that the backend cannot vectorise, or any
+        exception: then evaluate one point at a time, which says what went
+        wrong. One call, counted as one evaluation of fn."""
         k = int(stacks[0].shape[0]) if stacks else 0
         if self.rule is not None or not self.batches or k < 2:
             return None

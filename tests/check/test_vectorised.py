@@ -245,7 +245,7 @@ def test_the_stacked_stencil_points_are_bit_for_bit_the_points_made_one_at_a_tim
     import numpy as np
 
     from gradverify._check import xp as _xp
-    from gradverify._check.oracle import _moved, _shifted
+    from gradverify._check.oracle import _rows_along, _rows_shifted
 
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.standard_normal(20) * 10.0 ** rng.integers(-300, 300, 20), [0.0, -0.0, 5e-324, -5e-324]])
@@ -258,13 +258,13 @@ def test_the_stacked_stencil_points_are_bit_for_bit_the_points_made_one_at_a_tim
         return np.asarray(a, dtype=np.float64).view(np.int64)
 
     rows = np.empty((sum(map(len, steps)), x.size))
-    _moved(x, ws, steps)(rows)
+    _rows_along(x, ws, steps)(rows)
     alone = [_xp.axpy(x, t, w) for w, ts in zip(ws, steps) for t in ts]
     assert np.array_equal(bits(rows), bits(np.stack(alone)))
 
     deltas = [1e-8, -1e-8, 3.0, -0.0]
     for j in (0, 21, x.size - 1):
         rows = np.empty((len(deltas), x.size))
-        _shifted(x, j, deltas)(rows)
+        _rows_shifted(x, j, deltas)(rows)
         alone = [_xp.shifted(x, j, d) for d in deltas]
         assert np.array_equal(bits(rows), bits(np.stack(alone)))
