@@ -100,7 +100,8 @@ def live_peak(fn, args, n: int) -> float:
     inputs: every storage of at least n/2 elements' bytes an operation
     creates, counted from its creation to its release (read at torch's
     dispatcher, so memory the allocator keeps after a release, which
-    resident-memory sampling counts, is not), in float64 arrays of n."""
+    resident-memory sampling counts, is not), in float64 arrays of n. The
+    arguments' own storages are not counted (a view of one is no new memory)."""
     import weakref
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -108,7 +109,7 @@ def live_peak(fn, args, n: int) -> float:
     import gradverify as gv
 
     state = {"live": 0.0, "peak": 0.0}
-    seen = set()
+    seen = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
 
     def released(key, size):
         seen.discard(key)

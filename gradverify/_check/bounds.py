@@ -12,6 +12,12 @@ from .oracle import Oracle
 __all__ = ["Bounds"]
 
 
+#: A bound of more elements than this is worked out again where it is used,
+#: not kept: a few passes over the vector, against a vector of memory held
+#: for the rest of the check.
+KEEP_BOUNDS = 1 << 16
+
+
 class Bounds:
     """The AD values' rounding bounds (or the caller's rtol/atol)."""
 
@@ -27,20 +33,26 @@ class Bounds:
 
     def jvp(self, b: int) -> np.ndarray:
         """Bound of J u_b (that direction's units)."""
-        if b not in self._jvp:
-            jv, probes, modes = self.modes.jvps[b], self.probes, self.modes
-            if probes.full:
-                scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
-            else:
-                scale = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
-            self._jvp[b] = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
-        return self._jvp[b]
+        if b in self._jvp:
+            return self._jvp[b]
+        jv, probes, modes = self.modes.jvps[b], self.probes, self.modes
+        if probes.full:
+            scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
+        else:
+            scale = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
+        bound = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
+        if _xp.size(bound) <= KEEP_BOUNDS:
+            self._jvp[b] = bound
+        return bound
 
     def vjp(self, a: int) -> np.ndarray:
         """Bound of J^T v_a (real units, per input element)."""
-        if a not in self._vjp:
-            self._vjp[a] = self.of_vjp(self.modes.vjps[a])
-        return self._vjp[a]
+        if a in self._vjp:
+            return self._vjp[a]
+        bound = self.of_vjp(self.modes.vjps[a])
+        if _xp.size(bound) <= KEEP_BOUNDS:
+            self._vjp[a] = bound
+        return bound
 
     def of_vjp(self, g: np.ndarray) -> np.ndarray:
         probes, modes = self.probes, self.modes

@@ -171,7 +171,7 @@ class Comparisons(Judge):
                 # Against the model's reference a projection must pass with room
                 # for the measured one's centre, which may sit anywhere within
                 # |R1 - R2| of it: then it passes against the measured one too.
-                fd_terms[b] -= tol.hoeffding(1.0, ref.shift)
+                fd_terms[b] -= ref.shift_term
         vs = self.probes.vs
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:

@@ -200,6 +200,9 @@ class Oracle:
             ref.err /= c
             if ref.shift is not None:
                 ref.shift /= c
+        if ref.shift is not None:
+            # (a projection uses its Hoeffding term alone: the vector is not kept)
+            ref.shift_term, ref.shift = tol.hoeffding(1.0, ref.shift), None
         if not self.primal.all_finite:
             ref.status = _xp.put(ref.status, ~self.primal.finite, fd.UNRELIABLE)
             ref.all_smooth = False
