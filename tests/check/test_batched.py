@@ -66,6 +66,78 @@ def test_verify_finds_the_batched_bug_and_shrinks_it():
     assert not r.ok and r.result.errors[0].pair == ("batched VJP", "VJP")
 
 
+def _bce(x, y):
+    return torch.nn.functional.binary_cross_entropy_with_logits(x, y)
+
+
+def test_a_gradient_that_cancels_is_bounded_by_its_terms_under_vmap():
+    """sigma(x) - y near 0 is computed from terms of about 1: vmap's kernel and
+    the plain one may round it by u x 1, far more than u x the result."""
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    r = gv.check(_bce, t(5.851974892676312), t(0.8839723567137459), batched=True)
+    assert r.ok, str(r)
+    assert r.modes["batched VJP"] == "checked" and r.modes["batched JVP"] == "checked"
+
+
+def test_batched_logistic_losses_pass_over_a_scan_of_logits_and_targets():
+    """Logits over [-30, 30] and targets anywhere in [0, 1], some of them
+    sigmoid(x) itself (the gradient cancels to a few ulps): every check passes
+    batched, scalar and vector alike."""
+    rng = np.random.default_rng(7)
+    failed = []
+    for i in range(150):
+        x = rng.uniform(-30, 30, size=() if i % 2 else (3,))
+        y = rng.uniform(0, 1, size=x.shape) if i % 3 else 1 / (1 + np.exp(-x))
+        r = gv.check(_bce, torch.tensor(x), torch.tensor(y), batched=True)
+        if not r.ok:
+            failed.append((x, y, str(r)))
+    assert not failed, failed[0]
+
+
+class _SigmoidKernel(torch.autograd.Function):
+    """sigmoid, whose vmap rule is off by one part in 10^9."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sigmoid(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return torch.sigmoid(x) * (1 + 1e-9), in_dims[0]
+
+
+class _BCE(torch.autograd.Function):
+    """The logistic loss with a backward through _SigmoidKernel: right alone."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y):
+        return _bce(x, y)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * (_SigmoidKernel.apply(x) - y) / x.numel(), -g * x / x.numel()
+
+
+def test_a_cancelling_gradient_wrong_under_vmap_by_a_part_in_a_billion_is_caught():
+    x, y = torch.tensor([5.85, -1.2, 0.3], dtype=torch.float64), torch.tensor([0.99, 0.2, 0.6], dtype=torch.float64)
+    assert gv.check(_BCE.apply, x, y).ok
+    r = gv.check(_BCE.apply, x, y, batched=True)
+    assert not r.ok
+    (f,) = r.errors
+    assert f.pair == ("batched VJP", "VJP") and f.argument == 0, str(r)
+
+
 # -- jax --------------------------------------------------------------------------------
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
