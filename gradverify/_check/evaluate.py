@@ -251,6 +251,10 @@ class Evaluator(Vectorised):
                     "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
                 )
             )
+        bad = self.backend.unsupported(out, output=True)
+        if bad is not None:
+            what, fix = bad
+            raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))
 
     def _derivative(self, d: Any) -> Derivative:
         if d is None:

@@ -35,9 +35,10 @@ class Backend:
     def is_complex(self, x: Any) -> bool:
         return False
 
-    def unsupported(self, x: Any) -> tuple[str, str] | None:
+    def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         """(what ``x`` is, how to make it checkable) for an array the checker
-        cannot read (no values on a device, a sparse layout); None for the others."""
+        cannot read (no values on a device, a sparse layout); None for the
+        others. ``output``: ``x`` is fn's return value (the fix is fn's)."""
         return None
 
     def to_numpy(self, x: Any) -> np.ndarray:

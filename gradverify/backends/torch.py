@@ -29,16 +29,22 @@ class TorchBackend(Backend):
     def is_complex(self, x: Any) -> bool:
         return bool(x.is_complex())
 
-    def unsupported(self, x: Any) -> tuple[str, str] | None:
+    def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         if x.layout != torch.strided:
-            return (
-                f"a tensor of layout {x.layout}",
-                "densify it first (x.to_dense()); fn may take it back with x.to_sparse()",
-            )
+            if output:
+                fix = (
+                    "return it dense (out.to_dense()), or check its specified values alone "
+                    "(out.values(); a COO tensor coalesced first)"
+                )
+            else:
+                fix = "densify it first (x.to_dense()); fn may take it back with x.to_sparse()"
+            return f"a tensor of layout {x.layout}", fix
         if x.device.type == "meta":
             return (
                 "a tensor on the meta device (a shape with no values)",
-                "materialise it with values, e.g. torch.randn_like(x, device='cpu')",
+                "materialise it with values, e.g. torch.randn_like(x, device='cpu')"
+                if not output
+                else "compute it on a device with values (fn returned a shape without them)",
             )
         return None
 
@@ -155,10 +161,16 @@ class TorchBackend(Backend):
     no_batching = None
 
     def as_real(self, z: Any) -> Any:
+        # (a conjugate view's .imag is a negative view, which has no batching
+        # rule: the view is resolved first, as any operation on it would)
+        z = z.resolve_conj().resolve_neg()
         return torch.stack([z.real, z.imag], dim=-1)
 
     def as_complex(self, a: Any) -> Any:
-        return torch.complex(a[..., 0], a[..., 1])
+        # (not torch.complex(re, im): its backward takes .imag of the incoming
+        # gradient, a conjugate view wherever fn conjugates, which has no
+        # batching rule; view_as_complex's backward resolves the view)
+        return torch.view_as_complex(a.contiguous())
 
     def batched_jvp(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]

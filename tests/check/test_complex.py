@@ -167,3 +167,58 @@ def test_order_two_and_batched_work_on_the_real_view():
     assert r.ok and r.second_order_checked, str(r)
     r = gv.check(lambda z: torch.exp(z) * z.conj(), z, batched=True)
     assert r.ok and r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked", str(r)
+
+
+CONJUGATE_VIEWS = {
+    "conj": torch.conj,
+    "mH": lambda z: z.mH,
+    "H": lambda z: z.H,
+    "fft.hfft": torch.fft.hfft,
+    "logcumsumexp": lambda z: torch.logcumsumexp(z, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONJUGATE_VIEWS))
+def test_conjugate_views_and_their_gradients_are_batched(name):
+    """An output that is a conjugate view, and a backward that hands one on,
+    are resolved before the real view reads their parts: torch has no
+    batching rule for the negative view .imag of a conjugate view is."""
+    rng = np.random.default_rng(0)
+    z = torch.from_numpy(rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4)))
+    r = gv.check(CONJUGATE_VIEWS[name], z, batched=True)
+    assert r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked", str(r)
+    assert not r.by_kind(gv.Kind.MODE_UNAVAILABLE) and not r.errors, str(r)
+
+
+class _ConjKernel(torch.autograd.Function):
+    """conj, whose vmap rule forgets to conjugate."""
+
+    @staticmethod
+    def forward(z):
+        return torch.conj(z)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def vmap(info, in_dims, z):
+        return z.clone(), in_dims[0]
+
+
+class _ScaleConjUnderVmap(_Scale):
+    """f(z) = C z, whose backward conjugates C through _ConjKernel: right
+    alone, the conjugation forgotten under vmap."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * _ConjKernel.apply(torch.full_like(g, C))  # (batched where g is)
+
+
+def test_a_conjugation_forgotten_only_under_vmap_is_caught():
+    z = torch.from_numpy(Z)
+    assert gv.check(_ScaleConjUnderVmap.apply, z).ok
+    r = gv.check(_ScaleConjUnderVmap.apply, z, batched=True)
+    assert [f.pair for f in r.errors] == [("batched VJP", "VJP")], str(r)
