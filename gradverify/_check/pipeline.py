@@ -16,6 +16,7 @@ same way, with the same options.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,12 +165,10 @@ def _check_real(
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         ev.wrt = wrt_t
-        outcome = _stages(ev, options, order)
-        if outcome.vectorised and not outcome.ok:
-            # A failure is reported from fn and its derivatives as written,
-            # one point and one column at a time, never from their vectorised
-            # (vmap) form.
-            outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
+        outcome = _run_stages(ev, options, order)
+        missing = _missing_rules(ev, outcome)
+        if missing:
+            outcome = _without(ev, options, order, outcome, missing)
         inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
     return CheckResult(
         findings=tuple(outcome.findings),
@@ -187,6 +186,113 @@ def _check_real(
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
+
+
+def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
+    outcome = _stages(ev, options, order)
+    if outcome.vectorised and not outcome.ok:
+        # A failure is reported from fn and its derivatives as written,
+        # one point and one column at a time, never from their vectorised
+        # (vmap) form.
+        outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
+    return outcome
+
+
+#: What a framework (or a rule) raises for a derivative it does not have:
+#: "gradient with respect to a and b not supported" (jax's betainc), "the
+#: derivative for 'self' is not implemented" (torch), "does not support
+#: automatic differentiation for outputs with complex dtype".
+_MISSING_RULE = re.compile(
+    r"\bnot (?:yet )?(?:supported|implemented)\b|does not support (?:automatic differentiation|forward AD)"
+    r"|\bno (?:derivative|differentiation|gradient) rule\b",
+    re.IGNORECASE,
+)
+
+
+def _is_missing_rule(e: BaseException) -> bool:
+    return isinstance(e, NotImplementedError) or bool(_MISSING_RULE.search(str(e)))
+
+
+def _missing_rules(ev: Evaluator, outcome: _Outcome) -> dict[str, dict[int, str]]:
+    """The modes that raised for want of a derivative rule, each with the
+    arguments it has none for alone (the framework's words): one call of
+    the mode per argument, at the point. Empty where no mode raised so, or
+    where a raising argument raised something else too (a rule that
+    crashes is an error, not a missing rule)."""
+    raised = [f.message for f in outcome.findings if f.kind == Kind.EXCEPTION]
+    failed = [m for m in ("JVP", "VJP") if outcome.modes.get(m) == _modes.FAILED]
+    if not failed or not any(_MISSING_RULE.search(t) or "NotImplementedError" in t for t in raised):
+        return {}
+    wrt = ev.wrt
+    found: dict[str, dict[int, str]] = {}
+    try:
+        out, out_dtype, _ = ev.primal_raw()
+        ones = xp.ns(out).ones_like(out)
+        for mode in failed:
+            for i in wrt:
+                ev.wrt = (i,)
+                v = ev.values[i]
+                try:
+                    if mode == "JVP":
+                        ev.jvp([xp.ns(v).ones_like(v)])
+                    else:
+                        ev.vjp(ones, out_dtype)
+                except CallFailed as e:
+                    if not _is_missing_rule(e.exc):
+                        return {}
+                    found.setdefault(mode, {})[i] = f"{type(e.exc).__name__}: {e.exc}"
+                except ModeUnavailable:
+                    pass
+    except CallFailed:
+        return {}
+    finally:
+        ev.wrt = wrt
+    return found
+
+
+def _without(
+    ev: Evaluator, options: Options, order: int, outcome: _Outcome, missing: dict[str, dict[int, str]]
+) -> _Outcome:
+    """The check again on the arguments every failed mode has a rule for,
+    the others said to be without one; where none is left, the failed modes
+    are unavailable and nothing else changes."""
+    wrt = ev.wrt
+    lacking = sorted({i for args in missing.values() for i in args})
+    rest = tuple(i for i in wrt if i not in lacking)
+    if rest:
+        ev.wrt = rest
+        try:
+            outcome = _run_stages(ev, options, order)
+        finally:
+            ev.wrt = wrt
+        hint = (
+            f"the other argument{'s were' if len(rest) > 1 else ' was'} checked; "
+            f"wrt={rest[0] if len(rest) == 1 else rest} checks {'them' if len(rest) > 1 else 'it'} alone"
+        )
+    else:
+        # (the exceptions said in the framework's words below)
+        words = {w.partition(": ")[2] for args in missing.values() for w in args.values()}
+        outcome.findings = [
+            f for f in outcome.findings if not (f.kind == Kind.EXCEPTION and any(f.message.endswith(w) for w in words))
+        ]
+        for mode in missing:
+            outcome.modes[mode] = _modes.UNAVAILABLE
+        hint = "no argument has one: nothing was compared"
+    for k, (mode, args) in enumerate(missing.items()):
+        names = ", ".join(str(i) for i in args)
+        words = "; ".join(sorted(set(args.values())))
+        outcome.findings.insert(
+            k,
+            Finding(
+                kind=Kind.MODE_UNAVAILABLE,
+                level=WARNING,
+                message=f"{mode} is unavailable with respect to argument{'s' if len(args) > 1 else ''} {names}: "
+                f"no derivative rule ({words}); {hint}",
+                pair=(mode, "-"),
+                argument=next(iter(args)) if len(args) == 1 else None,
+            ),
+        )
+    return outcome
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
