@@ -4,6 +4,7 @@ text a result prints, fitting on a screen, verdict first."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -109,6 +110,18 @@ class Finding:
     order: int = 1
     where: str | None = None  # e.g. "directional: direction 1 of 2"
     detail: str | None = None  # a traceback, a hint
+
+    @property
+    def relative(self) -> float | None:
+        """A disagreement between a derivative and its reference (FD, or the
+        other mode) relative to the larger of the two values: 2 for opposite
+        signs, 1 where one is 0; None for findings of another kind."""
+        if self.kind != Kind.MISMATCH or self.pair is None or self.pair[0].startswith("batched"):
+            return None
+        if self.pair[1] not in ("FD", "VJP") or len(self.values) != 2 or self.error is None:
+            return None
+        top = max(abs(v) for v in self.values.values())
+        return self.error / top if top > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -236,12 +249,51 @@ def render_finding(f: Finding) -> list[str]:
         lines.append(f"    |error| = {f.error:.3g} {verdict} bound {f.bound:.3g}")
         if f.bound_reason:
             lines.append(f"    bound: {f.bound_reason}")
+        if f.level == Level.ERROR and f.error > f.bound:
+            lines.extend(_relative(f))
     if f.where:
         lines.append(f"    where: {f.where}")
     if f.detail:
         detail = f.detail.rstrip().splitlines()[-_MAX_DETAIL_LINES:]
         lines.extend("    | " + d for d in detail)
     return lines
+
+
+#: Below this relative disagreement a mismatch may be an approximation by
+#: design (an iterative solver's tolerance, a jitter added in the forward
+#: only, a stochastic estimate): the report says what rtol accepts it.
+APPROXIMATE = 1e-2
+
+
+def _relative(f: Finding) -> list[str]:
+    """How large a mismatch is against the values themselves, so that an
+    approximation by design reads apart from a wrong sign or term."""
+    rel = f.relative
+    if rel is None or not math.isfinite(rel):
+        return []
+    a, b = f.values.values()
+    if a * b < 0:
+        return [f"    relative: {rel:.3g} - the two have opposite signs (a sign error, not an approximation)"]
+    if a == 0 or b == 0:
+        return ["    relative: 1 - one of the two is 0 (a missing term or rule, not an approximation)"]
+    if rel >= APPROXIMATE:
+        return [
+            f"    relative: {rel:.3g} of the larger value - a wrong term or factor "
+            "(an approximation by design is rarely this coarse)"
+        ]
+    ad = abs(f.values[f.pair[0]])
+    # rtol makes the bound rtol x |AD| + FD's error: this rtol covers the error alone
+    accept = f"; if fn approximates by design, rtol={_up(f.error / ad)} accepts this element" if ad > 0 else ""
+    return [
+        f"    relative: {rel:.3g} of the larger value - small enough for an approximation by design (a solver's "
+        f"tolerance, a jitter, a stochastic estimate){accept}"
+    ]
+
+
+def _up(x: float) -> str:
+    """x rounded up to two significant digits, as written."""
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10.0**e - 1e-9) * 10.0**e:.2g}"
 
 
 def render_text(r: CheckResult) -> str:

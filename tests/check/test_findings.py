@@ -195,3 +195,68 @@ def test_exception_in_fn_stops_cleanly(backend):
     assert not r.ok
     (f,) = r.by_kind(gv.Kind.EXCEPTION)
     assert "RuntimeError raised while evaluating fn: fn is broken" == f.message
+
+
+def _scaled_square(vjp_factor, jvp=True):
+    """x^2 whose VJP is 2 x g times ``vjp_factor(x)``."""
+    rules = {"vjp": lambda p, g: (2 * p[0] * g * vjp_factor(p[0]),)}
+    if jvp:
+        rules["jvp"] = lambda p, t: 2 * p[0] * t[0]
+    return gv.Rule(lambda x: x * x, **rules)
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full Jacobian", "directional"])
+def test_a_mismatch_of_an_approximation_says_its_relative_size_and_the_rtol_that_accepts_it(full):
+    """A rule off by 3 parts in 10^6 everywhere (an iterative solver's
+    tolerance) is still an error; the report says how large it is against
+    the values, and the rtol it names does accept it."""
+    x = np.linspace(0.5, 2.0, 6 if full else 80)
+    rule = _scaled_square(lambda x: 1 + 3e-6 * np.ones_like(x))
+    r = gv.check(rule, x, full=full)
+    (f,) = r.errors
+    assert f.relative == pytest.approx(3e-6, rel=1e-3)
+    (line,) = [s for s in str(r).splitlines() if "relative:" in s]
+    assert "small enough for an approximation by design" in line and "opposite signs" not in line
+    rtol = float(line.split("rtol=")[1].split()[0])
+    assert 3e-6 <= rtol <= 3.1e-6
+    assert gv.check(rule, x, full=full, rtol=rtol).ok
+
+
+@pytest.mark.parametrize(
+    ("factor", "says"),
+    [
+        (lambda x: -np.ones_like(x), "opposite signs (a sign error, not an approximation)"),
+        (lambda x: np.where(x > 1.5, 0.0, 1.0), "one of the two is 0 (a missing term or rule"),
+        (lambda x: 1.5 * np.ones_like(x), "a wrong term or factor"),
+    ],
+    ids=["sign", "missing", "factor"],
+)
+def test_a_wrong_rule_reads_as_wrong_not_as_an_approximation(factor, says):
+    r = gv.check(_scaled_square(factor), np.linspace(0.5, 2.0, 6))
+    assert not r.ok
+    text = str(r)
+    assert says in text and "rtol=" not in text, text
+
+
+def test_no_relative_size_for_a_pair_that_is_no_derivative_against_its_reference():
+    assert (
+        gv.Finding(
+            kind=gv.Kind.MISMATCH,
+            level="error",
+            message="",
+            pair=("batched VJP", "VJP"),
+            values={"batched VJP": 1.0, "VJP": 1.1},
+            error=0.1,
+            bound=0.0,
+        ).relative
+        is None
+    )
+    assert gv.Finding(
+        kind=gv.Kind.MISMATCH,
+        level="error",
+        message="",
+        pair=("VJP", "FD"),
+        values={"VJP": 1.0, "FD": 1.1},
+        error=0.1,
+        bound=0.0,
+    ).relative == pytest.approx(0.1 / 1.1)

@@ -152,7 +152,9 @@ def test_a_sparse_output_is_refused_in_the_same_words(layout, dtype):
         with pytest.raises(gv.ArgumentTypeError) as e:
             gv.check(lambda a: convert(a * 2), x)
     msg = str(e.value)
-    assert msg.startswith(f"fn's return value: expected a dense array with values; found a tensor of layout torch.{layout}")
+    assert msg.startswith(
+        f"fn's return value: expected a dense array with values; found a tensor of layout torch.{layout}"
+    )
     assert "Fix: return it dense (out.to_dense())" in msg, msg
     if dtype == "float64":  # the fix works (torch differentiates no complex to_sparse_csr)
         with warnings.catch_warnings():
