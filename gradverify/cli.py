@@ -205,39 +205,87 @@ def _check(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar[0]()
 
-        interrupted = False
+        interrupted, records = False, []
         try:
-            with _terminate_as_interrupt():
+            try:
                 records = distribute.execute(items, workers=args.workers, scheduler=args.scheduler, on_record=arrived)
-        except distribute.Interrupted as e:  # SIGINT or SIGTERM: the report of what finished
-            records, interrupted = e.records, True
-        finally:
-            if bar is not None:
-                bar[1]()
-            if results is not None:
-                results.close()
-        return _finish(records, out, args.format, command, args.seed, interrupted=interrupted)
+            except distribute.Interrupted as e:  # SIGINT or SIGTERM: the report of what finished
+                records, interrupted = e.records, True
+            finally:
+                if bar is not None:
+                    bar[1]()
+                if results is not None:
+                    results.close()
+            return _finish(records, out, args.format, command, args.seed, interrupted=interrupted)
+        except KeyboardInterrupt:
+            # (landed once the sweep was over: while its files closed or its
+            # reports were written) the report of every case, said to be cut
+            if out is None or out.committed:
+                raise
+            return _finish(records, out, args.format, command, args.seed, interrupted=True)
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Any:
-    """SIGTERM (a CI job's timeout, ``docker stop``) ends a sweep as Ctrl-C does:
-    with the report of what finished."""
-    import signal
-    import threading
+class _Signals:
+    """SIGINT and SIGTERM (a CI job's timeout, ``docker stop``) while the
+    command runs: a KeyboardInterrupt where the command is, so that a sweep
+    writes the report of what finished - never inside a finalizer or a
+    ``__del__`` (which would print it and swallow it: the command would go
+    on and exit 0), where it is put off until that code returns. Either way
+    the command exits 130. ``program``: the process ends with the command;
+    a signal after it (the interpreter shutting down) exits 130 at once."""
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    def __init__(self, program: bool) -> None:
+        self.program = program
+        self.received = False
+        self.done = False
+        self.previous: dict[int, Any] = {}
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        self.done = True
+        if not self.program:
+            for sig, handler in self.previous.items():
+                signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        if self.done:
+            import os
+
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(130)
+        if _in_finalizer(frame):
+            import _thread
+            import threading
+
+            # (delivered again shortly: by then the finalizer has returned)
+            threading.Timer(0.01, _thread.interrupt_main).start()
+            return
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+
+def _in_finalizer(frame: Any) -> bool:
+    """Whether ``frame`` runs inside a weakref finalizer or a ``__del__``."""
+    import weakref
+
+    finalize = weakref.finalize.__call__.__code__
+    while frame is not None:
+        if frame.f_code is finalize or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _finish(
@@ -437,7 +485,22 @@ def _current_directory_importable() -> None:
         sys.path.insert(0, cwd)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run() -> None:
+    """The ``gradverify`` program: ``main`` with the process's arguments, and
+    its exit status - 130 for a signal that lands at any point, the
+    interpreter's shutdown included."""
+    raise SystemExit(main(program=True))
+
+
+def main(argv: Sequence[str] | None = None, program: bool = False) -> int:
+    """The command on ``argv`` (default: the process's); its exit status.
+    ``program``: the process ends with it (see ``run``)."""
+    with _Signals(program) as signals:
+        code = _main(argv)
+    return 130 if signals.received else code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -475,4 +538,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

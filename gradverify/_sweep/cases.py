@@ -231,7 +231,7 @@ def resolve(case: Case) -> Case:
                 "pass --strategy mypkg.tests:args, a Hypothesis strategy of argument tuples",
             )
         )
-    fn, strategy = _load(case.target, "target"), _load(case.strategy, "--strategy")
+    fn, strategy = _loaded(case)
     example = _first_example(strategy)
     arrays = [a for a in example if backend_name_of(a) is not None and hasattr(a, "dtype")]
     backends = sorted({backend_name_of(a) for a in arrays})
@@ -287,6 +287,33 @@ def _load(spec: str, what: str) -> Any:
     return obj
 
 
+def _loaded(case: Case) -> tuple[Callable[..., Any], Any]:
+    """A user case's function and strategy, each what it must be."""
+    from hypothesis.strategies import SearchStrategy
+
+    fn, strategy = _load(case.target, "target"), _load(case.strategy, "--strategy")
+    if not callable(fn):
+        raise UsageError(
+            explain(
+                f"target {case.target}",
+                "a function (module:function)",
+                f"{type(fn).__name__} {fn!r:.60}",
+                "name the function to check, e.g. mypkg.kernels:fused_gelu",
+            )
+        )
+    if not isinstance(strategy, SearchStrategy):
+        made = " (a function: name the strategy it returns, args = make_args())" if callable(strategy) else ""
+        raise UsageError(
+            explain(
+                f"--strategy {case.strategy}",
+                "a Hypothesis strategy of argument tuples",
+                f"{type(strategy).__name__} {strategy!r:.60}{made}",
+                "name a strategy, e.g. args = st.tuples(gradverify.strategies.arrays('torch'))",
+            )
+        )
+    return fn, strategy
+
+
 def build(case: Case) -> tuple[Callable[..., Any], Any]:
     """(fn, strategy) for a case, or Skip."""
     from hypothesis import strategies as st
@@ -296,7 +323,7 @@ def build(case: Case) -> tuple[Callable[..., Any], Any]:
     if case.op == "user":
         if case.strategy is None:
             resolve(case)  # (raises: no strategy)
-        return _load(case.target, "target"), _load(case.strategy, "--strategy")
+        return _loaded(case)
     if not installed(case.backend):
         raise Skip(f"{case.backend} is not installed (pip install gradverify[{case.backend}])")
     if case.backend == "numpy" and case.impl == "reference" and case.op != "example":

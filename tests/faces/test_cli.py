@@ -46,6 +46,12 @@ def test_list_shows_activations_kinks_and_conventions(capsys):
         (["check", "nonsense"], "target: expected all, bias_act, bias_act:NAME"),
         (["check", "bias_act:relu7"], "relu7"),
         (["check", "userops:f"], "expected a strategy for a module:function target"),
+        (
+            ["check", "math:sqrt", "--strategy", "math:pi"],
+            "--strategy math:pi: expected a Hypothesis strategy of argument tuples; found float 3.14159",
+        ),
+        (["check", "math:sqrt", "--strategy", "math:floor"], "(a function: name the strategy it returns"),
+        (["check", "math:pi", "--strategy", "math:tau"], "target math:pi: expected a function (module:function)"),
         (["check", "examples", "--max-examples", "0"], "--max-examples: expected an int >= 1"),
         (["report", "/nonexistent/report.json"], "a JSON report written by gradverify check"),
     ],
@@ -54,6 +60,8 @@ def test_usage_errors_exit_2_and_say_what_to_do(capsys, argv, message):
     code, out, err = main(capsys, *argv, *(["--no-report"] if argv[0] == "check" else []))
     assert code == 2, out + err
     assert message in err
+    assert "Fix:" in err or "expected" in err
+    assert "Traceback" not in err and "SearchStrategy but got" not in err  # (our words, not Hypothesis's)
 
 
 def test_bad_format_and_unknown_command_exit_2():

@@ -132,3 +132,71 @@ def test_report_files_follow_the_umask(tmp_path, umask):
     for f in ["report.json", "report.md", "report.html", "junit.xml", "results.jsonl"]:
         assert (report / f).stat().st_mode & 0o777 == 0o666 & ~umask, f
     assert report.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+#: Code run in the sweep's process before the command: each makes one moment
+#: of the run last long enough for the signal to land in it, and says when.
+_MOMENTS = {
+    # inside a weakref finalizer, mid-sweep (as the frameworks' and tempfile's run)
+    "a finalizer": """
+import time, weakref
+import gradverify._sweep.cases as _c
+_run, _n = _c.run_case, [0]
+class _Obj: pass
+def _slow():
+    print("MOMENT", flush=True); time.sleep(3)
+def run_case(case):
+    _n[0] += 1
+    if _n[0] == 3:
+        o = _Obj(); weakref.finalize(o, _slow); del o
+    return _run(case)
+_c.run_case = run_case
+""",
+    # every case done: while the reports are written
+    "the reports": """
+import time
+import gradverify._sweep.reports as _r
+_write = _r.write
+def write(*a, **k):
+    print("MOMENT", flush=True); time.sleep(3); return _write(*a, **k)
+_r.write = write
+""",
+    # the command over: the interpreter shutting down
+    "the shutdown": """
+import atexit, time
+atexit.register(lambda: (print("MOMENT", flush=True), time.sleep(3)))
+""",
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", sorted(_MOMENTS))
+def test_a_signal_exits_130_without_a_traceback_whenever_it_lands(previous, moment, sig):
+    """A signal in a finalizer is not swallowed (the command would go on and
+    exit 0, a killed CI job green), nor one while the reports are written or
+    after the command: exit 130, no traceback, and the report directory
+    whole - the cases that finished, said to be interrupted."""
+    argv = [*SWEEP, "--seed", "1", "--report", str(previous)]
+    code = (
+        _MOMENTS[moment] + f"\nimport sys; sys.argv = ['gradverify', *{argv!r}]\nfrom gradverify.cli import run; run()"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("MOMENT"):
+            break
+    assert lines and lines[-1].startswith("MOMENT"), p.stderr.read()
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    data = _whole(previous)
+    assert data["seed"] == 1  # this run's report, whole
+    if moment == "the shutdown":  # (every case finished, the report written before the signal)
+        assert len(data["cases"]) == 26
+    else:
+        assert data["totals"]["interrupted"] == 1, data["totals"]
+        assert "(interrupted: the cases that finished)" in (previous / "report.md").read_text()
+        if moment == "a finalizer":
+            assert 2 <= len(data["cases"]) < 26
