@@ -9,6 +9,7 @@ import numpy as np
 from .. import tolerance as tol
 from .records import JUMP, KINK, SMOOTH, UNRELIABLE, Array, Line, Problem
 from .stencil import (
+    D4_NOISE,
     DIFF_WEIGHT,
     GRID_NOISE,
     KAPPA_WEIGHT,
@@ -83,11 +84,19 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
     # no measurable slope jump at the first level: the flag may be noise or a
     # feature smaller than the step, not a kink
     flat = np.abs(r - le) <= 2 * se
+    # ... nor where the kink indicator itself is within what u x fn's terms can
+    # make: a factor that cancels (1 + erf z in gelu's tail) moves in steps of
+    # that size, which the sides read as a slope jump
+    quantum, kappa = _rounding_sized(level0, suspects, u_oracle, p.inputs)
     # (all of the level's noise where no slope jump showed; else the cleaner
     # side's: a kink beside the point inflates the other)
     carried = np.where(flat, level0.take("noise", suspects), np.minimum(left_n, right_n))
-    # ... and never below the rounding to the grid fn's values lie on
+    # ... and never below the rounding to the grid fn's values lie on, nor,
+    # where the kink indicator is rounding-sized, below the noise that would
+    # make it (a staircase's steps are as large as the indicator, whatever the
+    # difference table of a finer step, which they straddle or miss, says)
     carried = np.maximum(carried, GRID_NOISE * level0.grid(suspects))
+    carried = np.maximum(carried, np.where(quantum, kappa / D4_NOISE, 0.0))
     sides = {"r": r, "le": le, "se": se}
     status = np.where(level0.take("finite", suspects), KINK, UNRELIABLE).astype(np.int8)
     value, err = central.copy(), central_err.copy()
@@ -125,7 +134,7 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
         # already carried: estimates that disagree beyond both bounds cannot
         # tell which is right. Undecided, not a confident wrong reference.
         drift = np.abs(fine_value - central[smooth]) > fine_err + central_err[smooth]
-        status[smooth[drift & flat[smooth]]] = UNRELIABLE
+        status[smooth[drift & (flat | quantum)[smooth]]] = UNRELIABLE
         keep = open_[sub]
         at = suspects[keep]
         position = np.searchsorted(open_, keep)
@@ -175,16 +184,25 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
         # undecidable. Beyond that, no slope jump is a feature narrower than
         # the step (a normalisation of a row far smaller than the step).
         kinked = open_[status[open_] == KINK]
-        Fv = level0._values(suspects[kinked])
-        with np.errstate(invalid="ignore", over="ignore"):
-            kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
-            terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), p.inputs)
-        rounding = kappa <= tol.ROUNDING_TERMS * u_oracle * terms
+        rounding = quantum[kinked]
         no_jump = flat[kinked]
         noise = kinked[rounding & no_jump]
         value[noise], err[noise], status[noise] = central[noise], central_err[noise], SMOOTH
         status[kinked[rounding != no_jump]] = UNRELIABLE
     return value, err, status
+
+
+def _rounding_sized(
+    level0: Estimate, suspects: np.ndarray, u_oracle: float, inputs: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per suspect: whether the first level's kink indicator (a fourth
+    difference) is within what u x fn's terms can make (ROUNDING_TERMS x u x
+    the larger of its values and the inputs), and the indicator."""
+    Fv = level0._values(suspects)
+    with np.errstate(invalid="ignore", over="ignore"):
+        kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
+        terms = np.maximum(np.max([np.abs(v) for v in Fv.values()], axis=0), inputs)
+    return kappa <= tol.ROUNDING_TERMS * u_oracle * terms, kappa
 
 
 def hull(value: np.ndarray, err: np.ndarray, idx: np.ndarray, r: np.ndarray, le: np.ndarray, se: np.ndarray) -> None:
