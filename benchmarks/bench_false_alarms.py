@@ -9,11 +9,16 @@ and jax.test_util.check_grads, and the bug catalogue's detection rate beside.
    tool; a tool's false alarm is a correct function it fails at an input.
    gradverify's inconclusive checks (a kink, a quantised tail) are counted
    apart: they are not failures.
-2. Real library functions at the inputs they were once flagged on, and ten
+   With ``--batched``, gradverify also runs every input with
+   ``batched=True`` (the JVP and VJP under vmap against their plain values).
+2. gelu's tail: F.gelu(x + b) and jax.nn.gelu(x + b, approximate=False), one
+   point a check, z = x + b uniform in [-12, 12] and b in +-[0.25, 3], in
+   float64 and float32 (``--tail-points`` of them each), every tool.
+3. Real library functions at the inputs they were once flagged on, and ten
    more (torch, jax, kornia, e3nn where they install).
-3. The bug catalogue (bench_catalogue.py): bugs caught out of bugs.
+4. The bug catalogue (bench_catalogue.py): bugs caught out of bugs.
 
-    python benchmarks/bench_false_alarms.py [--seeds 3] [--examples 50] [--only torch]
+    python benchmarks/bench_false_alarms.py [--seeds 3] [--examples 50] [--only torch] [--batched] [--tail-points 2000]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.nn.functional as F
 from hypothesis import Phase, given, seed as hypothesis_seed, settings
@@ -49,9 +55,13 @@ def draw(strategy: Any, examples: int, seed: int) -> list[tuple]:
     return out
 
 
-def run_gradverify(fn: Callable, args: tuple) -> str:
-    r = gv.check(fn, *args)
+def run_gradverify(fn: Callable, args: tuple, batched: bool = False) -> str:
+    r = gv.check(fn, *args, batched=batched)
     return "fail" if not r.ok else ("inconclusive" if r.inconclusive else "pass")
+
+
+def run_gradverify_batched(fn: Callable, args: tuple) -> str:
+    return run_gradverify(fn, args, batched=True)
 
 
 def run_gradcheck(fn: Callable, args: tuple) -> str:
@@ -78,10 +88,16 @@ def run_check_grads(fn: Callable, args: tuple) -> str:
 
 
 TOOLS = {"torch": ("gradverify", "gradcheck"), "jax": ("gradverify", "check_grads")}
-RUNNERS = {"gradverify": run_gradverify, "gradcheck": run_gradcheck, "check_grads": run_check_grads}
+RUNNERS = {
+    "gradverify": run_gradverify,
+    "gradverify batched": run_gradverify_batched,
+    "gradcheck": run_gradcheck,
+    "check_grads": run_check_grads,
+}
+COLUMNS = ("gradverify", "gradverify batched", "gradcheck", "check_grads")
 
 
-def naive_suite(seeds: int, examples: int, only: str | None) -> list[dict]:
+def naive_suite(seeds: int, examples: int, only: str | None, batched: bool = False) -> list[dict]:
     rows = []
     for case in naive_cases():
         if only and case.backend != only:
@@ -89,7 +105,7 @@ def naive_suite(seeds: int, examples: int, only: str | None) -> list[dict]:
         for dtype in ("float64", "float32"):
             inputs = [a for s in range(seeds) for a in draw(naive_strategy(case, dtype), examples, s)]
             row: dict[str, Any] = {"case": case.label, "dtype": dtype, "inputs": len(inputs)}
-            for tool in TOOLS[case.backend]:
+            for tool in TOOLS[case.backend] + (("gradverify batched",) if batched else ()):
                 t0 = time.perf_counter()
                 outcomes = [RUNNERS[tool](case.fn, args) for args in inputs]
                 row[tool] = {
@@ -104,7 +120,7 @@ def naive_suite(seeds: int, examples: int, only: str | None) -> list[dict]:
 
 def _naive_line(row: dict) -> str:
     cells = [f"{row['case']} {row['dtype']}", str(row["inputs"])]
-    for tool in ("gradverify", "gradcheck", "check_grads"):
+    for tool in COLUMNS:
         if tool in row:
             r = row[tool]
             extra = f" ({r['inconclusive']} inconclusive)" if r["inconclusive"] else ""
@@ -112,6 +128,44 @@ def _naive_line(row: dict) -> str:
         else:
             cells.append("-")
     return "| " + " | ".join(cells) + " |"
+
+
+# -- gelu's tail ------------------------------------------------------------------------
+def tail_suite(points: int) -> list[dict]:
+    """F.gelu and jax's erf-form gelu at x + b, one point a check, every tool."""
+    rng = np.random.default_rng(0)
+    z = rng.uniform(-12.0, 12.0, points)
+    b = rng.choice([-1.0, 1.0], points) * rng.uniform(0.25, 3.0, points)
+    jax_gelu = jax.jit(lambda x, b: jax.nn.gelu(x + b, approximate=False))
+    rows = []
+    for backend, fn in (("torch", lambda x, b: F.gelu(x + b)), ("jax", jax_gelu)):
+        for dtype in ("float64", "float32"):
+            if backend == "torch":
+                inputs = [
+                    (
+                        torch.tensor([zk - bk], dtype=getattr(torch, dtype)),
+                        torch.tensor([bk], dtype=getattr(torch, dtype)),
+                    )
+                    for zk, bk in zip(z, b)
+                ]
+            else:
+                with jax.enable_x64(True):
+                    inputs = [
+                        (jnp.asarray([zk - bk], dtype=dtype), jnp.asarray([bk], dtype=dtype)) for zk, bk in zip(z, b)
+                    ]
+            row: dict[str, Any] = {"case": f"{backend} gelu(x + b), z in [-12, 12]", "dtype": dtype, "inputs": points}
+            for tool in TOOLS[backend]:
+                t0 = time.perf_counter()
+                with jax.enable_x64(dtype == "float64" or tool == "gradverify"):
+                    outcomes = [RUNNERS[tool](fn, args) for args in inputs]
+                row[tool] = {
+                    "fail": outcomes.count("fail"),
+                    "inconclusive": outcomes.count("inconclusive"),
+                    "seconds": time.perf_counter() - t0,
+                }
+            rows.append(row)
+            print(_naive_line(row), flush=True)
+    return rows
 
 
 # -- real library functions at their inputs -------------------------------------------
@@ -242,22 +296,33 @@ def catalogue_suite() -> dict:
     return {"bugs": bugs, "correct": correct, "caught": caught, "alarms": alarms}
 
 
+def _totals(rows: list[dict]) -> None:
+    total = {t: sum(r[t]["fail"] for r in rows if t in r) for t in COLUMNS}
+    inputs = {t: sum(r["inputs"] for r in rows if t in r) for t in total}
+    print("\ntotal: " + ", ".join(f"{t} {total[t]} of {inputs[t]}" for t in total if inputs[t]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--examples", type=int, default=50, help="examples per seed")
     p.add_argument("--only", choices=("torch", "jax"), default=None, help="one backend of the naive suite")
     p.add_argument("--skip-naive", action="store_true")
+    p.add_argument("--batched", action="store_true", help="gradverify with batched=True too, on the naive suite")
+    p.add_argument("--tail-points", type=int, default=2000, help="points of gelu's tail a backend and dtype (0: none)")
     a = p.parse_args()
     torch.set_num_threads(1)
+    header = "| function | inputs | gradverify failures | gradverify batched failures | gradcheck failures "
+    header += "| check_grads failures |\n|---|---|---|---|---|---|"
     if not a.skip_naive:
         print(f"## naive strategy: {a.seeds} seeds x {a.examples} examples\n")
-        print("| function | inputs | gradverify failures | gradcheck failures | check_grads failures |")
-        print("|---|---|---|---|---|")
-        rows = naive_suite(a.seeds, a.examples, a.only)
-        total = {t: sum(r[t]["fail"] for r in rows if t in r) for t in ("gradverify", "gradcheck", "check_grads")}
-        inputs = {t: sum(r["inputs"] for r in rows if t in r) for t in total}
-        print("\ntotal: " + ", ".join(f"{t} {total[t]} of {inputs[t]}" for t in total))
+        print(header)
+        rows = naive_suite(a.seeds, a.examples, a.only, a.batched)
+        _totals(rows)
+    if a.tail_points:
+        print(f"\n## gelu's tail: {a.tail_points} points a backend and dtype\n")
+        print(header)
+        _totals(tail_suite(a.tail_points))
     print("\n## real library functions\n")
     print("| function | gradverify | gradcheck | check_grads |")
     print("|---|---|---|---|")
