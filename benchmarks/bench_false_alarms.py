@@ -24,6 +24,7 @@ and jax.test_util.check_grads, and the bug catalogue's detection rate beside.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 import warnings
 from collections.abc import Callable
@@ -104,18 +105,26 @@ def naive_suite(seeds: int, examples: int, only: str | None, batched: bool = Fal
             continue
         for dtype in ("float64", "float32"):
             inputs = [a for s in range(seeds) for a in draw(naive_strategy(case, dtype), examples, s)]
-            row: dict[str, Any] = {"case": case.label, "dtype": dtype, "inputs": len(inputs)}
-            for tool in TOOLS[case.backend] + (("gradverify batched",) if batched else ()):
-                t0 = time.perf_counter()
-                outcomes = [RUNNERS[tool](case.fn, args) for args in inputs]
-                row[tool] = {
-                    "fail": outcomes.count("fail"),
-                    "inconclusive": outcomes.count("inconclusive"),
-                    "seconds": time.perf_counter() - t0,
-                }
-            rows.append(row)
-            print(_naive_line(row), flush=True)
+            tools = TOOLS[case.backend] + (("gradverify batched",) if batched else ())
+            rows.append(_row(case.label, dtype, case.fn, inputs, tools))
     return rows
+
+
+def _row(label: str, dtype: str, fn: Callable, inputs: list[tuple], tools: tuple[str, ...], wide: bool = False) -> dict:
+    """Every tool's outcomes on ``inputs`` (under jax's x64 where ``wide``),
+    printed as a table row."""
+    row: dict[str, Any] = {"case": label, "dtype": dtype, "inputs": len(inputs)}
+    for tool in tools:
+        t0 = time.perf_counter()
+        with jax.enable_x64(True) if wide else contextlib.nullcontext():
+            outcomes = [RUNNERS[tool](fn, args) for args in inputs]
+        row[tool] = {
+            "fail": outcomes.count("fail"),
+            "inconclusive": outcomes.count("inconclusive"),
+            "seconds": time.perf_counter() - t0,
+        }
+    print(_naive_line(row), flush=True)
+    return row
 
 
 def _naive_line(row: dict) -> str:
@@ -153,18 +162,8 @@ def tail_suite(points: int) -> list[dict]:
                     inputs = [
                         (jnp.asarray([zk - bk], dtype=dtype), jnp.asarray([bk], dtype=dtype)) for zk, bk in zip(z, b)
                     ]
-            row: dict[str, Any] = {"case": f"{backend} gelu(x + b), z in [-12, 12]", "dtype": dtype, "inputs": points}
-            for tool in TOOLS[backend]:
-                t0 = time.perf_counter()
-                with jax.enable_x64(dtype == "float64" or tool == "gradverify"):
-                    outcomes = [RUNNERS[tool](fn, args) for args in inputs]
-                row[tool] = {
-                    "fail": outcomes.count("fail"),
-                    "inconclusive": outcomes.count("inconclusive"),
-                    "seconds": time.perf_counter() - t0,
-                }
-            rows.append(row)
-            print(_naive_line(row), flush=True)
+            label = f"{backend} gelu(x + b), z in [-12, 12]"
+            rows.append(_row(label, dtype, fn, inputs, TOOLS[backend], wide=dtype == "float64"))
     return rows
 
 
