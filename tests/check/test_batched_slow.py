@@ -61,3 +61,19 @@ def test_a_jax_custom_vjp_wrong_only_under_vmap_is_an_error():
         r = gv.check(fn, jax_point(), batched=True)
     assert not r.ok
     assert [f.pair for f in r.errors] == [("batched VJP", "VJP")]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gelu_s_tail_under_vmap_is_at_most_a_precision_warning(dtype):
+    """jax's tanh-form gelu at x + b = -4.5 (drawn by the naive strategy):
+    vmap's tanh kernel is off the scalar one by tens of ulps, and the
+    derivative 0.5 (1 + tanh u) ... cancels terms of 1 down to 3e-5, so the
+    batched and plain VJPs differ by 4e-15 (float64) and 2% (float32) -
+    beyond the rounding model of the result, within that of fn's terms: a
+    warning, not an error. A rule wrong under vmap stays an error (above)."""
+    with jax.enable_x64(True):
+        x = jnp.full(5, -2.2625936676941123, dtype=dtype)
+        r = gv.check(lambda x, b: jax.nn.gelu(x + b), x, x, batched=True)
+    assert r.ok, str(r)
+    assert r.modes["batched JVP"] == "checked" and r.modes["batched VJP"] == "checked"
+    assert all(f.level == "warning" for f in r.findings if f.pair and f.pair[0].startswith("batched")), str(r)
