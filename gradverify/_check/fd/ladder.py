@@ -84,17 +84,13 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
     # no measurable slope jump at the first level: the flag may be noise or a
     # feature smaller than the step, not a kink
     flat = np.abs(r - le) <= 2 * se
-    # ... nor where the kink indicator itself is within what u x fn's terms can
-    # make: a factor that cancels (1 + erf z in gelu's tail) moves in steps of
-    # that size, which the sides read as a slope jump
+    # ... nor where the kink indicator is rounding-sized (see _rounding_sized)
     quantum, kappa = _rounding_sized(level0, suspects, u_oracle, p.inputs)
     # (all of the level's noise where no slope jump showed; else the cleaner
-    # side's: a kink beside the point inflates the other)
+    # side's: a kink beside the point inflates the other) - and never below
+    # the rounding to the grid fn's values lie on, nor below the noise a
+    # rounding-sized indicator implies
     carried = np.where(flat, level0.take("noise", suspects), np.minimum(left_n, right_n))
-    # ... and never below the rounding to the grid fn's values lie on, nor,
-    # where the kink indicator is rounding-sized, below the noise that would
-    # make it (a staircase's steps are as large as the indicator, whatever the
-    # difference table of a finer step, which they straddle or miss, says)
     carried = np.maximum(carried, GRID_NOISE * level0.grid(suspects))
     carried = np.maximum(carried, np.where(quantum, kappa / D4_NOISE, 0.0))
     sides = {"r": r, "le": le, "se": se}
@@ -197,7 +193,11 @@ def _rounding_sized(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per suspect: whether the first level's kink indicator (a fourth
     difference) is within what u x fn's terms can make (ROUNDING_TERMS x u x
-    the larger of its values and the inputs), and the indicator."""
+    the larger of its values and the inputs), and the indicator. A factor
+    that cancels (1 + erf z in gelu's tail) moves in steps of that size,
+    which the sides read as a slope jump; the noise that would make such an
+    indicator (over D4_NOISE) bounds every finer level, whose difference
+    table the steps straddle or miss."""
     Fv = level0._values(suspects)
     with np.errstate(invalid="ignore", over="ignore"):
         kappa = np.abs(4.0 * (Fv[2] + Fv[-2]) - (Fv[4] + Fv[-4]) - 6.0 * Fv[0])
