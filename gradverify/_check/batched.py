@@ -127,7 +127,16 @@ def _compare(
                 within = bad & (error <= limit)
                 bad = bad & ~within
                 if within.any():
-                    _precision(mode, member, argument, shape, a, b, error, bound, limit, within, dtype, report)
+                    k = int(np.argmax(np.where(within, error / limit, -1.0)))
+                    report.add(
+                        Kind.PRECISION,
+                        WARNING,
+                        **_member(mode, member, argument, unravel(k, shape), a[k], b[k], error[k], bound[k], dtype),
+                        message=f"batched {mode}: member {member} of a batch of {BATCH} is off its plain {mode} "
+                        f"beyond the rounding model but within what rounding of fn's terms can make "
+                        f"({int(within.sum())} element(s), limit {float(limit[k]):.3g}): a vmapped kernel that "
+                        "rounds otherwise, amplified where the rule cancels",
+                    )
         if not bad.any():
             continue
         k = int(np.argmax(np.where(bad, np.nan_to_num(error / bound, nan=np.inf, posinf=np.inf), -1.0)))
@@ -136,59 +145,38 @@ def _compare(
         report.add(
             Kind.MISMATCH,
             ERROR,
-            f"batched {mode}: member {member} of a batch of {BATCH} differs from its plain {mode} at {where}: "
-            f"{float(a[k]):.6g} under vmap, {float(b[k]):.6g} alone ({int(bad.sum())} element(s) beyond "
+            **_member(mode, member, argument, index, a[k], b[k], error[k], bound[k], dtype),
+            message=f"batched {mode}: member {member} of a batch of {BATCH} differs from its plain {mode} at "
+            f"{where}: {float(a[k]):.6g} under vmap, {float(b[k]):.6g} alone ({int(bad.sum())} element(s) beyond "
             "rounding); the rule computes something else under vmap",
-            pair=(f"batched {mode}", mode),
-            argument=argument,
-            input_index=None if mode == "JVP" else index,
-            output_index=index if mode == "JVP" else None,
-            values={f"batched {mode}": float(a[k]), mode: float(b[k])},
-            error=float(error[k]),
-            bound=float(bound[k]),
-            bound_reason=f"the AD rounding model in {dtype}, for each of the two",
-            where=f"batch member {member} of {BATCH}",
         )
         return True
     return False
 
 
-def _precision(
+def _member(
     mode: str,
     member: int,
     argument: int | None,
-    shape: tuple[int, ...],
-    a: np.ndarray,
-    b: np.ndarray,
-    error: np.ndarray,
-    bound: np.ndarray,
-    limit: np.ndarray,
-    within: np.ndarray,
+    index: tuple[int, ...],
+    a: float,
+    b: float,
+    e: float,
+    bound: float,
     dtype: str,
-    report: Any,
-) -> None:
-    """A member's batched values off its plain ones beyond the rounding model
-    but within what rounding of fn's terms can make: a warning, once a mode."""
-    k = int(np.argmax(np.where(within, error / limit, -1.0)))
-    index = unravel(k, shape)
-    where = f"output {index}" if mode == "JVP" else f"argument {argument} {index}"
-    report.add(
-        Kind.PRECISION,
-        WARNING,
-        f"batched {mode}: member {member} of a batch of {BATCH} is off its plain {mode} at {where} beyond the "
-        f"rounding model but within what rounding of fn's terms can make ({int(within.sum())} element(s)): "
-        "a vmapped kernel that rounds otherwise, amplified where the rule cancels",
-        pair=(f"batched {mode}", mode),
-        argument=argument,
-        input_index=None if mode == "JVP" else index,
-        output_index=index if mode == "JVP" else None,
-        values={f"batched {mode}": float(a[k]), mode: float(b[k])},
-        error=float(error[k]),
-        bound=float(bound[k]),
-        bound_reason=f"the AD rounding model in {dtype}, for each of the two (limit {float(limit[k]):.3g}: "
-        "the same at the scale of fn's terms)",
-        where=f"batch member {member} of {BATCH}",
-    )
+) -> dict[str, Any]:
+    """The fields of a finding about one element of a batch member."""
+    return {
+        "pair": (f"batched {mode}", mode),
+        "argument": argument,
+        "input_index": None if mode == "JVP" else index,
+        "output_index": index if mode == "JVP" else None,
+        "values": {f"batched {mode}": float(a), mode: float(b)},
+        "error": float(e),
+        "bound": float(bound),
+        "bound_reason": f"the AD rounding model in {dtype}, for each of the two",
+        "where": f"batch member {member} of {BATCH}",
+    }
 
 
 def _values(d: Derivative, shape: tuple[int, ...]) -> np.ndarray:
