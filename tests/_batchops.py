@@ -57,6 +57,28 @@ class SinBatchedBackwardBug(Sin):
         return g * CosKernel.apply(x)
 
 
+def kernel(alone, under_vmap, name):
+    """A torch Function computing ``alone(x)``, whose vmap rule computes
+    ``under_vmap(x)`` instead (over the batch axis as it comes): a kernel
+    right alone and, where the two differ, wrong under vmap."""
+
+    class Kernel(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return alone(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            return under_vmap(x), in_dims[0]
+
+    Kernel.__name__ = Kernel.__qualname__ = name
+    return Kernel.apply
+
+
 class SinWithoutVmap(Sin):
     generate_vmap_rule = False
 

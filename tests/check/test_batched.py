@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 
 # -- torch ------------------------------------------------------------------------------
-from .._batchops import Sin, SinBatchedBackwardBug, SinWithoutVmap  # noqa: E402
+from .._batchops import Sin, SinBatchedBackwardBug, SinWithoutVmap, kernel  # noqa: E402
 
 
 def _x(dtype="float64", shape=(3, 2), seed=0):
@@ -94,24 +94,12 @@ def test_batched_logistic_losses_pass_over_a_scan_of_logits_and_targets():
     assert not failed, failed[0]
 
 
-class _SigmoidKernel(torch.autograd.Function):
-    """sigmoid, whose vmap rule is off by one part in 10^9."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sigmoid(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def vmap(info, in_dims, x):
-        return torch.sigmoid(x) * (1 + 1e-9), in_dims[0]
+#: sigmoid, whose vmap rule is off by one part in 10^9.
+_sigmoid_kernel = kernel(torch.sigmoid, lambda x: torch.sigmoid(x) * (1 + 1e-9), "SigmoidKernel")
 
 
 class _BCE(torch.autograd.Function):
-    """The logistic loss with a backward through _SigmoidKernel: right alone."""
+    """The logistic loss with a backward through _sigmoid_kernel: right alone."""
 
     generate_vmap_rule = True
 
@@ -126,7 +114,7 @@ class _BCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
-        return g * (_SigmoidKernel.apply(x) - y) / x.numel(), -g * x / x.numel()
+        return g * (_sigmoid_kernel(x) - y) / x.numel(), -g * x / x.numel()
 
 
 def test_a_cancelling_gradient_wrong_under_vmap_by_a_part_in_a_billion_is_caught():

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
+from .._batchops import kernel  # noqa: E402  (imports torch)
+
 Z = np.array([0.3 + 0.4j, -1.2 + 0.5j, 2.0 - 0.7j])
 C = 0.5 + 2.0j
 
@@ -190,31 +192,19 @@ def test_conjugate_views_and_their_gradients_are_batched(name):
     assert not r.by_kind(gv.Kind.MODE_UNAVAILABLE) and not r.errors, str(r)
 
 
-class _ConjKernel(torch.autograd.Function):
-    """conj, whose vmap rule forgets to conjugate."""
-
-    @staticmethod
-    def forward(z):
-        return torch.conj(z)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def vmap(info, in_dims, z):
-        return z.clone(), in_dims[0]
+#: conj, whose vmap rule forgets to conjugate.
+_conj_kernel = kernel(torch.conj, lambda z: z.clone(), "ConjKernel")
 
 
 class _ScaleConjUnderVmap(_Scale):
-    """f(z) = C z, whose backward conjugates C through _ConjKernel: right
+    """f(z) = C z, whose backward conjugates C through _conj_kernel: right
     alone, the conjugation forgotten under vmap."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def backward(ctx, g):
-        return g * _ConjKernel.apply(torch.full_like(g, C))  # (batched where g is)
+        return g * _conj_kernel(torch.full_like(g, C))  # (batched where g is)
 
 
 def test_a_conjugation_forgotten_only_under_vmap_is_caught():
