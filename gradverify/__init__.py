@@ -4,6 +4,7 @@ The public API. ``import gradverify`` imports neither torch nor jax: backends
 load when an array of theirs is checked.
 """
 
+from ._audit import AuditResult, audit
 from ._check.pipeline import assert_gradients, check
 from ._errors import ArgumentTypeError, ArgumentValueError, GradientError, UsageError
 from ._result import CheckResult, Finding, Kind, Level
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentTypeError",
+    "AuditResult",
     "ArgumentValueError",
     "CheckResult",
     "Finding",
@@ -30,6 +32,7 @@ __all__ = [
     "UsageError",
     "VerifyResult",
     "assert_gradients",
+    "audit",
     "check",
     "compiling",
     "triage",

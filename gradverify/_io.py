@@ -11,7 +11,9 @@ import html
 import json
 import math
 import os
+import platform
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from ._errors import UsageError, explain
 from .backends import backend_name_of
 
 __all__ = [
+    "environment",
     "PAGE_CSS",
     "REPORT_NAMES",
     "Record",
@@ -155,7 +158,9 @@ def html_page(title: str, body: Sequence[str], css: str = "") -> str:
 
 # -- a report directory: one run's, whole ------------------------------------------------------
 #: What gradverify writes into a report directory; anything else there is the user's.
-REPORT_NAMES = frozenset({"report.json", "report.md", "report.html", "junit.xml", "results.jsonl", "cases"})
+REPORT_NAMES = frozenset(
+    {"report.json", "report.md", "report.html", "junit.xml", "results.jsonl", "cases", "reproducers"}
+)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -295,3 +300,24 @@ class ReportDirectory:
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
             self._lock_file = None
+
+
+# -- the machine a report was made on ---------------------------------------------------------
+def environment() -> dict[str, Any]:
+    """Versions and machine facts that can separate a failing runner from a passing one."""
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("gradverify", "numpy", "torch", "jax", "jaxlib", "hypothesis"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "versions": versions,
+    }

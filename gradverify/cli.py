@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _io, ops
+from ._audit import command as _audit_command
 from ._errors import UsageError
 from ._sweep import cases as _sweep, distribute, reports as _reports
 from ._sweep.cases import EXAMPLES, NORMS
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-examples", type=int, default=20)
     tr.add_argument("--strategy", metavar="MODULE:NAME")
     tr.add_argument("--report", metavar="DIR", default=None, help="write triage-rerun.md/.json/.html here")
+    _audit_command.add_parser(sub)
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
@@ -515,6 +517,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _merge(args)
         if args.command == "list":
             return _list()
+        if args.command == "audit":
+            return _audit_command.main(args, "gradverify " + " ".join(sys.argv[1:] if argv is None else argv))
         if args.command == "triage":
             return _junit_command(args) if args.mode == "junit" else _rerun_command(args)
         return _report(args)

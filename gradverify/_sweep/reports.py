@@ -9,8 +9,6 @@ import html
 import json
 import math
 import os
-import platform
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 from .. import _io
 from .._errors import ArgumentValueError, explain
+from .._io import environment
 from .cases import summary
 
 __all__ = [
@@ -46,26 +45,6 @@ SCHEMA = "gradverify-report/1"
 FORMATS = ("json", "md", "junit", "html")
 FILES = {"json": "report.json", "md": "report.md", "junit": "junit.xml", "html": "report.html"}
 _MARK = {"passed": "pass", "failed": "FAIL", "skipped": "skip", "error": "error"}
-
-
-def environment() -> dict[str, Any]:
-    """Versions and machine facts that can separate a failing runner from a passing one."""
-    import importlib.metadata as md
-
-    versions = {}
-    for pkg in ("gradverify", "numpy", "torch", "jax", "jaxlib", "hypothesis"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "versions": versions,
-    }
 
 
 def build(records: Sequence[dict[str, Any]], *, command: str, seed: int, interrupted: bool = False) -> dict[str, Any]:

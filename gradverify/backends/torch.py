@@ -39,6 +39,11 @@ class TorchBackend(Backend):
             else:
                 fix = "densify it first (x.to_dense()); fn may take it back with x.to_sparse()"
             return f"a tensor of layout {x.layout}", fix
+        if x.dtype == torch.complex32:
+            return (
+                "a complex32 tensor (complex half: no array type to read it into)",
+                "return out.to(torch.complex64) from fn" if output else "pass x.to(torch.complex64)",
+            )
         if x.device.type == "meta":
             return (
                 "a tensor on the meta device (a shape with no values)",

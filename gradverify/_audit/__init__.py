@@ -1,0 +1,285 @@
+"""``gradverify audit``: a framework's whole operator database through gv.check.
+
+``audit("torch")`` takes every OpInfo of PyTorch's ``op_db`` with autograd
+support, its sample inputs within a size limit, in float64 and complex128,
+and checks each sample in worker processes with a time limit per sample
+(see ``workers``). Each record is appended to ``results.jsonl`` in the
+report directory as it arrives; an audit run again on the same directory
+with the same settings takes the samples recorded there and checks only
+the rest, so an interrupted audit resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _io
+from .._errors import ArgumentValueError, UsageError, explain
+from . import opinfo, report as _report, workers
+from .workers import Interrupted, OnRecord
+
+__all__ = ["AuditResult", "RESULTS_SCHEMA", "Interrupted", "audit", "merge", "read_results"]
+
+RESULTS_SCHEMA = "gradverify-audit-results/1"
+FRAMEWORKS = ("torch",)
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """An audit's records and its report (the dict ``report.json`` holds)."""
+
+    report: dict[str, Any]
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        return self.report["samples"]
+
+    @property
+    def operators(self) -> list[dict[str, Any]]:
+        return self.report["operators"]
+
+    @property
+    def new(self) -> list[dict[str, Any]]:
+        """Failed samples PyTorch's own tests do not expect to fail."""
+        return [r for r in self.samples if r["status"] == "failed" and not r.get("known")]
+
+    @property
+    def known(self) -> list[dict[str, Any]]:
+        return [r for r in self.samples if r["status"] == "failed" and r.get("known")]
+
+    @property
+    def ok(self) -> bool:
+        return not self.new
+
+    def verdict(self, op: str, dtype: str = "float64") -> str:
+        """The verdict of one operator (``name`` or ``name.variant``) in ``dtype``."""
+        for o in self.operators:
+            if o["op"] == op and o["dtype"] == dtype:
+                return o["verdict"]
+        raise KeyError(f"{op} [{dtype}] is not in this audit")
+
+    def __str__(self) -> str:
+        return _report.to_markdown(self.report)
+
+
+def _config(tasks: Sequence[opinfo.Task], framework: str, ops: Any, dtypes: Any, shard: str | None) -> dict[str, Any]:
+    import torch
+
+    t = tasks[0] if tasks else opinfo.Task("", "", "")
+    return {
+        "framework": framework,
+        "database": t.database,
+        "torch": torch.__version__,
+        "ops": list(ops) if ops else None,
+        "dtypes": list(dtypes),
+        "device": t.device,
+        "order": t.order,
+        "batched": t.batched,
+        "samples": t.samples,
+        "max_size": t.max_size,
+        "seed": t.seed,
+        "shard": shard,
+    }
+
+
+def _shard(items: list[opinfo.Task], spec: str | None) -> list[tuple[int, opinfo.Task]]:
+    pairs = list(enumerate(items))
+    if spec is None:
+        return pairs
+    try:
+        k, n = (int(p) for p in spec.split("/"))
+    except ValueError:
+        k = n = 0
+    if not (n >= 1 and 1 <= k <= n):
+        raise UsageError(explain("--shard", "K/N with 1 <= K <= N", repr(spec), "e.g. --shard 2/4"))
+    return [(i, t) for i, t in pairs if i % n == k - 1]
+
+
+def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An audit's ``results.jsonl``: its header and records (a last line cut
+    short by a killed run is left out; every complete record is kept)."""
+    p = Path(path)
+    lines = [ln for ln in p.read_text().splitlines() if ln.strip()]
+    parsed = []
+    for k, ln in enumerate(lines):
+        try:
+            parsed.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if k == len(lines) - 1 and k > 0:
+                break
+            raise ArgumentValueError(
+                explain("results file", "JSON lines written by gradverify audit", f"{p}: line {k + 1} ({e})", "--fresh")
+            ) from e
+    head = parsed[0] if parsed else {}
+    if not isinstance(head, dict) or head.get("schema") != RESULTS_SCHEMA:
+        raise ArgumentValueError(
+            explain("results file", f"a {RESULTS_SCHEMA} header", f"{p}", "pass an audit's results.jsonl, or --fresh")
+        )
+    return head, [r for r in parsed[1:] if isinstance(r, dict) and {"task", "dtype", "sample", "status"} <= set(r)]
+
+
+def _previous(directory: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records an earlier run of this audit left in ``directory`` (its
+    committed results, or those of a run killed before it committed)."""
+    found: dict[tuple[str, str, int], dict[str, Any]] = {}
+    paths = [directory / "results.jsonl", *sorted(directory.parent.glob(f".{directory.name}.staging-*/results.jsonl"))]
+    for path in paths:
+        if not path.is_file():
+            continue
+        head, records = read_results(path)
+        if head.get("config") != config:
+            if path.parent == directory:
+                raise UsageError(
+                    explain(
+                        "--report",
+                        "the results of this same audit to resume (or a directory of its own)",
+                        f"{path} from another audit ({head.get('command')})",
+                        "pass --fresh to start again, or another --report directory",
+                    )
+                )
+            continue
+        for r in records:
+            if r["sample"] >= 0:
+                found.setdefault(workers.key(r), r)
+    return list(found.values())
+
+
+def audit(
+    framework: str = "torch",
+    ops: Sequence[str] | None = None,
+    *,
+    dtypes: Sequence[str] = opinfo.DTYPES,
+    order: int = 1,
+    batched: bool = False,
+    device: str = "cpu",
+    samples: int = 4,
+    max_size: int = 500,
+    timeout: float = 120.0,
+    workers: int = 1,
+    scheduler: str | None = None,
+    shard: str | None = None,
+    report: str | Path | None = None,
+    formats: Sequence[str] = _report.FORMATS,
+    fresh: bool = False,
+    seed: int = 0,
+    database: str | None = None,
+    command: str | None = None,
+    on_record: OnRecord | None = None,
+) -> AuditResult:
+    """Check every sample of a framework's operator database (``ops``: names
+    or patterns) and report it; ``report``: a directory for results.jsonl,
+    the reports and the reproducers (resumed unless ``fresh``); ``database``:
+    ``MODULE:NAME`` of a list of OpInfos to audit instead of torch's ``op_db``."""
+    if framework not in FRAMEWORKS:
+        raise ArgumentValueError(explain("framework", " or ".join(FRAMEWORKS), repr(framework), "audit('torch')"))
+    if scheduler and workers != 1:
+        raise UsageError(explain("--workers and --scheduler", "one of them", "both", "the cluster has its own workers"))
+    tasks = opinfo.tasks(
+        ops,
+        dtypes,
+        device=device,
+        order=order,
+        batched=batched,
+        samples=samples,
+        max_size=max_size,
+        seed=seed,
+        database=database,
+    )
+    items = _shard(tasks, shard)
+    config = _config(tasks, framework, ops, dtypes, shard)
+    command = command or f"gv.audit({framework!r}, ops={list(ops) if ops else None})"
+    if report is None:
+        return _run(items, [], None, config, command, formats, workers, scheduler, timeout, on_record)
+    # (read before the directory is taken: taking it removes what a killed run left beside it)
+    before = [] if fresh else _previous(Path(report).resolve(), config)
+    with _io.ReportDirectory(report) as out:
+        return _run(items, before, out, config, command, formats, workers, scheduler, timeout, on_record)
+
+
+def _run(
+    items: list[tuple[int, opinfo.Task]],
+    before: list[dict[str, Any]],
+    out: _io.ReportDirectory | None,
+    config: dict[str, Any],
+    command: str,
+    formats: Sequence[str],
+    n_workers: int,
+    scheduler: str | None,
+    timeout: float,
+    on_record: OnRecord | None,
+) -> AuditResult:
+    index = {(t.op_id, t.dtype): i for i, t in items}
+    done: dict[tuple[str, str], dict[int, bool]] = {}
+    for r in before:
+        done.setdefault((r["task"], r["dtype"]), {})[r["sample"]] = r["status"] != "skipped"
+    results = None
+    if out is not None:
+        results = open(out.staging / "results.jsonl", "w", encoding="utf-8")  # noqa: SIM115  (closed below)
+        results.write(_io.to_json({"schema": RESULTS_SCHEMA, "command": command, "config": config}, indent=None) + "\n")
+        for r in before:
+            results.write(_io.to_json(r, indent=None) + "\n")
+        results.flush()
+
+    def arrived(rec: dict[str, Any]) -> None:
+        rec["index"] = index.get((rec["task"], rec["dtype"]), -1)
+        if results is not None:
+            results.write(_io.to_json(rec, indent=None) + "\n")
+            results.flush()
+        if on_record is not None:
+            on_record(rec)
+
+    work = [(t, done.get((t.op_id, t.dtype), {})) for _, t in items]
+    interrupted = False
+    try:
+        records = workers.run_tasks(work, workers=n_workers, scheduler=scheduler, timeout=timeout, on_record=arrived)
+    except Interrupted as e:
+        records, interrupted = e.records, True
+    finally:
+        if results is not None:
+            results.close()
+    built = _report.build([*before, *records], command=command, config=config, interrupted=interrupted)
+    if out is not None:
+        _report.write(built, out.staging, formats)
+        out.commit()
+    if interrupted:
+        raise KeyboardInterrupt(f"audit interrupted; the samples that finished are in {out.shown if out else 'memory'}")
+    return AuditResult(built)
+
+
+def merge(paths: Sequence[str | Path], report: str | Path, formats: Sequence[str] = _report.FORMATS) -> AuditResult:
+    """One report of several shards' results files (of one audit: the same settings but the shard)."""
+    configs, records, commands = [], {}, []
+    for p in paths:
+        try:
+            head, recs = read_results(p)
+        except OSError as e:
+            raise ArgumentValueError(
+                explain("merge FILE", "an audit's results.jsonl", f"{p} ({e})", "the shards' files")
+            ) from e
+        configs.append({k: v for k, v in head.get("config", {}).items() if k != "shard"})
+        commands.append(head.get("command", ""))
+        for r in recs:
+            records.setdefault(workers.key(r), r)
+    if any(c != configs[0] for c in configs):
+        raise ArgumentValueError(
+            explain("merge FILE...", "shards of one audit (the same settings)", "results of different audits", "rerun")
+        )
+    config = {**(configs[0] if configs else {}), "shard": None}
+    built = _report.build(
+        list(records.values()), command="gradverify audit merge " + " ".join(map(str, paths)), config=config
+    )
+    with _io.ReportDirectory(report) as out:
+        with open(out.staging / "results.jsonl", "w", encoding="utf-8") as f:
+            f.write(
+                _io.to_json({"schema": RESULTS_SCHEMA, "command": built["command"], "config": config}, indent=None)
+                + "\n"
+            )
+            for r in built["samples"]:
+                f.write(_io.to_json(r, indent=None) + "\n")
+        _report.write(built, out.staging, formats)
+        out.commit()
+    return AuditResult(built)
