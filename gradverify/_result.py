@@ -281,7 +281,8 @@ def _relative(f: Finding) -> list[str]:
             f"    relative: {rel:.3g} of the larger value - a wrong term or factor "
             "(an approximation by design is rarely this coarse)"
         ]
-    ad = abs(f.values[f.pair[0]])
+    # (the AD value: the pair's first mode; a projection's JVP-vs-VJP finding holds the VJP and its reference)
+    ad = abs(next((f.values[m] for m in f.pair if m in f.values), a))
     # rtol makes the bound rtol x |AD| + FD's error: this rtol covers the error alone
     accept = f"; if fn approximates by design, rtol={_up(f.error / ad)} accepts this element" if ad > 0 else ""
     return [

@@ -22,7 +22,7 @@ from .._errors import ArgumentValueError, UsageError, explain
 from . import opinfo, report as _report, workers
 from .workers import Interrupted, OnRecord
 
-__all__ = ["AuditResult", "RESULTS_SCHEMA", "Interrupted", "audit", "merge", "read_results"]
+__all__ = ["AuditInterrupted", "AuditResult", "RESULTS_SCHEMA", "Interrupted", "audit", "merge", "read_results"]
 
 RESULTS_SCHEMA = "gradverify-audit-results/1"
 FRAMEWORKS = ("torch",)
@@ -64,6 +64,16 @@ class AuditResult:
 
     def __str__(self) -> str:
         return _report.to_markdown(self.report)
+
+
+class AuditInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during an audit: ``result`` holds the samples that
+    finished (written to ``directory`` when the audit had one: the same audit
+    run again there resumes)."""
+
+    def __init__(self, result: AuditResult, directory: Path | None) -> None:
+        super().__init__(f"audit interrupted after {len(result.samples)} sample(s)")
+        self.result, self.directory = result, directory
 
 
 def _config(tasks: Sequence[opinfo.Task], framework: str, ops: Any, dtypes: Any, shard: str | None) -> dict[str, Any]:
@@ -246,7 +256,7 @@ def _run(
         _report.write(built, out.staging, formats)
         out.commit()
     if interrupted:
-        raise KeyboardInterrupt(f"audit interrupted; the samples that finished are in {out.shown if out else 'memory'}")
+        raise AuditInterrupted(AuditResult(built), out.shown if out is not None else None)
     return AuditResult(built)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from . import FRAMEWORKS, audit, merge, opinfo, report as _report
+from . import FRAMEWORKS, AuditInterrupted, audit, merge, opinfo, report as _report
 
 __all__ = ["add_parser", "main"]
 
@@ -65,27 +65,36 @@ def main(args: argparse.Namespace, command: str) -> int:
             if not args.quiet or rec["status"] == "failed":
                 print(_line(rec), flush=True)
 
-        result = audit(
-            args.framework,
-            args.ops,
-            dtypes=args.dtype,
-            order=args.order,
-            batched=args.batched,
-            device=args.device,
-            samples=args.samples,
-            max_size=args.max_size,
-            timeout=args.timeout,
-            workers=args.workers,
-            scheduler=args.scheduler,
-            shard=args.shard,
-            report=args.report,
-            formats=args.format,
-            fresh=args.fresh,
-            seed=args.seed,
-            database=args.database,
-            command=command,
-            on_record=arrived,
-        )
+        try:
+            result = audit(
+                args.framework,
+                args.ops,
+                dtypes=args.dtype,
+                order=args.order,
+                batched=args.batched,
+                device=args.device,
+                samples=args.samples,
+                max_size=args.max_size,
+                timeout=args.timeout,
+                workers=args.workers,
+                scheduler=args.scheduler,
+                shard=args.shard,
+                report=args.report,
+                formats=args.format,
+                fresh=args.fresh,
+                seed=args.seed,
+                database=args.database,
+                command=command,
+                on_record=arrived,
+            )
+        except AuditInterrupted as e:
+            print(_report.totals_line(e.result.report["totals"]))
+            print(
+                f"gradverify: interrupted; the samples that finished are in {e.directory}/results.jsonl: "
+                "the same command again resumes there",
+                file=sys.stderr,
+            )
+            return 130
     print(f"reports: {args.report}/ (" + ", ".join(_report.FILES[f] for f in args.format) + ")")
     print(_report.totals_line(result.report["totals"]))
     for op in result.report["totals"]["new_operators"]:

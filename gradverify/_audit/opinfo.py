@@ -94,9 +94,14 @@ def load_database(spec: str | None = None) -> list[Any]:
         module, _, attr = spec.partition(":")
         try:
             found = getattr(importlib.import_module(module), attr) if attr else None
-        except (ImportError, AttributeError) as e:
+        except Exception as e:  # (the module's own import, whatever it raises)
             raise UsageError(
-                explain("--database", "MODULE:NAME, a list of OpInfos", f"{spec!r} ({e})", "e.g. mylib.testing:op_db")
+                explain(
+                    "--database",
+                    "MODULE:NAME of an importable list of OpInfos",
+                    f"{spec!r} ({type(e).__name__}: {e})",
+                    "e.g. mylib.testing:op_db, importable from the current directory",
+                )
             ) from e
         if not isinstance(found, (list, tuple)) or not all(hasattr(o, "sample_inputs") for o in found):
             raise UsageError(
@@ -274,11 +279,17 @@ def _make(op: Any, sample: Any, index: int, max_size: int) -> Sample:
     return Sample(index, fn, tuple(flat), outputs=f"{len(keep)} of {len(leaves)} outputs", shapes=shapes, keep=keep)
 
 
-def samples(task: Task, database: Sequence[Any], done: Mapping[int, bool] | None = None) -> Iterator[Sample]:
+def samples(
+    task: Task,
+    database: Sequence[Any],
+    done: Mapping[int, bool] | None = None,
+    starting: Callable[[int], None] = lambda index: None,
+) -> Iterator[Sample]:
     """The task's samples: every one the database yields until ``task.samples``
     of them are checkable; those left out come with the reason. ``done``:
     indices already done (a resumed audit) and whether each was checkable,
-    counted but not built again."""
+    counted but not built again; ``starting``: told each index before its
+    sample is built (building runs the operator once)."""
     done = done or {}
     import torch
 
@@ -297,6 +308,7 @@ def samples(task: Task, database: Sequence[Any], done: Mapping[int, bool] | None
         if index in done:
             taken += done[index]
         else:
+            starting(index)
             made = _make(op, sample, index, task.max_size)
             taken += made.skip is None
             yield made

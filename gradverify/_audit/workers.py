@@ -98,8 +98,10 @@ def _known(task: opinfo.Task, database: Sequence[Any], errors: Sequence[Any]) ->
 
 def _worker(conn: Any) -> None:
     """A worker process: tasks in, records out, until told to stop (None)."""
+    import signal
     import warnings
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C reaches the whole process group: the supervisor decides)
     warnings.simplefilter("ignore")  # (the database's and the operators' own warnings are not the audit's)
     databases: dict[str | None, list[Any]] = {}
     conn.send(("ready", None))
@@ -112,8 +114,8 @@ def _worker(conn: Any) -> None:
         if task.database not in databases:
             databases[task.database] = opinfo.load_database(task.database)
         database = databases[task.database]
-        for sample in opinfo.samples(task, database, done):
-            conn.send(("start", sample.index))
+        starting = lambda index: conn.send(("start", index))  # noqa: E731
+        for sample in opinfo.samples(task, database, done, starting):
             conn.send(("record", check_sample(task, sample, database)))
         conn.send(("done", None))
 
@@ -240,8 +242,17 @@ def _on_dask(
 
 
 def _task_on_worker(task: opinfo.Task, done: dict[int, bool], timeout: float) -> list[dict[str, Any]]:
-    """One task on a Dask worker, in a process of its own with the same time limits."""
-    return list(_supervised([(task, done)], 1, timeout))
+    """One task on a Dask worker, in a process of its own with the same time
+    limits. A Dask worker's process is daemonic, and multiprocessing refuses
+    children to a daemonic process (lest they be orphaned when it exits); the
+    supervisor kills its child whatever happens, so the flag is lifted while it runs."""
+    config = multiprocessing.current_process()._config
+    daemon = config.get("daemon")
+    config["daemon"] = False
+    try:
+        return list(_supervised([(task, done)], 1, timeout))
+    finally:
+        config["daemon"] = daemon
 
 
 def run_tasks(

@@ -96,7 +96,9 @@ class Judge:
                     worst = ProjectionWorst(ratio, a, b, lhs, rhs, bound)
         return worst
 
-    def _report_vjp(self, w: ProjectionWorst, pair: tuple[str, str], *, use_jvp: bool) -> None:
+    def _report_vjp(
+        self, w: ProjectionWorst, pair: tuple[str, str], *, use_jvp: bool, terms: float | None = None
+    ) -> None:
         found = w.found or self.locate.vjp(w.cotangent, w.direction, use_jvp)
         arg, idx = self.probes.flat.locate(found.element)
         self.ctx.report.keep(
@@ -114,5 +116,6 @@ class Judge:
                 ad_out=self.modes.ad_out,
                 cotangent=f"cotangent v {w.cotangent + 1} (random signs, seed {self.probes.seed})",
                 how=found.how,
+                terms=terms,
             )
         )

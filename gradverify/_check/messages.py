@@ -95,18 +95,30 @@ def projection_mismatch(
     ad_out: str,
     cotangent: str,
     how: str,
+    terms: float | None = None,
 ) -> Finding:
     """A projection <J^T v, u> that disagrees with <v, J u> from FD or from the
-    JVP, localised to one element of J^T v (``values``, ``located_bound``)."""
+    JVP, localised to one element of J^T v (``values``, ``located_bound``);
+    ``terms``: the relative rounding of terms as large as the inputs, within
+    which a JVP-vs-VJP disagreement is a precision warning."""
     proj = (
         f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
         + ("JVP" if pair == ("JVP", "VJP") else "FD" + (MODELLED_NOISE if modelled else ""))
         + f" (bound {bound:.3g}: Hoeffding {tol.HOEFFDING_K:g} sigma over random signs)"
     )
+    if terms is not None:
+        relative = abs(lhs - rhs) / max(abs(lhs), abs(rhs), 1e-300)
+        said = (
+            f"forward and reverse mode round differently: the adjoint identity holds to {relative:.2g} relative, "
+            f"within the rounding of terms as large as the inputs ({terms:.2g}; a rule that subtracts its inputs "
+            f"before exponentiating rounds them to u |x|): (J^T v) at arg{arg}{list(idx)}"
+        )
     return Finding(
-        kind=Kind.MISMATCH,
-        level=ERROR,
-        message=(
+        kind=Kind.MISMATCH if terms is None else Kind.PRECISION,
+        level=ERROR if terms is None else WARNING,
+        message=said
+        if terms is not None
+        else (
             "reverse mode disagrees with finite differences"
             if pair == ("VJP", "FD")
             else "reverse mode disagrees with forward mode (adjoint identity <v, J u> = <J^T v, u>)"

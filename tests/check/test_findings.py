@@ -260,3 +260,24 @@ def test_no_relative_size_for_a_pair_that_is_no_derivative_against_its_reference
         error=0.1,
         bound=0.0,
     ).relative == pytest.approx(0.1 / 1.1)
+
+
+def test_a_projected_adjoint_finding_says_its_size():
+    """The adjoint identity's finding along random directions is located on an
+    element of J^T v, whose values are the VJP and its reference (not a JVP):
+    the size line reads them and the rtol it suggests is for the VJP."""
+    from gradverify._result import render_finding
+
+    f = gv.Finding(
+        kind=gv.Kind.MISMATCH,
+        level=gv.Level.ERROR,
+        message="reverse mode disagrees with forward mode (adjoint identity <v, J u> = <J^T v, u>)",
+        pair=("JVP", "VJP"),
+        argument=0,
+        input_index=(2, 3),
+        values={"VJP": 0.2463, "FD": 0.24629754},
+        error=2.46e-6,
+        bound=1e-9,
+    )
+    text = "\n".join(render_finding(f))
+    assert "relative: 9.99e-06 of the larger value" in text and "rtol=1e-05" in text

@@ -1,0 +1,81 @@
+"""docs/found.md stays true: each reproducer whose libraries are installed
+runs in a fresh interpreter, gradverify must still flag it, and the
+library's derivative must still be off the exact value. A failure here
+means upstream changed: the message says which entry to update."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "found.md"
+BLOCK = re.compile(
+    r"<!-- reproducer (?P<id>[\w-]+); needs (?P<needs>[\w, ]+?)(?:; expect (?P<expect>[\w-]+))? -->\s*"
+    r"```python\n(?P<code>.*?)```",
+    re.S,
+)
+EPILOGUE = """
+import json as _json
+_out = {name: globals().get(name) for name in ("ad", "exact", "raised")}
+if "result" in globals():
+    _out["flagged"] = not result.ok
+    _out["report"] = str(result)
+print("GRADVERIFY-FOUND " + _json.dumps(_out, default=str))
+"""
+ENTRIES = [m.groupdict() for m in BLOCK.finditer(PAGE.read_text())]
+
+
+def test_the_page_holds_every_entry():
+    ids = [e["id"] for e in ENTRIES]
+    assert len(ids) == len(set(ids)) >= 13, ids
+    for lib in ("torch", "jax", "kornia", "numpyro", "pypose", "cuda"):
+        assert any(lib in e["needs"] for e in ENTRIES), lib
+
+
+def _missing(needs: str) -> str | None:
+    for lib in (n.strip() for n in needs.split(",")):
+        if lib == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "no CUDA device"
+        elif importlib.util.find_spec(lib) is None:
+            return f"{lib} is not installed"
+    return None
+
+
+def _differ(ad, exact) -> bool:
+    ad = ad if isinstance(ad, list) else [ad]
+    exact = exact if isinstance(exact, list) else [exact]
+    assert len(ad) == len(exact)
+    return any(not (math.isclose(float(a), e, rel_tol=1e-12, abs_tol=1e-300)) for a, e in zip(ad, exact))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_each_reproducer_is_still_flagged(entry, tmp_path):
+    missing = _missing(entry["needs"])
+    if missing:
+        pytest.skip(f"{entry['id']}: {missing}")
+    script = tmp_path / f"{entry['id']}.py"
+    script.write_text(entry["code"] + EPILOGUE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, f"{entry['id']}: the reproducer failed to run:\n{done.stderr[-3000:]}"
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("GRADVERIFY-FOUND "))
+    out = json.loads(line.removeprefix("GRADVERIFY-FOUND "))
+    if entry["expect"] == "not-reproduced":
+        assert out["raised"] is None, f"{entry['id']} reproduces now ({out['raised']}): record it in docs/found.md"
+        return
+    assert _differ(out["ad"], out["exact"]), (
+        f"{entry['id']}: the library's derivative now equals the exact value ({out['ad']}): "
+        "fixed upstream? Move the entry to 'Fixed upstream' in docs/found.md with the version"
+    )
+    assert out["flagged"], f"{entry['id']}: gradverify no longer flags it:\n{out['report']}"
