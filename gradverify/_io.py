@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from .backends import backend_name_of
 
 __all__ = [
     "environment",
+    "report_head",
+    "shard",
     "PAGE_CSS",
     "REPORT_NAMES",
     "Record",
@@ -302,7 +304,33 @@ class ReportDirectory:
             self._lock_file = None
 
 
-# -- the machine a report was made on ---------------------------------------------------------
+# -- what every report says of its run -----------------------------------------------------------
+def report_head(schema: str, command: str) -> dict[str, Any]:
+    """A report's first fields: its schema, when it was made (UTC), and by which command."""
+    import datetime as _dt
+
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"schema": schema, "created": created, "command": command}
+
+
+_T = TypeVar("_T")
+
+
+def shard(items: Sequence[_T], spec: str | None) -> list[tuple[int, _T]]:
+    """``K/N``: every N-th item from the K-th (1-based), with its index in the
+    whole list; None: all of them (a CI matrix job's share of a run)."""
+    pairs = list(enumerate(items))
+    if spec is None:
+        return pairs
+    try:
+        k, n = (int(p) for p in spec.split("/"))
+    except ValueError:
+        k = n = 0
+    if not (n >= 1 and 1 <= k <= n):
+        raise UsageError(explain("--shard", "K/N with 1 <= K <= N", repr(spec), "e.g. --shard 2/4"))
+    return [(i, c) for i, c in pairs if i % n == k - 1]
+
+
 def environment() -> dict[str, Any]:
     """Versions and machine facts that can separate a failing runner from a passing one."""
     import importlib.metadata as md

@@ -96,19 +96,6 @@ def _config(tasks: Sequence[opinfo.Task], framework: str, ops: Any, dtypes: Any,
     }
 
 
-def _shard(items: list[opinfo.Task], spec: str | None) -> list[tuple[int, opinfo.Task]]:
-    pairs = list(enumerate(items))
-    if spec is None:
-        return pairs
-    try:
-        k, n = (int(p) for p in spec.split("/"))
-    except ValueError:
-        k = n = 0
-    if not (n >= 1 and 1 <= k <= n):
-        raise UsageError(explain("--shard", "K/N with 1 <= K <= N", repr(spec), "e.g. --shard 2/4"))
-    return [(i, t) for i, t in pairs if i % n == k - 1]
-
-
 def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """An audit's ``results.jsonl``: its header and records (a last line cut
     short by a killed run is left out; every complete record is kept)."""
@@ -199,7 +186,7 @@ def audit(
         seed=seed,
         database=database,
     )
-    items = _shard(tasks, shard)
+    items = _io.shard(tasks, shard)
     config = _config(tasks, framework, ops, dtypes, shard)
     command = command or f"gv.audit({framework!r}, ops={list(ops) if ops else None})"
     if report is None:

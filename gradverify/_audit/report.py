@@ -5,7 +5,6 @@ JUnit XML and HTML, rendered whole before any file is written."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import json
 import re
@@ -91,9 +90,7 @@ def build(
     if interrupted:
         totals["interrupted"] = 1
     return {
-        "schema": SCHEMA,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
+        **_io.report_head(SCHEMA, command),
         "config": config,
         "environment": _io.environment(),
         "totals": totals,

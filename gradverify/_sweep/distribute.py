@@ -49,16 +49,7 @@ OnRecord = Callable[[dict[str, Any]], None]
 def shard(cases: Sequence[_sweep.Case], spec: str | None) -> list[tuple[int, _sweep.Case]]:
     """``K/N``: every N-th case from the K-th (1-based), with its index in the
     full matrix; None: all of them."""
-    items = list(enumerate(cases))
-    if spec is None:
-        return items
-    try:
-        k, n = (int(p) for p in spec.split("/"))
-    except ValueError:
-        k = n = 0
-    if not (n >= 1 and 1 <= k <= n):
-        raise UsageError(explain("--shard", "K/N with 1 <= K <= N", repr(spec), "e.g. --shard 2/4"))
-    return [(i, c) for i, c in items if i % n == k - 1]
+    return _io.shard(cases, spec)
 
 
 def execute(

@@ -4,7 +4,6 @@ is written to a temporary name and renamed into place: never half-written."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import json
 import math
@@ -53,9 +52,7 @@ def build(records: Sequence[dict[str, Any]], *, command: str, seed: int, interru
     if interrupted:
         totals["interrupted"] = 1
     return {
-        "schema": SCHEMA,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
+        **_io.report_head(SCHEMA, command),
         "seed": seed,
         "environment": environment(),
         "totals": totals,
