@@ -328,13 +328,14 @@ def _kind(decorator: Any) -> tuple[str, str] | None:
     return None
 
 
-def known_failure(task: Task, database: Sequence[Any], mode: str) -> dict[str, str] | None:
+def known_failure(task: Task, database: Sequence[Any], mode: str, order: int = 1) -> dict[str, str] | None:
     """The OpInfo's expected failure or skip of the gradient test a finding in
-    ``mode`` ("JVP" or "VJP") of this task concerns; None when PyTorch expects it to pass."""
+    ``mode`` ("JVP" or "VJP") at ``order`` concerns (the first-order tests for a
+    first-order finding of an order-2 check); None when PyTorch expects it to pass."""
     import torch
 
     op = find(task, database)
-    cls, test = TESTS[(min(task.order, 2), mode)]
+    cls, test = TESTS[(min(order, 2), mode)]
     dtype = getattr(torch, task.dtype)
     for info in (*op.decorators, *op.skips):
         if not hasattr(info, "is_active") or not info.is_active(cls, test, torch.device(task.device).type, dtype, {}):

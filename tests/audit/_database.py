@@ -42,6 +42,21 @@ class WrongSwish(torch.autograd.Function):
         return g * torch.sigmoid(x)
 
 
+class DetachedCube(torch.autograd.Function):
+    """x^3 whose backward is right but detaches x: its own derivative (the
+    second order) misses the 6 x g term."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x.detach() ** 2
+
+
 def _marked(x: torch.Tensor) -> bool:
     return x.dim() == 2
 
@@ -92,4 +107,11 @@ op_db = [
     _op("audit_test.hangs", hangs),
     _op("audit_test.dies", dies),
     _op("audit_test.interrupts", interrupts),
+    _op("audit_test.cube_gradgrad", DetachedCube.apply, supports_forward_ad=False),
+    _op(
+        "audit_test.cube_gradgrad_expected",
+        DetachedCube.apply,
+        supports_forward_ad=False,
+        decorators=(DecorateInfo(unittest.expectedFailure, "TestBwdGradients", "test_fn_gradgrad"),),
+    ),
 ]

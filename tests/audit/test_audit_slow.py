@@ -197,6 +197,23 @@ def test_shards_merge_into_one_report(tmp_path):
     assert len(report["samples"]) == 9 and (tmp_path / "m" / "reproducers").is_dir()
 
 
+def test_order_2_names_the_second_order_test():
+    """At order 2 a first-order finding is known by the first-order test's
+    expected failure, a second-order one by the gradgrad test's."""
+    ops = ("audit_test.cube*", "audit_test.expected")
+    result = gv.audit("torch", ops, order=2, database=DATABASE, samples=1)
+    assert result.verdict("audit_test.cube_gradgrad") == "failed"
+    (new,) = result.new
+    assert new["task"] == "audit_test.cube_gradgrad" and new["findings"][0]["pair"][0].endswith("of VJP")
+    known = {r["task"]: r["known"]["test"] for r in result.known}
+    assert known == {
+        "audit_test.cube_gradgrad_expected": "TestBwdGradients.test_fn_gradgrad",
+        "audit_test.expected": "TestBwdGradients.test_fn_grad",
+    }
+    # at order 1 the detached cube is right
+    assert gv.audit("torch", ["audit_test.cube_gradgrad"], database=DATABASE, samples=1).ok
+
+
 def test_a_dask_cluster_runs_the_tasks_with_their_time_limits(tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
