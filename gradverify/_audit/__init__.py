@@ -12,6 +12,7 @@ the rest, so an interrupted audit resumes where it stopped.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from .. import _io
 from .._errors import ArgumentValueError, UsageError, explain
-from . import opinfo, report as _report, workers
+from . import opinfo, report as _report, workers as _workers
 from .workers import Interrupted, OnRecord
 
 __all__ = ["AuditInterrupted", "AuditResult", "RESULTS_SCHEMA", "Interrupted", "audit", "merge", "read_results"]
@@ -76,29 +77,25 @@ class AuditInterrupted(KeyboardInterrupt):
         self.result, self.directory = result, directory
 
 
-def _config(tasks: Sequence[opinfo.Task], framework: str, ops: Any, dtypes: Any, shard: str | None) -> dict[str, Any]:
+def _config(framework: str, ops: Any, dtypes: Any, shard: str | None, **options: Any) -> dict[str, Any]:
+    """What makes two runs one audit (the shard aside): resumed and merged only among equals."""
     import torch
 
-    t = tasks[0] if tasks else opinfo.Task("", "", "")
     return {
         "framework": framework,
-        "database": t.database,
+        "database": options.pop("database"),
         "torch": torch.__version__,
         "ops": list(ops) if ops else None,
         "dtypes": list(dtypes),
-        "device": t.device,
-        "order": t.order,
-        "batched": t.batched,
-        "samples": t.samples,
-        "max_size": t.max_size,
-        "seed": t.seed,
+        **options,
         "shard": shard,
     }
 
 
-def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """An audit's ``results.jsonl``: its header and records (a last line cut
-    short by a killed run is left out; every complete record is kept)."""
+def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """An audit's ``results.jsonl``: its header, its records (a last line cut
+    short by a killed run is left out; every complete record is kept) and
+    whether the run finished (its last line says so)."""
     p = Path(path)
     lines = [ln for ln in p.read_text().splitlines() if ln.strip()]
     parsed = []
@@ -116,7 +113,8 @@ def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ArgumentValueError(
             explain("results file", f"a {RESULTS_SCHEMA} header", f"{p}", "pass an audit's results.jsonl, or --fresh")
         )
-    return head, [r for r in parsed[1:] if isinstance(r, dict) and {"task", "dtype", "sample", "status"} <= set(r)]
+    records = [r for r in parsed[1:] if isinstance(r, dict) and {"task", "dtype", "sample", "status"} <= set(r)]
+    return head, records, any(isinstance(r, dict) and r.get("complete") is True for r in parsed[1:])
 
 
 def _previous(directory: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -127,7 +125,12 @@ def _previous(directory: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     for path in paths:
         if not path.is_file():
             continue
-        head, records = read_results(path)
+        try:
+            head, records, _ = read_results(path)
+        except ArgumentValueError:
+            if path.parent == directory:
+                raise
+            continue  # (a killed run's staging file cut before its header: nothing to take)
         if head.get("config") != config:
             if path.parent == directory:
                 raise UsageError(
@@ -141,8 +144,13 @@ def _previous(directory: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         for r in records:
             if r["sample"] >= 0:
-                found.setdefault(workers.key(r), r)
+                found.setdefault(_workers.key(r), r)
     return list(found.values())
+
+
+def _counted(record: dict[str, Any]) -> bool:
+    """Whether a sample's record counts among its task's ``samples``."""
+    return bool(record.get("counted", record["status"] != "skipped"))
 
 
 def audit(
@@ -175,6 +183,8 @@ def audit(
         raise ArgumentValueError(explain("framework", " or ".join(FRAMEWORKS), repr(framework), "audit('torch')"))
     if scheduler and workers != 1:
         raise UsageError(explain("--workers and --scheduler", "one of them", "both", "the cluster has its own workers"))
+    _workers.check_options(workers, timeout)
+    _report.check_formats(formats)
     tasks = opinfo.tasks(
         ops,
         dtypes,
@@ -187,7 +197,19 @@ def audit(
         database=database,
     )
     items = _io.shard(tasks, shard)
-    config = _config(tasks, framework, ops, dtypes, shard)
+    config = _config(
+        framework,
+        ops,
+        dtypes,
+        shard,
+        database=database,
+        device=device,
+        order=order,
+        batched=batched,
+        samples=samples,
+        max_size=max_size,
+        seed=seed,
+    )
     command = command or f"gv.audit({framework!r}, ops={list(ops) if ops else None})"
     if report is None:
         return _run(items, [], None, config, command, formats, workers, scheduler, timeout, on_record)
@@ -212,7 +234,7 @@ def _run(
     index = {(t.op_id, t.dtype): i for i, t in items}
     done: dict[tuple[str, str], dict[int, bool]] = {}
     for r in before:
-        done.setdefault((r["task"], r["dtype"]), {})[r["sample"]] = r["status"] != "skipped"
+        done.setdefault((r["task"], r["dtype"]), {})[r["sample"]] = _counted(r)
     results = None
     if out is not None:
         results = open(out.staging / "results.jsonl", "w", encoding="utf-8")  # noqa: SIM115  (closed below)
@@ -232,11 +254,13 @@ def _run(
     work = [(t, done.get((t.op_id, t.dtype), {})) for _, t in items]
     interrupted = False
     try:
-        records = workers.run_tasks(work, workers=n_workers, scheduler=scheduler, timeout=timeout, on_record=arrived)
+        records = _workers.run_tasks(work, workers=n_workers, scheduler=scheduler, timeout=timeout, on_record=arrived)
     except Interrupted as e:
         records, interrupted = e.records, True
     finally:
         if results is not None:
+            if not interrupted and not results.closed and sys.exc_info()[0] is None:
+                results.write(_io.to_json({"complete": True}, indent=None) + "\n")  # (merge asks for it)
             results.close()
     built = _report.build([*before, *records], command=command, config=config, interrupted=interrupted)
     if out is not None:
@@ -248,35 +272,66 @@ def _run(
 
 
 def merge(paths: Sequence[str | Path], report: str | Path, formats: Sequence[str] = _report.FORMATS) -> AuditResult:
-    """One report of several shards' results files (of one audit: the same settings but the shard)."""
-    configs, records, commands = [], {}, []
+    """One report of several shards' results files: every shard of one audit
+    (the same settings), each finished."""
+    _report.check_formats(formats)
+    configs, records, shards = [], {}, []
     for p in paths:
         try:
-            head, recs = read_results(p)
+            head, recs, complete = read_results(p)
         except OSError as e:
             raise ArgumentValueError(
                 explain("merge FILE", "an audit's results.jsonl", f"{p} ({e})", "the shards' files")
             ) from e
-        configs.append({k: v for k, v in head.get("config", {}).items() if k != "shard"})
-        commands.append(head.get("command", ""))
+        if not complete:
+            raise ArgumentValueError(
+                explain(
+                    "merge FILE",
+                    "the results of finished shards",
+                    f"{p}, whose run did not finish (interrupted or killed)",
+                    "run its command again on its report directory (it resumes), then merge",
+                )
+            )
+        config = dict(head.get("config", {}))
+        shards.append(config.pop("shard", None))
+        configs.append(config)
         for r in recs:
-            records.setdefault(workers.key(r), r)
+            records.setdefault(_workers.key(r), r)
     if any(c != configs[0] for c in configs):
         raise ArgumentValueError(
             explain("merge FILE...", "shards of one audit (the same settings)", "results of different audits", "rerun")
         )
+    _whole(shards)
     config = {**(configs[0] if configs else {}), "shard": None}
     built = _report.build(
         list(records.values()), command="gradverify audit merge " + " ".join(map(str, paths)), config=config
     )
     with _io.ReportDirectory(report) as out:
         with open(out.staging / "results.jsonl", "w", encoding="utf-8") as f:
-            f.write(
-                _io.to_json({"schema": RESULTS_SCHEMA, "command": built["command"], "config": config}, indent=None)
-                + "\n"
-            )
+            f.write(_io.to_json({"schema": RESULTS_SCHEMA, "command": built["command"], "config": config}, indent=None))
+            f.write("\n")
             for r in built["samples"]:
                 f.write(_io.to_json(r, indent=None) + "\n")
+            f.write(_io.to_json({"complete": True}, indent=None) + "\n")
         _report.write(built, out.staging, formats)
         out.commit()
     return AuditResult(built)
+
+
+def _whole(shards: Sequence[str | None]) -> None:
+    """The shards given make one whole audit: every K of one N (or whole runs)."""
+    parts = {tuple(int(x) for x in s.split("/")) for s in shards if s is not None}
+    if not parts:
+        return
+    counts = {n for _, n in parts}
+    missing = sorted(set(range(1, max(counts) + 1)) - {k for k, _ in parts}) if len(counts) == 1 else []
+    if len(counts) > 1 or missing or len(parts) < len(shards):
+        found = ", ".join(s or "the whole audit" for s in shards)
+        raise ArgumentValueError(
+            explain(
+                "merge FILE...",
+                "every shard K/N of one N, once each",
+                found + (f" (missing {', '.join(f'{k}/{max(counts)}' for k in missing)})" if missing else ""),
+                "pass the results.jsonl of every shard",
+            )
+        )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._check.validate import validate_options
 from .._errors import ArgumentValueError, UsageError, explain
 
 __all__ = [
@@ -82,6 +83,11 @@ class Sample:
     outputs: str = "one"  # "one", or "k of m outputs"
     shapes: list[list[int]] = field(default_factory=list)
     keep: list[int] = field(default_factory=list)  # the differentiable outputs' places among the float ones
+
+    @property
+    def counted(self) -> bool:
+        """Whether it counts among the task's ``samples`` (built for a check, whatever came of it)."""
+        return self.skip is None
 
 
 def load_database(spec: str | None = None) -> list[Any]:
@@ -150,9 +156,10 @@ def tasks(
     wrong = [d for d in dtypes if not isinstance(getattr(torch, str(d), None), torch.dtype)]
     if wrong:
         raise ArgumentValueError(explain("--dtype", "torch dtype names", ", ".join(map(str, wrong)), "--dtype float64"))
-    if order < 1 or samples < 1 or max_size < 1:
+    validate_options(order, seed, None, None, 2, True, batched)
+    if samples < 1 or max_size < 1:
         raise ArgumentValueError(
-            explain("order, samples, max_size", "ints >= 1", f"{order}, {samples}, {max_size}", "e.g. --samples 4")
+            explain("samples, max_size", "ints >= 1", f"{samples}, {max_size}", "e.g. --samples 4")
         )
     found = load_database(database)
     unknown = [p for p in ops or () if not any(_matches(op, [p]) for op in found)]
@@ -170,12 +177,21 @@ def tasks(
     for op in found:
         if not op.supports_autograd or not _matches(op, ops):
             continue
-        supported = op.supported_dtypes(torch.device(device).type)
+        supported = op.supported_backward_dtypes(torch.device(device).type)  # (as TestGradients has it)
         for d in dtypes:
             if getattr(torch, d) in supported:
                 out.append(
                     Task(op.name, op.variant_test_name, d, device, order, batched, samples, max_size, seed, database)
                 )
+    if not out:
+        raise ArgumentValueError(
+            explain(
+                "--ops and --dtype",
+                "operators with autograd support in one of the dtypes on the device",
+                f"none among {list(ops) if ops else 'all'} in {list(dtypes)} on {device}",
+                "list other --ops or --dtype",
+            )
+        )
     return out
 
 
@@ -303,14 +319,15 @@ def samples(
         except StopIteration:
             return
         except Exception as e:  # (the database's own sample function)
-            yield Sample(index, None, (), error=f"op_db's sample_inputs raised: {type(e).__name__}: {e}")
+            if index not in done:
+                yield Sample(index, None, (), error=f"op_db's sample_inputs raised: {type(e).__name__}: {e}")
             return
         if index in done:
             taken += done[index]
         else:
             starting(index)
             made = _make(op, sample, index, task.max_size)
-            taken += made.skip is None
+            taken += made.counted
             yield made
         index += 1
 
@@ -425,8 +442,13 @@ def reproducer(task: Task, sample: Sample) -> str:
     if task.database is None:
         imports = "import torch\nfrom torch.testing._internal.common_methods_invocations import op_db\n"
     else:
+        import os
+
         module, _, attr = task.database.partition(":")
-        imports = f"import torch\nfrom {module} import {attr} as op_db\n"
+        # (where the audit ran: the database's module imports from there)
+        imports = (
+            f"import sys\n\nsys.path.insert(0, {os.getcwd()!r})\nimport torch\nfrom {module} import {attr} as op_db\n"
+        )
     text = _SCRIPT.format(
         imports=imports,
         title=title,

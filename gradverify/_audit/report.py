@@ -17,7 +17,18 @@ from typing import Any
 from .. import _io
 from .._errors import ArgumentValueError, explain
 
-__all__ = ["FILES", "FORMATS", "SCHEMA", "build", "load", "operators", "script_name", "totals_line", "write"]
+__all__ = [
+    "FILES",
+    "FORMATS",
+    "SCHEMA",
+    "build",
+    "check_formats",
+    "load",
+    "operators",
+    "script_name",
+    "totals_line",
+    "write",
+]
 
 SCHEMA = "gradverify-audit-report/1"
 FORMATS = ("json", "md", "junit", "html")
@@ -112,11 +123,17 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def check_formats(formats: Sequence[str]) -> None:
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ArgumentValueError(
+            explain("--format", f"some of {','.join(FORMATS)}", ",".join(bad) or "none", "--format md,json")
+        )
+
+
 def write(report: dict[str, Any], directory: str | Path, formats: Sequence[str]) -> list[str]:
     """Each format, and a reproducer per failed sample; the paths written."""
-    bad = [f for f in formats if f not in FORMATS]
-    if bad:
-        raise ArgumentValueError(explain("--format", f"some of {','.join(FORMATS)}", ",".join(bad), "--format md,json"))
+    check_formats(formats)
     rendered = {FILES[f]: RENDER[f](report) for f in formats}
     for r in report["samples"]:
         if r["status"] == "failed" and r.get("reproducer"):
@@ -139,6 +156,14 @@ def _element(f: dict[str, Any]) -> str:
     return where
 
 
+def _num(v: Any, digits: int = 3) -> str:
+    """A value as the report writes it: JSON keeps NaN and inf as strings."""
+    try:
+        return f"{float(v):.{digits}g}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def _finding_lines(f: dict[str, Any]) -> list[str]:
     pair = " vs ".join(f.get("pair") or ()) or f["kind"]
     lines = [f"- **{pair}** ({f['kind']}): {f['message']}"]
@@ -146,9 +171,9 @@ def _finding_lines(f: dict[str, Any]) -> list[str]:
     if where:
         lines.append(f"  - element: `{where}`")
     if f.get("values"):
-        lines.append("  - values: " + ", ".join(f"{k} = {v:.12g}" for k, v in f["values"].items()))
+        lines.append("  - values: " + ", ".join(f"{k} = {_num(v, 12)}" for k, v in f["values"].items()))
     if f.get("error") is not None and f.get("bound") is not None:
-        lines.append(f"  - |difference| {f['error']:.3g} > bound {f['bound']:.3g}")
+        lines.append(f"  - |difference| {_num(f['error'])} > bound {_num(f['bound'])}")
     return lines
 
 

@@ -29,7 +29,7 @@ from .._check import pipeline
 from .._errors import ArgumentTypeError, ArgumentValueError, UsageError, explain
 from . import opinfo
 
-__all__ = ["Interrupted", "OnRecord", "check_sample", "key", "run_tasks"]
+__all__ = ["Interrupted", "OnRecord", "check_options", "check_sample", "key", "run_tasks"]
 
 OnRecord = Callable[[dict[str, Any]], None]
 #: The refusals of gv.check that mean "gradverify does not check this kind of sample", not an error.
@@ -118,8 +118,19 @@ def _worker(conn: Any) -> None:
         database = databases[task.database]
         starting = lambda index: conn.send(("start", index))  # noqa: E731
         for sample in opinfo.samples(task, database, done, starting):
-            conn.send(("record", check_sample(task, sample, database)))
+            try:
+                rec = check_sample(task, sample, database)
+            except Exception as e:  # (the report of a finding, not the check: say it, keep the worker)
+                rec = _lost(task, sample.index, "error", f"{type(e).__name__}: {e}")
+                rec["traceback"] = traceback.format_exc(limit=-6)
+            rec["counted"] = sample.counted
+            conn.send(("record", rec))
         conn.send(("done", None))
+
+
+#: Seconds a worker may take to start (import torch) and to build a task's
+#: first sample (import and walk its database) before the supervisor gives up.
+STARTUP = 300.0
 
 
 class _Slot:
@@ -133,13 +144,21 @@ class _Slot:
         self.task: opinfo.Task | None = None
         self.done: dict[int, bool] = {}
         self.current: int | None = None
-        self.deadline = float("inf")
+        self.started = False  # (whether the task has begun a sample here)
+        self.deadline = time.monotonic() + STARTUP  # (to say it is ready)
+        self.limit = STARTUP
         self.ready = False
 
-    def give(self, task: opinfo.Task, done: dict[int, bool], timeout: float) -> None:
-        self.task, self.done, self.current = task, dict(done), None
-        self.deadline = time.monotonic() + max(timeout, 120.0)  # (building the task's samples included)
-        self.conn.send((asdict(task), self.done))
+    def give(self, task: opinfo.Task, done: dict[int, bool], timeout: float) -> bool:
+        """Hand the task over; False when the worker is gone."""
+        self.task, self.done, self.current, self.started = task, dict(done), None, False
+        self.limit = max(timeout, STARTUP)  # (the database's import and the task's first sample included)
+        self.deadline = time.monotonic() + self.limit
+        try:
+            self.conn.send((asdict(task), self.done))
+        except OSError:
+            return False
+        return True
 
     def stop(self, kill: bool = False) -> None:
         try:
@@ -156,7 +175,7 @@ class _Slot:
         self.conn.close()
 
 
-def _lost(task: opinfo.Task, index: int | None, status: str, reason: str) -> dict[str, Any]:
+def _lost(task: opinfo.Task, index: int | None, status: str, reason: str, seconds: float = 0.0) -> dict[str, Any]:
     return {
         "task": task.op_id,
         "name": task.name,
@@ -165,21 +184,32 @@ def _lost(task: opinfo.Task, index: int | None, status: str, reason: str) -> dic
         "sample": -1 if index is None else index,
         "status": status,
         "reason": reason,
-        "seconds": 0.0,
+        "seconds": seconds,
+        "counted": True,
     }
 
 
 def _supervised(
     work: Sequence[tuple[opinfo.Task, dict[int, bool]]], workers: int, timeout: float
 ) -> Iterator[dict[str, Any]]:
+    """The records of the tasks, run in ``workers`` processes. A sample past
+    its time or whose worker dies is lost (a record says so) and its task goes
+    on from the next one; a task whose worker dies before it begins a sample
+    is given again, once; a worker that cannot start is a usage error."""
     context = multiprocessing.get_context("spawn")
-    queue = deque(work)
+    queue = deque((task, done, 0) for task, done in work)
     slots = [_Slot(context) for _ in range(min(workers, len(queue)) or 1)]
+    tries: dict[opinfo.Task, int] = {}
     try:
         while queue or any(s.task is not None for s in slots):
-            for s in slots:
+            for i, s in enumerate(slots):
                 if s.ready and s.task is None and queue:
-                    s.give(*queue.popleft(), timeout)
+                    task, done, tried = queue.popleft()
+                    tries[task] = tried
+                    if not s.give(task, done, timeout):
+                        s.stop(kill=True)
+                        slots[i] = _Slot(context)
+                        queue.appendleft((task, done, tried))
             ready = wait([s.conn for s in slots], timeout=1.0)
             now = time.monotonic()
             for i, s in enumerate(slots):
@@ -189,30 +219,43 @@ def _supervised(
                         what, value = s.conn.recv()
                     except (EOFError, OSError):
                         s.process.join(1)
-                        code = s.process.exitcode
-                        lost = ("crashed", f"the worker process died (exit code {code})")
+                        lost = ("crashed", f"the worker process died (exit code {s.process.exitcode})")
                     else:
                         if what == "ready":
-                            s.ready = True
+                            s.ready, s.deadline = True, float("inf")
                         elif what == "start":
-                            s.current, s.deadline = value, now + timeout
+                            s.current, s.started, s.deadline, s.limit = value, True, now + timeout, timeout
                         elif what == "record":
-                            s.done[value["sample"]] = value["status"] != "skipped"
-                            s.current, s.deadline = None, now + timeout  # (the next sample's building)
+                            s.done[value["sample"]] = value.get("counted", value["status"] != "skipped")
+                            # (the next sample's building runs the operator too: the same limit)
+                            s.current, s.deadline, s.limit = None, now + timeout, timeout
                             yield value
                         else:
                             s.task, s.deadline = None, float("inf")
-                if lost is None and s.task is not None and now > s.deadline:
-                    lost = ("timeout", f"no result within {timeout:g} s")
-                if lost is not None:
-                    if s.task is None:  # (a worker that died between tasks, or before its first)
-                        raise RuntimeError(f"an audit worker died before taking a task: {lost[1]}")
-                    task, done, current = s.task, s.done, s.current
-                    s.stop(kill=True)
-                    slots[i] = _Slot(context)
-                    yield _lost(task, current, *lost)
-                    if current is not None:  # (the rest of the task, from the next sample)
-                        queue.appendleft((task, {**done, current: True}))
+                if lost is None and now > s.deadline:
+                    lost = ("timeout", f"no result within {s.limit:g} s")
+                if lost is None:
+                    continue
+                task, done, current, started = s.task, s.done, s.current, s.started
+                s.stop(kill=True)
+                if task is None and not s.ready:
+                    raise UsageError(
+                        explain(
+                            "an audit worker",
+                            f"a process that starts within {STARTUP:g} s",
+                            f"one that {'hung' if lost[0] == 'timeout' else 'died'} before it was ready ({lost[1]})",
+                            "run `python -c 'import torch'` to see why it cannot start, then run the audit again",
+                        )
+                    )
+                slots[i] = _Slot(context)
+                if task is None:
+                    continue  # (between tasks: nothing was lost)
+                if current is None and not started and tries.get(task, 0) == 0:
+                    queue.appendleft((task, done, 1))  # (it died before the task began: once more)
+                    continue
+                yield _lost(task, current, *lost)
+                if current is not None:  # (the rest of the task, from the next sample)
+                    queue.appendleft((task, {**done, current: True}, tries.get(task, 0)))
     finally:
         for s in slots:
             s.stop(kill=True)
@@ -257,6 +300,13 @@ def _task_on_worker(task: opinfo.Task, done: dict[int, bool], timeout: float) ->
         config["daemon"] = daemon
 
 
+def check_options(workers: int, timeout: float) -> None:
+    if not isinstance(workers, int) or workers < 1:
+        raise UsageError(explain("--workers", "an int >= 1", repr(workers), "e.g. --workers 2"))
+    if not timeout > 0:
+        raise UsageError(explain("--timeout", "seconds > 0", repr(timeout), "e.g. --timeout 120"))
+
+
 def run_tasks(
     work: Sequence[tuple[opinfo.Task, dict[int, bool]]],
     *,
@@ -266,10 +316,7 @@ def run_tasks(
     on_record: OnRecord | None = None,
 ) -> list[dict[str, Any]]:
     """Run the tasks (each with the sample indices already done); every record, as it came."""
-    if workers < 1:
-        raise UsageError(explain("--workers", "an int >= 1", repr(workers), "e.g. --workers 2"))
-    if not timeout > 0:
-        raise UsageError(explain("--timeout", "seconds > 0", repr(timeout), "e.g. --timeout 120"))
+    check_options(workers, timeout)
     stream = _on_dask(work, scheduler, timeout) if scheduler else _supervised(work, workers, timeout)
     records = []
     try:

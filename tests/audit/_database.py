@@ -88,6 +88,11 @@ def interrupts(x):
     return torch.sinh(x)
 
 
+def dies_before_its_samples(op, device, dtype, requires_grad, **kwargs):
+    os._exit(4)
+    yield  # (a generator, as sample functions are)
+
+
 def _op(name, fn, **kw):
     kw.setdefault("supports_forward_ad", True)
     return OpInfo(name, op=fn, dtypes=(torch.float64,), sample_inputs_func=sample_inputs, **kw)
@@ -108,6 +113,7 @@ op_db = [
     _op("audit_test.dies", dies),
     _op("audit_test.interrupts", interrupts),
     _op("audit_test.cube_gradgrad", DetachedCube.apply, supports_forward_ad=False),
+    OpInfo("audit_test.dies_early", op=torch.sinh, dtypes=(torch.float64,), sample_inputs_func=dies_before_its_samples),
     _op(
         "audit_test.cube_gradgrad_expected",
         DetachedCube.apply,

@@ -117,7 +117,7 @@ def test_reports_and_a_reproducer_say_the_same(fixed):
     suites = ET.parse(out / "junit.xml").getroot()
     assert sum(int(s.get("failures")) for s in suites) == len(result.new)
     lines = (out / "results.jsonl").read_text().splitlines()
-    assert len(lines) == 1 + len(result.samples)
+    assert len(lines) == 2 + len(result.samples) and json.loads(lines[-1]) == {"complete": True}
 
     class Rows(HTMLParser):
         rows = 0
@@ -148,6 +148,10 @@ def test_a_hang_and_a_death_cost_one_sample_each(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     status = {(r["task"], r["sample"]): r["status"] for r in report["samples"]}
     assert status[("audit_test.hangs", 1)] == "timeout" and status[("audit_test.dies", 1)] == "crashed"
+    # a worker that dies before the task's first sample: given again once, then the task is lost, said
+    assert status[("audit_test.dies_early", -1)] == "crashed" and "exit code 4" in next(
+        r["reason"] for r in report["samples"] if r["task"] == "audit_test.dies_early"
+    )
     for op in ("audit_test.hangs", "audit_test.dies", "audit_test.right"):
         assert status[(op, 0)] == status[(op, 2)] == "passed", op  # (the task went on after the lost sample)
     by_op = {o["op"]: o for o in report["operators"]}
@@ -189,6 +193,8 @@ def test_shards_merge_into_one_report(tmp_path):
         done = command("torch", "--database", DATABASE, *ops, "--shard", f"{k}/2", "--report", str(tmp_path / f"s{k}"))
         assert done.returncode in (0, 1), done.stderr[-3000:]
     shards = [str(tmp_path / f"s{k}" / "results.jsonl") for k in (1, 2)]
+    alone = command("merge", shards[1], "--report", str(tmp_path / "m"))
+    assert alone.returncode == 2 and "missing 1/2" in alone.stderr, alone.stderr[-2000:]
     merged = command("merge", *shards, "--report", str(tmp_path / "m"))
     assert merged.returncode == 1, merged.stderr[-3000:]
     report = json.loads((tmp_path / "m" / "report.json").read_text())
@@ -240,6 +246,10 @@ def test_misuse_gets_what_was_expected_and_the_fix(tmp_path):
     assert "Traceback" not in done.stderr
     done = command("torch", "--database", "tests.audit._database:nothing", "--report", str(tmp_path / "b"))
     assert done.returncode == 2 and "--database: expected MODULE:NAME" in done.stderr
+    for wrong, said in (("--order", "3"), "order: expected 1 or 2"), (("--format", "pdf"), "--format: expected"):
+        done = command("torch", "--database", DATABASE, *wrong, "--report", str(tmp_path / "b"))
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert not (tmp_path / "b").exists()  # (refused before any work or any file)
     # a directory holding another audit's results is not resumed into
     first = command("torch", "--database", DATABASE, "--ops", "audit_test.right", "--report", str(tmp_path / "c"))
     assert first.returncode == 0, first.stderr[-3000:]
