@@ -281,6 +281,10 @@ def to_html(report: dict[str, Any]) -> str:
     e = html.escape
     t = report["totals"]
     out = [f"<p><b>{e(totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> ({e(report['created'])})</p>"]
+    # the operators by verdict, first: what a maintainer reads before the details
+    counts = {s: n for s, n in t["operators"].items() if n}
+    out.append('<table id="verdicts"><tr>' + "".join(f"<th>{e(s)}</th>" for s in counts) + "</tr><tr>")
+    out.append("".join(f'<td class="{e(s)}">{n}</td>' for s, n in counts.items()) + "</tr></table>")
     failed = [r for r in report["samples"] if r["status"] == "failed"]
     for title, group in (
         ("New", [r for r in failed if not r.get("known")]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 
 import gradverify as gv
+
+from .._helpers import png_pixels
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("expecttest")
@@ -120,10 +123,16 @@ def test_reports_and_a_reproducer_say_the_same(fixed):
     assert len(lines) == 2 + len(result.samples) and json.loads(lines[-1]) == {"complete": True}
 
     class Rows(HTMLParser):
-        rows = 0
+        """The rows of the operators' table."""
+
+        rows, inside = 0, False
 
         def handle_starttag(self, tag, attrs):
-            self.rows += tag == "tr"
+            self.inside = self.inside or (tag == "table" and ("id", "operators") in attrs)
+            self.rows += self.inside and tag == "tr"
+
+        def handle_endtag(self, tag):
+            self.inside = self.inside and tag != "table"
 
     page = Rows()
     page.feed((out / "report.html").read_text())
@@ -136,6 +145,30 @@ def test_reports_and_a_reproducer_say_the_same(fixed):
     f = r["findings"][0]
     where = f"d output{list(f['output_index'])} / d arg0{list(f['input_index'])}"
     assert "gradverify FAILED" in done.stdout and "mismatch (JVP vs FD)" in done.stdout and where in done.stdout
+
+
+def test_a_headless_browser_draws_the_report(fixed, tmp_path):
+    _, out = fixed
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("GRADVERIFY_REQUIRE_BROWSER"):
+            pytest.fail("chromium is not installed, and GRADVERIFY_REQUIRE_BROWSER is set (.ci/run installs it)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    shot = tmp_path / "page.png"
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=900,500"]
+    done = subprocess.run(
+        [browser, *args, f"--screenshot={shot}", (out / "report.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    pixels = png_pixels(shot.read_bytes())
+    white = sum(p[:3] == (255, 255, 255) for p in pixels) / len(pixels)
+    # the verdict table's failed (#fbb) and passed (#dfd) cells, and text on the page
+    failed = sum(all(abs(a - b) <= 8 for a, b in zip(p, (0xFF, 0xBB, 0xBB))) for p in pixels)
+    passed = sum(all(abs(a - b) <= 8 for a, b in zip(p, (0xDD, 0xFF, 0xDD))) for p in pixels)
+    assert white < 0.97 and failed > 100 and passed > 100, (white, failed, passed)
 
 
 # -- a database of our own: hangs, deaths, interruptions -----------------------------------------
