@@ -185,31 +185,12 @@ def audit(
         raise UsageError(explain("--workers and --scheduler", "one of them", "both", "the cluster has its own workers"))
     _workers.check_options(workers, timeout)
     _report.check_formats(formats)
-    tasks = opinfo.tasks(
-        ops,
-        dtypes,
-        device=device,
-        order=order,
-        batched=batched,
-        samples=samples,
-        max_size=max_size,
-        seed=seed,
-        database=database,
+    options = dict(
+        device=device, order=order, batched=batched, samples=samples, max_size=max_size, seed=seed, database=database
     )
+    tasks = opinfo.tasks(ops, dtypes, **options)
     items = _io.shard(tasks, shard)
-    config = _config(
-        framework,
-        ops,
-        dtypes,
-        shard,
-        database=database,
-        device=device,
-        order=order,
-        batched=batched,
-        samples=samples,
-        max_size=max_size,
-        seed=seed,
-    )
+    config = _config(framework, ops, dtypes, shard, **options)
     command = command or f"gv.audit({framework!r}, ops={list(ops) if ops else None})"
     if report is None:
         return _run(items, [], None, config, command, formats, workers, scheduler, timeout, on_record)

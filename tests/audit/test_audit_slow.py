@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -19,7 +18,7 @@ import pytest
 
 import gradverify as gv
 
-from .._helpers import png_pixels
+from .._helpers import screenshot
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("expecttest")
@@ -148,22 +147,7 @@ def test_reports_and_a_reproducer_say_the_same(fixed):
 
 
 def test_a_headless_browser_draws_the_report(fixed, tmp_path):
-    _, out = fixed
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("GRADVERIFY_REQUIRE_BROWSER"):
-            pytest.fail("chromium is not installed, and GRADVERIFY_REQUIRE_BROWSER is set (.ci/run installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    shot = tmp_path / "page.png"
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=900,500"]
-    done = subprocess.run(
-        [browser, *args, f"--screenshot={shot}", (out / "report.html").as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
-    pixels = png_pixels(shot.read_bytes())
+    pixels = screenshot(fixed[1] / "report.html", tmp_path, "900,500")
     white = sum(p[:3] == (255, 255, 255) for p in pixels) / len(pixels)
     # the verdict table's failed (#fbb) and passed (#dfd) cells, and text on the page
     failed = sum(all(abs(a - b) <= 8 for a, b in zip(p, (0xFF, 0xBB, 0xBB))) for p in pixels)
@@ -256,7 +240,11 @@ def test_order_2_names_the_second_order_test():
 def test_a_dask_cluster_runs_the_tasks_with_their_time_limits(tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",  # (a free port: None still binds 8787)
     ) as cluster:
         done = command(
             "torch", "--database", DATABASE, "--ops", "audit_test.right", "audit_test.hangs", "--timeout", "5",

@@ -8,7 +8,11 @@ import json
 from gradverify import cli
 from gradverify._sweep import reports
 
-from .._helpers import png_pixels  # noqa: F401  (the sweep's browser test reads its screenshot)
+#: The sweep of test_scale*: two targets that pass and one that fails, on two backends.
+TARGETS = ["bias_act:relu", "bias_act:tanh", "example:seed-bug"]
+
+
+OPTIONS = ["--backend", "numpy", "torch", "--impl", "fused", "--max-examples", "3"]
 
 
 def run(capsys, *argv):

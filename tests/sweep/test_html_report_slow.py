@@ -3,42 +3,17 @@ chromium): the page is drawn, and the screenshot shows the plots' own colours.""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections import Counter
 
 import pytest
 
-from ._helpers import png_pixels
+from .._helpers import screenshot
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_headless_browser_draws_the_page_with_its_plots(failing_report, tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("GRADVERIFY_REQUIRE_BROWSER"):
-            pytest.fail("chromium is not installed, and GRADVERIFY_REQUIRE_BROWSER is set (.ci/run installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    shot = tmp_path / "page.png"
-    done = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1000,700",
-            f"--screenshot={shot}",
-            (failing_report / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
-    pixels = png_pixels(shot.read_bytes())
+    pixels = screenshot(failing_report / "report.html", tmp_path)
     colours = Counter(pixels)
     white = colours[(255, 255, 255)] / len(pixels)
     assert white < 0.97 and len(colours) > 50, (white, len(colours))  # not a blank page

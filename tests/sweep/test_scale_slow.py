@@ -57,7 +57,11 @@ def test_shards_merge_into_the_serial_report(serial, tmp_path, capsys):
 def cluster():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",  # (a free port: None still binds 8787)
     ) as c:
         yield c
 
