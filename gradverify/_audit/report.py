@@ -219,7 +219,8 @@ def _one_line(text: str, most: int = 240) -> str:
 
 def _config_text(report: dict[str, Any]) -> str:
     c = report["config"]
-    return ", ".join(f"{k} {v}" for k, v in c.items() if v not in (None, [], ()))
+    said = ("framework", "torch")  # (in the versions beside it)
+    return ", ".join(f"{k} {v}" for k, v in c.items() if k not in said and v not in (None, [], ()))
 
 
 def to_json(report: dict[str, Any]) -> str:
