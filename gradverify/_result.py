@@ -189,8 +189,8 @@ class CheckResult:
 
     @property
     def second_order_checked(self) -> bool | None:
-        """order=2: whether any derivative of the JVP or VJP was checked (None: order 1)."""
-        if self.order != 2:
+        """order >= 2: whether any derivative of the JVP or VJP was checked (None: order 1)."""
+        if self.order < 2:
             return None
         return any(self.modes.get(mode) == "checked" for mode in SECOND_ORDER_MODES)
 
@@ -308,7 +308,7 @@ def render_text(r: CheckResult) -> str:
     else:
         verdict = "PASSED"
     if not errors and r.second_order_checked is False:
-        verdict += " (order 2 not checked: no derivative of the JVP or VJP could be taken)"
+        verdict += f" (order {r.order} not checked: no derivative of the JVP or VJP could be taken)"
     n_warn = len(r.warnings)
     lines = [
         f"gradverify {verdict}: {r.function} [{r.backend}, order {r.order}] "

@@ -119,7 +119,7 @@ def verify(
             arguments (e.g. ``gradverify.strategies.bias_act_args``).
         max_examples: how many inputs to draw.
         seed: fixes the examples and, through gv.check, the directions.
-        order: 1, or 2 to check the derivatives of the JVP and VJP too.
+        order: 1; 2 (or any N) also checks the derivatives of the JVP and VJP.
         database: a Hypothesis example database (default: none).
         report_dir: where a failing counterexample is saved as ``.npz``
             (default: a fresh temporary directory).

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dtype", nargs="+", choices=("float64", "float32", "float16", "bfloat16"), default=["float64"])
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--max-examples", type=int, default=10)
-    c.add_argument("--order", type=int, choices=(1, 2), default=1)
+    c.add_argument("--order", type=int, default=1, help="1; 2 (or any N) also checks the derivatives of the rules")
     c.add_argument("--batched", action="store_true", help="also check the JVP and VJP under vmap (torch, jax)")
     c.add_argument(
         "--max-shrinking-seconds",
@@ -166,6 +166,8 @@ def _check(args: argparse.Namespace) -> int:
     impls = ("reference", "fused") if args.impl == "both" else (args.impl,)
     if args.max_examples < 1:
         raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}")
+    if args.order < 1:
+        raise _Usage(f"--order: expected an int >= 1; found {args.order}. Fix: --order 1 checks first derivatives")
     if not args.max_shrinking_seconds >= 0:
         raise _Usage(f"--max-shrinking-seconds: expected a number of seconds >= 0; found {args.max_shrinking_seconds}")
     try:

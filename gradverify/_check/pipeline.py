@@ -9,7 +9,7 @@ directions u and cotangents v (``probes``) -> JVP J u and VJP J^T v
 (``oracle``, ``fd``) -> the comparisons JVP/FD, VJP/FD, JVP/VJP and low
 precision/float64 (``compare``, ``lowprecision``), a disagreement put to the
 ``excuses`` first and a surviving one localised (``locate``) -> findings
-(``findings``). ``order=2`` checks the derivatives of the JVP and VJP the
+(``findings``). ``order=2`` (or any N) checks the derivatives of the JVP and VJP the
 same way, with the same options.
 """
 
@@ -71,7 +71,8 @@ def check(
             and bool arrays are constants).
         wrt: the positional arguments to differentiate, an int or a
             sequence of ints (default: every floating one).
-        order: 1, or 2 to check the derivatives of the JVP and the VJP too.
+        order: 1; 2 also checks the derivatives of the JVP and the VJP; N
+            checks theirs to order N - 1 (2^N - 1 first-order checks in all).
         seed: fixes the random directions and cotangents.
         rtol: replaces the rounding model for AD values, relative to |AD|
             (the finite-difference error estimate is always added).
@@ -368,8 +369,8 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             if not modes.jvps and not modes.vjps:
                 ad.status.setdefault("JVP", _modes.UNAVAILABLE)
                 ad.status.setdefault("VJP", _modes.UNAVAILABLE)
-            if order == 2:
-                _second_order(ev, options, primal, probes, ad, report)
+            if order >= 2:
+                _higher_order(ev, options, primal, probes, ad, report, order)
         finally:
             outcome.notes += ad.notes
             outcome.vectorised = ad.vectorised or (oracle is not None and oracle.batched)
@@ -383,9 +384,12 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
 
 
 # -- second order ---------------------------------------------------------------------
-def _second_order(ev: Evaluator, options: Options, primal: Primal, probes: Probes, ad: AD, report: Findings) -> None:
+def _higher_order(
+    ev: Evaluator, options: Options, primal: Primal, probes: Probes, ad: AD, report: Findings, order: int
+) -> None:
     """The derivatives of the VJP x -> J(x)^T v and of the JVP x -> J(x) u,
-    checked as first-order functions of x."""
+    checked as functions of x at ``order - 1`` (order 2: their first
+    derivatives; order N: theirs up to N - 1, nested as check_grads nests)."""
     status = ad.status
     if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
         return
@@ -395,8 +399,8 @@ def _second_order(ev: Evaluator, options: Options, primal: Primal, probes: Probe
             if status.get(mode) == _modes.CHECKED:
                 ad.unavailable(
                     f"the derivative of the {mode}",
-                    f"order 2 differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has no "
-                    "automatic differentiation: write the rules with torch or jax operations on torch or jax "
+                    f"order {order} differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has "
+                    "no automatic differentiation: write the rules with torch or jax operations on torch or jax "
                     "arrays, or check the rule itself as a function with rules of its own",
                     order=2,
                 )
@@ -419,16 +423,16 @@ def _second_order(ev: Evaluator, options: Options, primal: Primal, probes: Probe
         except ModeUnavailable as e:
             ad.unavailable("second-order JVP", str(e))
     for label, of, g in derived:
-        sub = run(g, ev.originals, ev.wrt, 1, label, dataclasses.replace(options, seed=options.seed + 1))
+        sub = run(g, ev.originals, ev.wrt, order - 1, label, dataclasses.replace(options, seed=options.seed + 1))
         for f in sub.findings:
             if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
                 continue
             pair = None if f.pair is None else (second_order_mode(f.pair[0], of), f.pair[1])
-            report.append(
-                Finding(**{**f.__dict__, "order": 2, "pair": pair, "message": f"derivative of {label}: {f.message}"})
-            )
+            message = f"derivative of {label}: {f.message}"
+            report.append(Finding(**{**f.__dict__, "order": f.order + 1, "pair": pair, "message": message}))
         for mode, st in sub.modes.items():
-            if mode in ("JVP", "VJP", "batched JVP", "batched VJP"):
+            # (a deeper check's own modes: "JVP of VJP" becomes "JVP of VJP of JVP")
+            if mode in ("JVP", "VJP", "batched JVP", "batched VJP") or " of " in mode:
                 status[second_order_mode(mode, of)] = st
         for key, count in sub.evaluations.items():
             ev.counts[key] += count

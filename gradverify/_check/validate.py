@@ -112,8 +112,10 @@ def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tu
 def validate_options(
     order: Any, seed: Any, rtol: Any, atol: Any, directions: Any, vectorise: Any = True, batched: Any = False
 ) -> None:
-    if order not in (1, 2) or isinstance(order, bool):
-        raise ArgumentValueError(explain("order", "1 or 2", repr(order), "order=1 checks first derivatives"))
+    if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order < 1:
+        raise ArgumentValueError(
+            explain("order", "an int >= 1", repr(order), "order=1 checks first derivatives, order=2 their derivatives")
+        )
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
         raise ArgumentValueError(explain("seed", "a non-negative int", repr(seed), "e.g. seed=0"))
     for name, value in (("rtol", rtol), ("atol", atol)):

@@ -267,7 +267,7 @@ def test_misuse_gets_what_was_expected_and_the_fix(tmp_path):
     assert "Traceback" not in done.stderr
     done = command("torch", "--database", "tests.audit._database:nothing", "--report", str(tmp_path / "b"))
     assert done.returncode == 2 and "--database: expected MODULE:NAME" in done.stderr
-    for wrong, said in (("--order", "3"), "order: expected 1 or 2"), (("--format", "pdf"), "--format: expected"):
+    for wrong, said in (("--order", "0"), "order: expected an int >= 1"), (("--format", "pdf"), "--format: expected"):
         done = command("torch", "--database", DATABASE, *wrong, "--report", str(tmp_path / "b"))
         assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert not (tmp_path / "b").exists()  # (refused before any work or any file)
