@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
     a.add_argument("files", nargs="*", metavar="FILE", help="merge: the shards' results.jsonl")
     a.add_argument("--ops", nargs="+", metavar="NAME", help="OpInfo names or patterns (default: all)")
     a.add_argument("--dtype", nargs="+", default=list(opinfo.DTYPES), help="default: float64 complex128")
-    a.add_argument("--order", type=int, default=1, help="1, or 2 for second derivatives")
+    a.add_argument("--order", type=int, default=1, help="1; 2 (or any N) also checks the derivatives of the rules")
     a.add_argument("--batched", action="store_true", help="also check the JVP and VJP under vmap")
     a.add_argument("--device", default="cpu", help="a torch device (default: cpu)")
     a.add_argument("--samples", type=int, default=4, help="samples checked per operator and dtype (default 4)")
