@@ -26,6 +26,7 @@ from .backends import backend_name_of
 
 __all__ = [
     "environment",
+    "json_lines",
     "report_head",
     "shard",
     "PAGE_CSS",
@@ -302,6 +303,23 @@ class ReportDirectory:
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
             self._lock_file = None
+
+
+# -- results files: JSON lines, one record per line ---------------------------------------------
+def json_lines(text: str) -> tuple[list[Any], int | None]:
+    """The objects of a JSON-lines file, and the number of a last line cut
+    short (a run killed mid-write leaves one; it is left out, every complete
+    line before it kept), or None. A bad line elsewhere is a ValueError."""
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    parsed = []
+    for k, (n, ln) in enumerate(lines):
+        try:
+            parsed.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if k == len(lines) - 1 and k > 0 and not text.endswith("\n"):
+                return parsed, n
+            raise ValueError(f"line {n} is not JSON ({e})") from e
+    return parsed, None
 
 
 # -- what every report says of its run -----------------------------------------------------------

@@ -11,7 +11,6 @@ the rest, so an interrupted audit resumes where it stopped.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,17 +96,12 @@ def read_results(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     short by a killed run is left out; every complete record is kept) and
     whether the run finished (its last line says so)."""
     p = Path(path)
-    lines = [ln for ln in p.read_text().splitlines() if ln.strip()]
-    parsed = []
-    for k, ln in enumerate(lines):
-        try:
-            parsed.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            if k == len(lines) - 1 and k > 0:
-                break
-            raise ArgumentValueError(
-                explain("results file", "JSON lines written by gradverify audit", f"{p}: line {k + 1} ({e})", "--fresh")
-            ) from e
+    try:
+        parsed, _ = _io.json_lines(p.read_text())
+    except ValueError as e:
+        raise ArgumentValueError(
+            explain("results file", "JSON lines written by gradverify audit", f"{p}: {e}", "--fresh")
+        ) from e
     head = parsed[0] if parsed else {}
     if not isinstance(head, dict) or head.get("schema") != RESULTS_SCHEMA:
         raise ArgumentValueError(

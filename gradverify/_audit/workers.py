@@ -49,8 +49,7 @@ def _finding(f: Any) -> dict[str, Any]:
 
 def check_sample(task: opinfo.Task, sample: opinfo.Sample, database: Sequence[Any]) -> dict[str, Any]:
     """One sample through gv.check: its record."""
-    base = {"task": task.op_id, "name": task.name, "variant": task.variant, "dtype": task.dtype, "sample": sample.index}
-    base["shapes"] = sample.shapes
+    base = {**_named(task, sample.index), "shapes": sample.shapes}
     if sample.skip is not None:
         return {**base, "status": "skipped", "reason": sample.skip, "seconds": 0.0}
     if sample.error is not None:
@@ -175,18 +174,14 @@ class _Slot:
         self.conn.close()
 
 
+def _named(task: opinfo.Task, index: int | None) -> dict[str, Any]:
+    """What every record of a sample begins with: its task and index (-1: a task lost before its first sample)."""
+    name = {"task": task.op_id, "name": task.name, "variant": task.variant, "dtype": task.dtype}
+    return {**name, "sample": -1 if index is None else index}
+
+
 def _lost(task: opinfo.Task, index: int | None, status: str, reason: str, seconds: float = 0.0) -> dict[str, Any]:
-    return {
-        "task": task.op_id,
-        "name": task.name,
-        "variant": task.variant,
-        "dtype": task.dtype,
-        "sample": -1 if index is None else index,
-        "status": status,
-        "reason": reason,
-        "seconds": seconds,
-        "counted": True,
-    }
+    return {**_named(task, index), "status": status, "reason": reason, "seconds": seconds, "counted": True}
 
 
 def _supervised(

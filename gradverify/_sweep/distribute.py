@@ -19,7 +19,6 @@ with its ``index`` in the full matrix (so shards merge back into it).
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -183,21 +182,14 @@ def _json_lines(path: Path, text: str) -> tuple[dict[str, Any], list[Any]]:
     complete record before it is kept. A bad line elsewhere is an error."""
     import warnings
 
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
-    parsed = []
-    for k, (n, ln) in enumerate(lines):
-        try:
-            parsed.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            if k == len(lines) - 1 and k > 0 and not text.endswith("\n"):
-                warnings.warn(
-                    f"{path}: line {n} is cut short ({e}), as a killed run leaves it; "
-                    f"merged the {len(parsed) - 1} complete record(s) before it",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                break
-            raise ValueError(f"line {n} is not JSON ({e})") from e
+    parsed, cut = _io.json_lines(text)
+    if cut is not None:
+        warnings.warn(
+            f"{path}: line {cut} is cut short, as a killed run leaves it; "
+            f"merged the {len(parsed) - 1} complete record(s) before it",
+            UserWarning,
+            stacklevel=3,
+        )
     head = parsed[0] if parsed else {}
     if not isinstance(head, dict) or head.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"first line is not a {RESULTS_SCHEMA} header")
