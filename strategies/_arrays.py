@@ -154,6 +154,7 @@ def arrays(
     margin: float | None = None,
     distinct: bool = True,
     large: int = LARGE,
+    mask: float | None = None,
 ) -> st.SearchStrategy:
     """Arrays of ``backend`` (numpy, torch, jax) and ``dtype`` with dense,
     varied values in [min_value, max_value].
@@ -163,8 +164,21 @@ def arrays(
     dtype at the range's magnitude). ``distinct``: no repeated values in
     small arrays (a constant row zeroes a normalization's variance).
     ``shape``: an int, a tuple or a strategy (default: 1-2 axes of 1-5).
+    ``mask``: a non-finite value (``-math.inf`` for an attention mask,
+    ``math.inf``, ``math.nan``) put at a drawn set of entries, never all of
+    them; examples shrink toward fewer masked entries (gv.check holds them
+    fixed and checks the others).
     """
     check_backend_dtype(backend, dtype)
+    if mask is not None and (not isinstance(mask, (int, float)) or isinstance(mask, bool) or math.isfinite(mask)):
+        raise ArgumentValueError(
+            explain(
+                "arrays(mask=...)",
+                "None, or the non-finite value to put at masked entries",
+                repr(mask),
+                "e.g. mask=-math.inf for an attention mask",
+            )
+        )
     if not (math.isfinite(min_value) and math.isfinite(max_value) and min_value < max_value):
         raise ArgumentValueError(
             explain(
@@ -179,11 +193,39 @@ def arrays(
 
     def build(shp: tuple[int, ...]) -> st.SearchStrategy:
         n = math.prod(shp)
-        return values(n, min_value=min_value, max_value=max_value, distinct=distinct, large=large).map(
-            lambda v: to_backend(push_off(v, kinks, m, min_value, max_value).reshape(shp), backend, dtype)
-        )
+        drawn = values(n, min_value=min_value, max_value=max_value, distinct=distinct, large=large)
+        if mask is None:
+            return drawn.map(
+                lambda v: to_backend(push_off(v, kinks, m, min_value, max_value).reshape(shp), backend, dtype)
+            )
+
+        def masked(pair: tuple[np.ndarray, np.ndarray]) -> Any:
+            v, where = pair
+            v = push_off(v, kinks, m, min_value, max_value)
+            v[where] = mask
+            return to_backend(v.reshape(shp), backend, dtype)
+
+        return st.tuples(drawn, masks(n, large=large)).map(masked)
 
     return shapes.flatmap(build)
+
+
+def masks(n: int, *, large: int = LARGE) -> st.SearchStrategy:
+    """Boolean vectors of n entries, never all True, shrinking toward none."""
+    if n <= large:
+        return st.lists(st.booleans(), min_size=n, max_size=n).map(lambda b: _keep_one(np.array(b, dtype=bool)))
+
+    def spread(seed_fraction: tuple[int, float]) -> np.ndarray:
+        seed, fraction = seed_fraction
+        return _keep_one(np.random.default_rng(seed).random(n) < fraction)
+
+    return st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.05, 0.3, 0.9])).map(spread)
+
+
+def _keep_one(where: np.ndarray) -> np.ndarray:
+    if where.all():
+        where[-1] = False
+    return where
 
 
 #: The complex dtypes and the real dtype of their parts.

@@ -27,7 +27,15 @@ from .. import _observe
 from .._errors import GradientError, ModeUnavailable
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from ..backends import Backend, backend_of
-from . import batched as _batched, complex_parts as _complex, modes as _modes, primal as _primal, probes as _probes, xp
+from . import (
+    batched as _batched,
+    complex_parts as _complex,
+    held as _held,
+    modes as _modes,
+    primal as _primal,
+    probes as _probes,
+    xp,
+)
 from .bounds import Bounds
 from .calls import CallFailed
 from .compare import Comparisons
@@ -137,6 +145,12 @@ def run(
     backend = backend_of(args)
     validate_readable(backend, args)
     label = name or function_name(fn)
+    masks = _held.held_entries(backend, args)
+    if any(m is not None for m in masks):
+        # the finite entries checked, the others held fixed (see held)
+        view = _held.held_view(fn, backend, args, masks)
+        result = run(view, _held.checked_args(backend, args, masks), wrt, order, label, options)
+        return _held.report(result, fn, backend, args, masks)
     complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
     if any(complex_args):
         view = _complex.real_view(fn, complex_args, backend)

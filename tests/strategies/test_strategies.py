@@ -120,3 +120,25 @@ def test_bad_complex_strategy_arguments_say_what_was_expected():
         gst.complex_arrays("torch", "float64")
     with pytest.raises(gv.ArgumentValueError, match="min_magnitude"):
         gst.complex_arrays("torch", min_magnitude=5.0, max_magnitude=1.0)
+
+
+@FAST
+@given(gst.arrays("numpy", "float64", st.sampled_from([(4,), (2, 3), (30000,)]), mask=-np.inf))
+def test_masked_arrays_never_mask_everything(a):
+    held = np.isneginf(a)
+    assert not held.all()
+    assert np.all(np.isfinite(a[~held])) and a[~held].min() >= -10 and a[~held].max() <= 10
+
+
+def test_masked_arrays_draw_masks_and_shrink_toward_fewer():
+    s = gst.arrays("numpy", "float64", 6, mask=np.nan)
+    a = find(s, lambda a: np.isnan(a).any(), settings=settings(database=None))
+    assert np.isnan(a).sum() == 1
+    big = find(gst.arrays("numpy", "float64", 30000, mask=np.inf), lambda a: np.isinf(a).any(), settings=FAST)
+    assert 0 < np.isinf(big).sum() < big.size
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5, True, "inf"])
+def test_a_finite_mask_value_says_what_was_expected(bad):
+    with pytest.raises(gv.ArgumentValueError, match=r"arrays\(mask=\.\.\.\): expected None, or the non-finite value"):
+        gst.arrays("numpy", mask=bad)
