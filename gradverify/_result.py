@@ -65,6 +65,7 @@ class Kind(Word):
     PRECISION = "precision"  # low-precision AD off its float64 AD by rounding, not a wrong rule
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
+    WRONG_LAYOUT = "wrong_layout"  # a gradient of another layout (or with values outside a sparse pattern)
     HELD_GRADIENT = "held_gradient"  # a non-zero derivative at an entry held fixed (non-finite at the point)
 
     #: Every kind.
@@ -141,12 +142,16 @@ class ArraySummary:
     max: float | None
     differentiable: bool
     held: int = 0  # entries held fixed (non-finite at the point); min and max are of the others
+    layout: str | None = None  # a sparse array's layout (None: dense)
+    specified: int | None = None  # a sparse array's specified values (blocks, for a block layout)
 
     def __str__(self) -> str:
         rng = "" if self.min is None else f" in [{self.min:.4g}, {self.max:.4g}]"
         role = "" if self.differentiable else " (constant)"
         if self.held:
             role += f" ({self.held} held fixed)"
+        if self.layout is not None:
+            role = f" {self.layout}, {self.specified} specified{role}"
         shape = "x".join(map(str, self.shape)) or "scalar"
         return f"{self.name}: {self.dtype}[{shape}]{rng}{role}"
 

@@ -19,6 +19,7 @@ from .._rule import Rule
 from ..backends import Backend, backend_name_of, backend_of
 from . import xp
 from .calls import BadStructure, CallFailed, Derivative, fns_warnings_only
+from .sparse import SparseOutput
 from .validate import resolve_wrt
 from .vectorised import Vectorised
 
@@ -251,6 +252,8 @@ class Evaluator(Vectorised):
                     "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
                 )
             )
+        if self.backend.sparse(out) is not None:
+            raise SparseOutput(out.layout)  # (gv.check checks its values instead)
         bad = self.backend.unsupported(out, output=True)
         if bad is not None:
             what, fix = bad

@@ -34,6 +34,7 @@ from . import (
     modes as _modes,
     primal as _primal,
     probes as _probes,
+    sparse as _sparse,
     xp,
 )
 from .bounds import Bounds
@@ -143,14 +144,33 @@ def run(
 ) -> CheckResult:
     """gv.check of validated arguments, its options whole."""
     backend = backend_of(args)
-    validate_readable(backend, args)
     label = name or function_name(fn)
+    splits = _sparse.sparse_args(backend, args)
+    if any(s is not None for s in splits):
+        return _sparse_check(backend, fn, args, splits, wrt, order, label, options)
+    validate_readable(backend, args)
     masks = _held.held_entries(backend, args)
     if any(m is not None for m in masks):
         # the finite entries checked, the others held fixed (see held)
         view = _held.held_view(fn, backend, args, masks)
         result = run(view, _held.checked_args(backend, args, masks), wrt, order, label, options)
         return _held.report(result, fn, backend, args, masks)
+    try:
+        return _dense(backend, fn, args, wrt, order, label, options)
+    except _sparse.SparseOutput:
+        return _sparse_check(backend, fn, args, splits, wrt, order, label, options)
+
+
+def _dense(
+    backend: Backend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    label: str,
+    options: Options,
+) -> CheckResult:
+    """gv.check of fn at dense, finite arguments (complex ones as their real view)."""
     complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
     if any(complex_args):
         view = _complex.real_view(fn, complex_args, backend)
@@ -161,6 +181,25 @@ def run(
     except _complex.ComplexOutput:
         view = _complex.real_view(fn, complex_args, backend)
         return _complex.parts(_check_real(backend, view, args, wrt, order, label, options), args, view, backend)
+
+
+def _sparse_check(
+    backend: Backend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    splits: tuple[Any, ...],
+    wrt: int | Sequence[int] | None,
+    order: int,
+    label: str,
+    options: Options,
+) -> CheckResult:
+    """gv.check of fn as a function of its sparse arguments' values (see sparse)."""
+    view = _sparse.SparseView(fn, backend, splits)
+    if order >= 2:
+        view.higher_order_unavailable = next((why for s in splits if s is not None and (why := s.once())), None)
+    values = tuple(a if s is None else s.values for a, s in zip(args, splits))
+    result = run(view, values, wrt, order, label, options)
+    return _sparse.parts(result, fn, backend, args, view, options.seed)
 
 
 def _check_real(
@@ -407,13 +446,15 @@ def _higher_order(
     status = ad.status
     if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
         return
-    if ev.rule is not None and not ev.backend.differentiates:
+    blocked = getattr(ev.fn, "higher_order_unavailable", None)  # (a view whose own derivatives stop at one)
+    if blocked or (ev.rule is not None and not ev.backend.differentiates):
         # the rules are numpy code: nothing can differentiate them
         for mode in ("JVP", "VJP"):
             if status.get(mode) == _modes.CHECKED:
                 ad.unavailable(
                     f"the derivative of the {mode}",
-                    f"order {order} differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has "
+                    blocked
+                    or f"order {order} differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has "
                     "no automatic differentiation: write the rules with torch or jax operations on torch or jax "
                     "arrays, or check the rule itself as a function with rules of its own",
                     order=2,

@@ -12,12 +12,39 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Backend", "HostArrays", "Wrt", "on_wrt"]
+__all__ = ["Backend", "HostArrays", "SparseArray", "Wrt", "on_wrt"]
 
 #: numpy arrays, each with the dtype name fn is to get it in.
 HostArrays = Sequence[tuple[np.ndarray, str]]
 #: Positions of the arguments derivatives are taken with respect to.
 Wrt = Sequence[int]
+
+
+class SparseArray:
+    """A sparse array as its specified values and its pattern (held fixed)."""
+
+    layout: str  # e.g. "sparse_coo", "sparse_csr", "bcoo"
+    shape: tuple[int, ...]
+    nnz: int  # specified entries (blocks, for a block layout)
+    values: Any  # a dense backend array: the values, a copy
+    key: Any  # equal for equal patterns
+    coalesced_here: bool = False  # duplicates were summed to read the values
+
+    def rebuild(self, values: Any) -> Any:
+        """The sparse array of ``values`` in this pattern (differentiable in them)."""
+        raise NotImplementedError
+
+    def dense_index(self, k: int) -> tuple[int, ...]:
+        """The dense index of the value element at flat position ``k``."""
+        raise NotImplementedError
+
+    def pattern(self) -> np.ndarray:
+        """The dense mask of the specified elements."""
+        raise NotImplementedError
+
+    def once(self) -> str | None:
+        """Why the backend cannot differentiate ``rebuild`` twice (None: it can)."""
+        return None
 
 
 class Backend:
@@ -34,6 +61,17 @@ class Backend:
 
     def is_complex(self, x: Any) -> bool:
         return False
+
+    def sparse(self, x: Any) -> SparseArray | None:
+        """``x`` as its values and pattern when it is a sparse array, else None."""
+        return None
+
+    def sparse_gradients(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int
+    ) -> list[tuple[str, np.ndarray]]:
+        """fn's own gradients with respect to ``args`` (sparse ones as they
+        are) for a random cotangent: per argument, its layout and dense values."""
+        raise NotImplementedError
 
     def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         """(what ``x`` is, how to make it checkable) for an array the checker

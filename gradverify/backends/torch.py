@@ -12,6 +12,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from .._errors import ModeUnavailable
+from . import torch_sparse
 from .base import Backend, on_wrt
 
 __all__ = ["TorchBackend"]
@@ -28,6 +29,16 @@ class TorchBackend(Backend):
 
     def is_complex(self, x: Any) -> bool:
         return bool(x.is_complex())
+
+    def sparse(self, x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.layout not in torch_sparse.LAYOUTS:
+            return None
+        return torch_sparse.TorchSparse(x)
+
+    def sparse_gradients(
+        self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int
+    ) -> list[tuple[str, np.ndarray]]:
+        return torch_sparse.gradients(fn, args, wrt, seed)[0]
 
     def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         if x.layout != torch.strided:
