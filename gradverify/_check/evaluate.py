@@ -252,8 +252,8 @@ class Evaluator(Vectorised):
                     "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
                 )
             )
-        if self.backend.sparse(out) is not None:
-            raise SparseOutput(out.layout)  # (gv.check checks its values instead)
+        if self.backend.is_sparse(out):
+            raise SparseOutput(type(out).__name__)  # (gv.check checks its values instead)
         bad = self.backend.unsupported(out, output=True)
         if bad is not None:
             what, fix = bad

@@ -57,12 +57,13 @@ class SparseView:
 
     def __call__(self, *args: Any) -> Any:
         out = self.fn(*self.inputs(args))
-        split = self.backend.sparse(out) if hasattr(out, "layout") else None
-        if split is None:
+        if not self.backend.is_sparse(out):
             return out
+        split = self.backend.sparse(out)
+        assert split is not None
         if self.output is None:
             self.output = split
-        elif split.key != self.output.key:
+        elif split.key is not None and self.output.key is not None and split.key != self.output.key:
             raise ArgumentTypeError(
                 explain(
                     "fn's sparse output",
@@ -77,6 +78,8 @@ class SparseView:
 
 def _values(out: Any, backend: Backend) -> Any:
     """A sparse output's values, differentiably (a COO output coalesced)."""
+    if backend.name == "jax":
+        return out.data
     if str(out.layout) == "torch.sparse_coo":
         return out.coalesce().values()
     return out.values().clone()  # (a compressed tensor's values are a view without strides of its own)
@@ -122,8 +125,7 @@ def parts(
     wrt = tuple(i for i, s in enumerate(result.inputs) if s.differentiable and splits[i] is not None)
     counts = dict(result.evaluations)
     if wrt and result.modes.get("VJP") == "checked":
-        findings += _gradient_layouts(fn, backend, args, splits, wrt, seed, notes)
-        counts["vjp"] = counts.get("vjp", 0) + 1
+        findings += _gradient_layouts(fn, backend, args, splits, wrt, seed, notes, counts)
     return dataclasses.replace(
         result, findings=tuple(findings), inputs=inputs, output=output, evaluations=counts, notes=tuple(notes)
     )
@@ -137,12 +139,17 @@ def _gradient_layouts(
     wrt: tuple[int, ...],
     seed: int,
     notes: list[str],
+    counts: dict[str, int],
 ) -> list[Finding]:
     try:
         grads = backend.sparse_gradients(fn, args, wrt, seed)
     except Exception as e:  # noqa: BLE001 -- fn's own error, said in the note
         notes.append(f"fn's gradient layouts were not read ({type(e).__name__}: {str(e)[:120]})")
         return []
+    if grads is None:
+        notes.append(f"{backend.name} differentiates a sparse array with respect to its values alone")
+        return []
+    counts["vjp"] = counts.get("vjp", 0) + 1
     found = []
     said = []
     for i, (layout, dense) in zip(wrt, grads):

@@ -33,6 +33,9 @@ def backend_name_of(x: Any) -> str | None:
     jax = sys.modules.get("jax")
     if jax is not None and isinstance(x, jax.Array):
         return "jax"
+    jsparse = sys.modules.get("jax.experimental.sparse")
+    if jsparse is not None and isinstance(x, jsparse.JAXSparse):
+        return "jax"
     return None
 
 

@@ -62,16 +62,22 @@ class Backend:
     def is_complex(self, x: Any) -> bool:
         return False
 
+    def is_sparse(self, x: Any) -> bool:
+        return False
+
     def sparse(self, x: Any) -> SparseArray | None:
         """``x`` as its values and pattern when it is a sparse array, else None."""
         return None
 
     def sparse_gradients(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int
-    ) -> list[tuple[str, np.ndarray]]:
+    ) -> list[tuple[str, np.ndarray]] | None:
         """fn's own gradients with respect to ``args`` (sparse ones as they
-        are) for a random cotangent: per argument, its layout and dense values."""
-        raise NotImplementedError
+        are) for a random cotangent: per argument, its layout and dense
+        values; None where the backend differentiates a sparse array with
+        respect to its values alone (jax's BCOO: the gradient is in the
+        pattern by construction)."""
+        return None
 
     def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         """(what ``x`` is, how to make it checkable) for an array the checker

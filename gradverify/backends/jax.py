@@ -38,6 +38,7 @@ import numpy as np
 from jax._src import config as jax_config
 
 from .._errors import ModeUnavailable
+from . import jax_sparse
 from .base import Backend, HostArrays, Wrt, on_wrt
 from .session import compiling, compiling_primal, session_cache, session_kinds
 
@@ -71,6 +72,12 @@ class JaxBackend(Backend):
 
     def is_complex(self, x: Any) -> bool:
         return bool(jnp.issubdtype(x.dtype, jnp.complexfloating))
+
+    def is_sparse(self, x: Any) -> bool:
+        return jax_sparse.is_sparse(x)
+
+    def sparse(self, x: Any) -> Any:
+        return jax_sparse.JaxSparse(x) if jax_sparse.is_sparse(x) else None
 
     def to_numpy(self, x: Any) -> np.ndarray:
         a = np.asarray(x)

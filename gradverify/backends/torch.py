@@ -30,10 +30,11 @@ class TorchBackend(Backend):
     def is_complex(self, x: Any) -> bool:
         return bool(x.is_complex())
 
+    def is_sparse(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and x.layout in torch_sparse.LAYOUTS
+
     def sparse(self, x: Any) -> Any:
-        if not isinstance(x, torch.Tensor) or x.layout not in torch_sparse.LAYOUTS:
-            return None
-        return torch_sparse.TorchSparse(x)
+        return torch_sparse.TorchSparse(x) if self.is_sparse(x) else None
 
     def sparse_gradients(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int

@@ -187,3 +187,40 @@ def test_opinfo_sparse_samples_that_gradcheck_passes_pass(layout):
             assert r.ok, f"{name} {sample}\n{r}"
             compared += 1
     assert compared >= 2
+
+
+@pytest.fixture
+def bcoo():
+    jax = pytest.importorskip("jax")
+    sparse = pytest.importorskip("jax.experimental.sparse")
+    with jax.enable_x64(True):
+        yield sparse.BCOO.fromdense(jax.numpy.asarray(dense().numpy())), jax.numpy.asarray(dense(1, (4, 3)).numpy())
+
+
+def test_jax_bcoo_argument_and_output(bcoo):
+    import jax
+
+    s, d = bcoo
+    with jax.enable_x64(True):
+        r = gv.check(lambda s, d: jax.numpy.tanh(s @ d), s, d)
+        out = gv.check(lambda s: s * 2.0, s)
+    assert r.ok and r.inputs[0].layout == "bcoo" and r.inputs[0].specified == s.nse, str(r)
+    assert r.modes["JVP"] == r.modes["VJP"] == "checked"
+    assert out.ok and out.output.layout == "bcoo", str(out)
+
+
+def test_jax_bcoo_with_a_wrong_rule_on_its_values(bcoo):
+    import jax
+
+    s, d = bcoo
+
+    @jax.custom_vjp
+    def f(v):
+        return jax.numpy.sin(v)
+
+    f.defvjp(lambda v: (jax.numpy.sin(v), v), lambda v, g: (jax.numpy.cos(v) * g * 1.01,))
+    with jax.enable_x64(True):
+        r = gv.check(lambda s: f(s.data).sum() + (s @ d).sum(), s)
+    assert not r.ok
+    m = r.by_kind(gv.Kind.MISMATCH)[0]
+    assert dense()[m.input_index] != 0 and "specified value" in m.where
