@@ -65,6 +65,7 @@ class Kind(Word):
     PRECISION = "precision"  # low-precision AD off its float64 AD by rounding, not a wrong rule
     NONFINITE_OUTPUT = "nonfinite_output"  # fn's output itself is NaN/inf somewhere
     EXCEPTION = "exception"  # fn or one of its rules raised
+    WRONG_DEVICE = "wrong_device"  # a gradient on another device than its argument
     WRONG_LAYOUT = "wrong_layout"  # a gradient of another layout (or with values outside a sparse pattern)
     HELD_GRADIENT = "held_gradient"  # a non-zero derivative at an entry held fixed (non-finite at the point)
 

@@ -264,4 +264,7 @@ class Evaluator(Vectorised):
             return Derivative(None, None, None, "None")
         if backend_name_of(d) != self.backend.name:
             return Derivative(None, None, None, f"{type(d).__module__}.{type(d).__qualname__}")
+        if self.backend.is_sparse(d):
+            layout = str(getattr(d, "layout", type(d).__name__)).removeprefix("torch.")
+            return Derivative(None, self.backend.dtype_name(d), tuple(d.shape), f"{layout} array")
         return Derivative(self.working(d), self.backend.dtype_name(d), tuple(d.shape), "array")

@@ -227,7 +227,7 @@ class AD:
             self.report.exception(e)
             self.status["JVP"] = FAILED
             return None
-        if self._invalid(d, "JVP", "output tangent", primal.shape, primal.dtype, None):
+        if _invalid(self.report, self.ev.backend.name, d, "JVP", "output tangent", primal.shape, primal.dtype, None):
             self.status["JVP"] = FAILED
             return None
         value = _xp.flat(d.value)
@@ -270,7 +270,16 @@ class AD:
             if d.kind == "None":
                 parts.append(_xp.zeros(flat.sizes[k], self.probes.x))
                 continue
-            if self._invalid(d, "VJP", f"cotangent of argument {i}", flat.shapes[k], ev.dtypes[i], i):
+            if _invalid(
+                self.report,
+                self.ev.backend.name,
+                d,
+                "VJP",
+                f"cotangent of argument {i}",
+                flat.shapes[k],
+                ev.dtypes[i],
+                i,
+            ):
                 self.status["VJP"] = FAILED
                 return None
             parts.append(_xp.flat(d.value))
@@ -309,29 +318,6 @@ class AD:
         self.status["VJP"] = FAILED
         return None
 
-    def _invalid(
-        self, d: Derivative, mode: str, what: str, shape: tuple[int, ...], dtype: str, arg: int | None
-    ) -> bool:
-        """Whether ``d`` cannot be compared (wrong kind or shape: said). A wrong
-        dtype is said too, but its values are still compared."""
-        side = "inputs" if arg is not None else "output"
-        wrong: tuple[str, str, tuple[str, str], int | None] | None = None  # (kind, message, pair, argument)
-        invalid = True
-        if d.kind not in ("array", "None"):
-            wrong = (Kind.WRONG_DTYPE, f"is a {d.kind}; expected a {self.ev.backend.name} array", (mode, side), arg)
-        elif d.kind == "None":
-            wrong = (Kind.WRONG_SHAPE, f"is None; expected an array of shape {shape}", (mode, "output"), None)
-        elif tuple(d.shape) != tuple(shape):
-            wrong = (Kind.WRONG_SHAPE, f"has shape {tuple(d.shape)}; expected {tuple(shape)}", (mode, side), arg)
-        else:
-            invalid = False
-            if d.dtype != dtype:
-                wrong = (Kind.WRONG_DTYPE, f"has dtype {d.dtype}; expected {dtype}", (mode, side), arg)
-        if wrong is not None:
-            kind, message, pair, argument = wrong
-            self.report.add(kind, ERROR, f"{mode}: the {what} {message}", pair=pair, argument=argument)
-        return invalid
-
     def unavailable(self, mode: str, why: str, order: int = 1) -> None:
         if self.status.get(mode) == UNAVAILABLE:
             return
@@ -343,6 +329,46 @@ class AD:
             pair=(mode, "-"),
             order=order,
         )
+
+
+def _invalid(
+    report: Any, backend: str, d: Derivative, mode: str, what: str, shape: tuple[int, ...], dtype: str, arg: int | None
+) -> bool:
+    """Whether ``d`` cannot be compared (wrong kind or shape: said). A wrong
+    dtype is said too, but its values are still compared."""
+    side = "inputs" if arg is not None else "output"
+    wrong: tuple[str, str, tuple[str, str], int | None] | None = None  # (kind, message, pair, argument)
+    invalid = True
+    if d.kind.startswith("sparse") or d.kind == "BCOO array":
+        wrong = (
+            Kind.WRONG_LAYOUT,
+            f"is a {d.kind}; expected a dense one, as its argument is: return it dense (grad.to_dense())",
+            (mode, side),
+            arg,
+        )
+    elif d.kind not in ("array", "None"):
+        wrong = (Kind.WRONG_DTYPE, f"is a {d.kind}; expected a {backend} array", (mode, side), arg)
+    elif d.kind == "None":
+        wrong = (Kind.WRONG_SHAPE, f"is None; expected an array of shape {shape}", (mode, "output"), None)
+    elif tuple(d.shape) != tuple(shape):
+        wrong = (Kind.WRONG_SHAPE, f"has shape {tuple(d.shape)}; expected {tuple(shape)}", (mode, side), arg)
+    else:
+        invalid = False
+        if d.dtype != dtype:
+            whose = "argument" if arg is not None else "output"
+            fix = f"return it in the {whose}'s dtype" + (
+                " (g.astype(x.dtype), g.to(x.dtype))" if arg is not None else ""
+            )
+            wrong = (
+                Kind.WRONG_DTYPE,
+                f"has dtype {d.dtype}; expected {dtype}, as its {whose} has: {fix}",
+                (mode, side),
+                arg,
+            )
+    if wrong is not None:
+        kind, message, pair, argument = wrong
+        report.add(kind, ERROR, f"{mode}: the {what} {message}", pair=pair, argument=argument)
+    return invalid
 
 
 def run(ad: AD, probes: Probes) -> Modes:

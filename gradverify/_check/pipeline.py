@@ -35,6 +35,7 @@ from . import (
     primal as _primal,
     probes as _probes,
     sparse as _sparse,
+    structure as _structure,
     xp,
 )
 from .bounds import Bounds
@@ -223,6 +224,16 @@ def _check_real(
         missing = _missing_rules(ev, outcome)
         if missing:
             outcome = _without(ev, options, order, outcome, missing)
+        if _reverse_mode_failed(outcome):
+            structural = _structure.findings(ev)
+            if structural:
+                said = {(f.kind, f.argument) for f in structural}
+                kept = [
+                    f
+                    for f in outcome.findings
+                    if _structure.ENGINE_REFUSAL not in f.message and (f.kind, f.argument) not in said
+                ]
+                outcome.findings[:] = structural + kept
         inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
     return CheckResult(
         findings=tuple(outcome.findings),
@@ -347,6 +358,13 @@ def _without(
             ),
         )
     return outcome
+
+
+def _reverse_mode_failed(outcome: _Outcome) -> bool:
+    """Whether reverse mode raised or disagreed (its rules' structure is then asked)."""
+    if outcome.modes.get("VJP") == _modes.FAILED:
+        return True
+    return any(f.level == ERROR and f.pair is not None and "VJP" in f.pair and f.order == 1 for f in outcome.findings)
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:

@@ -79,6 +79,13 @@ class Backend:
         pattern by construction)."""
         return None
 
+    def gradient_structure(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:
+        """The gradients fn's own rules returned (before the framework cast or
+        refused them) whose dtype, device, shape or layout is not their
+        input's: per one, ``function``, ``index`` (its input), ``argument``
+        (fn's, or None), ``what``, ``found`` and ``expected``."""
+        return []
+
     def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         """(what ``x`` is, how to make it checkable) for an array the checker
         cannot read (no values on a device, a sparse layout); None for the

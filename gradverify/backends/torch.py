@@ -41,6 +41,9 @@ class TorchBackend(Backend):
     ) -> list[tuple[str, np.ndarray]]:
         return torch_sparse.gradients(fn, args, wrt, seed)[0]
 
+    def gradient_structure(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:
+        return gradient_structure(fn, args, wrt)
+
     def unsupported(self, x: Any, output: bool = False) -> tuple[str, str] | None:
         if x.layout != torch.strided:
             if output:
@@ -265,3 +268,93 @@ def _pullback(
         is_grads_batched=batched,
     )
     return inputs, grads
+
+
+def gradient_structure(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:
+    """What each ``autograd.Function`` in fn's graph returned from its backward
+    before torch's engine saw it: every gradient whose dtype, device, shape
+    or layout is not its input's. (The engine casts a wrong dtype silently
+    and raises on a wrong shape or device in words that name neither the
+    function nor fn's argument.) Each backward runs twice: once read here,
+    once by the engine."""
+    inputs = list(args)
+    leaves: dict[int, int] = {}
+    for i in wrt:
+        inputs[i] = args[i].detach().requires_grad_(True)
+        leaves[id(inputs[i])] = i
+    with torch.enable_grad():
+        out = fn(*inputs)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return []
+    found: list[dict[str, Any]] = []
+    handles = []
+    seen: set[int] = set()
+    stack = [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            handles.append(node.register_prehook(_reader(node, found, leaves)))
+        stack.extend(n for n, _ in node.next_functions)
+    if not handles:
+        return []
+    cotangent = torch.where(torch.isfinite(out.detach()), torch.ones_like(out), 0) if out.is_floating_point() else None
+    try:
+        torch.autograd.grad(out, [inputs[i] for i in wrt], cotangent, allow_unused=True)
+    except RuntimeError:
+        pass  # (the engine's own refusal: what was read before it says more)
+    finally:
+        for h in handles:
+            h.remove()
+    return found
+
+
+def _reader(node: Any, found: list[dict[str, Any]], leaves: dict[int, int]) -> Callable:
+    cls = getattr(node, "_forward_cls", None)
+    name = cls.__name__ if cls is not None else type(node).__name__.removesuffix("Backward")
+
+    def read(grad_outputs: tuple[Any, ...]) -> None:
+        with torch.no_grad():
+            raw = node.apply(*grad_outputs)
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        for k, ((nxt, nr), g) in enumerate(zip(node.next_functions, raw)):
+            if nxt is None or not isinstance(g, torch.Tensor):
+                continue
+            argument = None
+            if type(nxt).__name__ == "AccumulateGrad":
+                v = nxt.variable
+                expected = (v.dtype, v.device, tuple(v.shape), v.layout)
+                argument = leaves.get(id(v))
+            else:
+                md = nxt._input_metadata[nr]
+                expected = (md.dtype, md.device, tuple(md.shape), None)
+            shape = tuple(g.shape)
+            reducible = _broadcasts(expected[2], shape)  # (torch sums such a gradient down: not wrong)
+            for what, got, want in (
+                ("dtype", g.dtype, expected[0]),
+                ("device", g.device, expected[1]),
+                ("shape", shape, None if reducible else expected[2]),
+                ("layout", g.layout, expected[3]),
+            ):
+                if want is not None and got != want:
+                    found.append(
+                        {
+                            "function": name,
+                            "index": k,
+                            "argument": argument,
+                            "what": what,
+                            "found": got,
+                            "expected": want,
+                        }
+                    )
+
+    return read
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    try:
+        return tuple(torch.broadcast_shapes(shape, to)) == to
+    except RuntimeError:
+        return False
