@@ -109,7 +109,8 @@ def check(
         ArgumentTypeError: fn is not callable, or an argument is not an
             array of a supported backend (or mixes backends).
         ArgumentValueError: an option is out of range, or an argument is
-            empty or not finite.
+            empty. (Non-finite entries are held fixed and the finite ones
+            checked; sparse arguments are checked as their specified values.)
 
     Example:
         >>> import numpy as np, gradverify as gv
