@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import numbers
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -403,7 +404,8 @@ def _dtype_of(a: Any) -> str:
 def literal(a: Any) -> str:
     """A Python expression that rebuilds ``a`` exactly in its own backend."""
     dt = _dtype_of(a)
-    body = repr(np.asarray(_io.to_numpy(a)).tolist())
+    # (repr writes inf and nan as names Python does not know: a mask's -inf as float("-inf"))
+    body = re.sub(r"\b(inf|nan)\b", r'float("\1")', repr(np.asarray(_io.to_numpy(a)).tolist()))
     backend = backend_name_of(a)
     if backend == "torch":
         return f"torch.tensor({body}, dtype=torch.{dt})"

@@ -251,12 +251,9 @@ def _make(op: Any, sample: Any, index: int, max_size: int) -> Sample:
     shapes = [list(t.shape) for t in flat]
     if not flat:
         return Sample(index, None, (), skip="no argument requires grad", shapes=shapes)
-    odd = [t for t in flat if t.layout != torch.strided]
-    if odd:
-        return Sample(index, None, (), skip=f"a {odd[0].layout} argument (only strided tensors are checked)")
     if any(t.numel() == 0 for t in flat):
         return Sample(index, None, (), skip="an empty argument", shapes=shapes)
-    size = sum(t.numel() for t in flat)
+    size = sum(_elements(t) for t in flat)
     if size > max_size:
         return Sample(index, None, (), skip=f"{size} elements > max_size {max_size}", shapes=shapes)
 
@@ -432,6 +429,16 @@ def fn(*inputs):
 result = gv.check(fn, *leaves, order={order}, batched={batched}, seed={seed}, name={title!r})
 print(result)
 '''
+
+
+def _elements(t: Any) -> int:
+    """What a check perturbs of ``t``: its elements, or a sparse tensor's specified values."""
+    import torch
+
+    if t.layout == torch.strided:
+        return int(t.numel())
+    values = t._values() if t.layout == torch.sparse_coo else t.values()
+    return int(values.numel())
 
 
 def reproducer(task: Task, sample: Sample) -> str:

@@ -225,6 +225,10 @@ def test_verify_draws_masks_and_catches_the_leak_only(leaky):
     (x,) = bad.counterexample
     assert int(torch.isinf(x).sum()) == 1
     assert bad.result.by_kind(gv.Kind.HELD_GRADIENT)
+    # the report's @example line rebuilds the masked counterexample exactly
+    line = next(ln.strip() for ln in str(bad).splitlines() if ln.strip().startswith("@example("))
+    (again,) = eval(line.removeprefix("@example(")[:-1], {"torch": torch})
+    assert torch.equal(again, x)
     _Softmax.leak = False
     good = gv.verify(_Softmax.apply, args, max_examples=40, seed=3)
     assert good.ok, str(good)
