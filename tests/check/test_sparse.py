@@ -224,3 +224,20 @@ def test_jax_bcoo_with_a_wrong_rule_on_its_values(bcoo):
     assert not r.ok
     m = r.by_kind(gv.Kind.MISMATCH)[0]
     assert dense()[m.input_index] != 0 and "specified value" in m.where
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr], ids=["coo", "csr"])
+def test_sum_of_a_sparse_tensor_passes_where_gradcheck_masked_raises(layout):
+    """torch.sum's backward gives a dense gradient (ones everywhere) for a
+    sparse argument. Under masked semantics the unspecified elements'
+    gradients are ignored; gradcheck(masked=True) compares them anyway and
+    reports a Jacobian mismatch. gv.check compares the specified values
+    (right: 1 each) and says the rest as a layout warning."""
+    a = torch.tensor([[1.0, 0.0, 3.0], [0.0, 2.0, 0.0]], dtype=torch.float64)
+    s = as_layout(a, layout)
+    with pytest.raises(RuntimeError, match="Jacobian mismatch"):  # (torch's GradcheckError)
+        torch.autograd.gradcheck(torch.sum, (s.clone().requires_grad_(),), masked=True)
+    r = gv.check(torch.sum, s)
+    assert r.ok and not r.by_kind(gv.Kind.MISMATCH), str(r)
+    (w,) = r.by_kind(gv.Kind.WRONG_LAYOUT)
+    assert "non-zero values at 3 unspecified element(s)" in w.message
