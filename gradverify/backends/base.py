@@ -34,13 +34,30 @@ class SparseArray:
         """The sparse array of ``values`` in this pattern (differentiable in them)."""
         raise NotImplementedError
 
+    def numbered(self) -> np.ndarray:
+        """The dense array (flat, numpy) of ``rebuild`` of the values 1, 2, ..., n."""
+        raise NotImplementedError
+
+    def _positions(self) -> np.ndarray:
+        """Per value element (flat), its flat index in the dense array."""
+        where = getattr(self, "_where", None)
+        if where is None:
+            dense = self.numbered()
+            at = np.flatnonzero(dense)
+            where = np.zeros(dense.size and int(dense.max()), dtype=np.int64)
+            where[dense[at].astype(np.int64) - 1] = at
+            self._where = where
+        return where
+
     def dense_index(self, k: int) -> tuple[int, ...]:
         """The dense index of the value element at flat position ``k``."""
-        raise NotImplementedError
+        return tuple(int(j) for j in np.unravel_index(int(self._positions()[k]), self.shape))
 
     def pattern(self) -> np.ndarray:
         """The dense mask of the specified elements."""
-        raise NotImplementedError
+        mask = np.zeros(int(np.prod(self.shape)), dtype=bool)
+        mask[self._positions()] = True
+        return mask.reshape(self.shape)
 
     def once(self) -> str | None:
         """Why the backend cannot differentiate ``rebuild`` twice (None: it can)."""

@@ -28,7 +28,6 @@ class JaxSparse(SparseArray):
         self.values = x.data
         self.shape = tuple(int(s) for s in x.shape)
         self.nnz = int(x.nse)
-        self._where: np.ndarray | None = None
 
     @property
     def key(self) -> Any:  # type: ignore[override]
@@ -43,22 +42,8 @@ class JaxSparse(SparseArray):
             (values, x.indices), shape=x.shape, indices_sorted=x.indices_sorted, unique_indices=x.unique_indices
         )
 
-    def _positions(self) -> np.ndarray:
-        if self._where is None:
-            n = int(np.prod(self.values.shape))
-            with jax.enable_x64(True):
-                numbered = jnp.arange(1, n + 1, dtype=jnp.float64).reshape(self.values.shape)
-                dense = np.asarray(self.rebuild(numbered).todense()).reshape(-1)
-            where = np.zeros(n, dtype=np.int64)
-            at = np.flatnonzero(dense)
-            where[dense[at].astype(np.int64) - 1] = at
-            self._where = where
-        return self._where
-
-    def dense_index(self, k: int) -> tuple[int, ...]:
-        return tuple(int(j) for j in np.unravel_index(int(self._positions()[k]), self.shape))
-
-    def pattern(self) -> np.ndarray:
-        mask = np.zeros(int(np.prod(self.shape)), dtype=bool)
-        mask[self._positions()] = True
-        return mask.reshape(self.shape)
+    def numbered(self) -> np.ndarray:
+        n = int(np.prod(self.values.shape))
+        with jax.enable_x64(True):
+            numbered = jnp.arange(1, n + 1, dtype=jnp.float64).reshape(self.values.shape)
+            return np.asarray(self.rebuild(numbered).todense()).reshape(-1)

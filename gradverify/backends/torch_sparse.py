@@ -54,7 +54,6 @@ class TorchSparse(SparseArray):
         self.shape = tuple(int(s) for s in x.shape)
         self.nnz = int(self.values.shape[0])
         self.key = (self.layout, self.shape, tuple(i.cpu().numpy().tobytes() for i in self._indices))
-        self._where: np.ndarray | None = None
 
     def rebuild(self, values: Any) -> torch.Tensor:
         idx = tuple(i.to(values.device) for i in self._indices)
@@ -62,20 +61,10 @@ class TorchSparse(SparseArray):
             return torch.sparse_coo_tensor(idx[0], values, self.shape, is_coalesced=True)
         return torch.sparse_compressed_tensor(idx[0], idx[1], values, self.shape, layout=self._layout)
 
-    def _positions(self) -> np.ndarray:
-        """Per value element (flat), its flat index in the dense tensor."""
-        if self._where is None:
-            n = int(self.values.numel())
-            numbered = torch.arange(1, n + 1, dtype=torch.float64).reshape(self.values.shape)
-            dense = self.rebuild(numbered).to_dense().cpu().numpy().reshape(-1)
-            where = np.zeros(n, dtype=np.int64)
-            at = np.flatnonzero(dense)
-            where[dense[at].astype(np.int64) - 1] = at
-            self._where = where
-        return self._where
-
-    def dense_index(self, k: int) -> tuple[int, ...]:
-        return tuple(int(j) for j in np.unravel_index(int(self._positions()[k]), self.shape))
+    def numbered(self) -> np.ndarray:
+        n = int(self.values.numel())
+        numbered = torch.arange(1, n + 1, dtype=torch.float64).reshape(self.values.shape)
+        return self.rebuild(numbered).to_dense().cpu().numpy().reshape(-1)
 
     def once(self) -> str | None:
         v = self.values.detach().clone().requires_grad_(True)
@@ -88,11 +77,6 @@ class TorchSparse(SparseArray):
             "back cut from the graph under create_graph, so no derivative of order 2 is taken with respect to "
             "them (a CSR tensor's are)"
         )
-
-    def pattern(self) -> np.ndarray:
-        mask = np.zeros(int(np.prod(self.shape)), dtype=bool)
-        mask[self._positions()] = True
-        return mask.reshape(self.shape)
 
 
 def gradients(
