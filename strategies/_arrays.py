@@ -223,7 +223,7 @@ def masks(n: int, *, large: int = LARGE) -> st.SearchStrategy:
 
 
 def _keep_one(where: np.ndarray) -> np.ndarray:
-    if where.all():
+    if where.size and where.all():
         where[-1] = False
     return where
 

@@ -56,7 +56,7 @@ class HeldView:
     def __init__(self, fn: Callable[..., Any], masks: tuple[np.ndarray | None, ...], values: tuple[Any, ...]) -> None:
         self.fn, self.masks = fn, masks
         self._values = values  # per held argument, the held values at their entries (0 elsewhere)
-        self._placed: dict[tuple[int, str], tuple[Any, Any]] = {}
+        self._placed: dict[tuple[int, str, str], tuple[Any, Any]] = {}
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
         self.__module__ = getattr(fn, "__module__", None)
@@ -65,7 +65,7 @@ class HeldView:
         mask, values = np.asarray(self.masks[i]), self._values[i]
         if not hasattr(like, "detach"):
             return mask, values  # (numpy and jax take numpy operands; jax's stay constants under its tracing)
-        key = (i, str(like.device))
+        key = (i, str(like.device), str(like.dtype))
         held = self._placed.get(key)
         if held is None:
             ns = xp.ns(like)
@@ -195,7 +195,7 @@ def report(
     note = f"held fixed (non-finite, not perturbed): {held}"
     if said:
         note += f"; fn's derivatives there: {', '.join(said)} (finite differences: 0)"
-    elif any(masks[i] is not None for i, s in enumerate(result.inputs) if s.differentiable) is False:
+    elif not any(masks[i] is not None for i, s in enumerate(result.inputs) if s.differentiable):
         note += " (constant arguments)"
     return dataclasses.replace(
         result, findings=tuple(findings), inputs=inputs, evaluations=counts, notes=(*result.notes, note)

@@ -229,10 +229,11 @@ def _check_real(
             structural = _structure.findings(ev)
             if structural:
                 said = {(f.kind, f.argument) for f in structural}
+                refused = any(f.kind in (Kind.WRONG_SHAPE, Kind.WRONG_DEVICE) for f in structural)
                 kept = [
                     f
                     for f in outcome.findings
-                    if _structure.ENGINE_REFUSAL not in f.message and (f.kind, f.argument) not in said
+                    if not (refused and _structure.ENGINE_REFUSAL in f.message) and (f.kind, f.argument) not in said
                 ]
                 outcome.findings[:] = structural + kept
         inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))

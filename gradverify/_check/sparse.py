@@ -5,9 +5,10 @@ of its values, its pattern held fixed -- gradcheck's ``masked=True``: the
 derivatives compared are those with respect to the specified values, and
 finite differences perturb those alone. The view rebuilds the sparse array
 from the checked values with the backend's own differentiable constructor,
-so fn's rules reach the values through it; a sparse output is returned as
-its values, its pattern required to stay the same at every evaluation.
-Every index in a finding is the dense index of the element.
+so fn's rules reach the values through it. A sparse output is read at the
+point's own pattern, the same way: at a nearby point, an element outside
+it is not read and one of it that is not specified there reads 0. Every
+index in a finding is the dense index of the element.
 
 What the view cannot see is asked apart, at the caller's point: the layout
 of fn's own gradient for each sparse argument, and whether it has values
@@ -37,7 +38,21 @@ class SparseOutput(Exception):
 
 
 def sparse_args(backend: Backend, args: Sequence[Any]) -> tuple[SparseArray | None, ...]:
-    return tuple(backend.sparse(a) for a in args)
+    """Per argument, its values and pattern (None: dense); a sparse argument
+    the backend cannot differentiate through its values is refused."""
+    splits = tuple(backend.sparse(a) for a in args)
+    for i, s in enumerate(splits):
+        why = None if s is None else s.unusable()
+        if why is not None:
+            raise ArgumentTypeError(
+                explain(
+                    f"argument {i}",
+                    "a sparse array whose values the framework differentiates",
+                    f"{backend.dtype_name(args[i])} {s.layout}: {why}",
+                    "pass it as COO (x.to_sparse()) or dense (x.to_dense())",
+                )
+            )
+    return splits
 
 
 class SparseView:
@@ -59,30 +74,10 @@ class SparseView:
         out = self.fn(*self.inputs(args))
         if not self.backend.is_sparse(out):
             return out
-        split = self.backend.sparse(out)
-        assert split is not None
         if self.output is None:
-            self.output = split
-        elif split.key is not None and self.output.key is not None and split.key != self.output.key:
-            raise ArgumentTypeError(
-                explain(
-                    "fn's sparse output",
-                    f"one pattern at every point ({self.output.layout}, {self.output.nnz} specified values)",
-                    f"{split.layout} with {split.nnz} specified values elsewhere in the output",
-                    "its values are not one function of the inputs: return it dense (out.to_dense()) to "
-                    "check every element",
-                )
-            )
-        return _values(out, self.backend)
-
-
-def _values(out: Any, backend: Backend) -> Any:
-    """A sparse output's values, differentiably (a COO output coalesced)."""
-    if backend.name == "jax":
-        return out.data
-    if str(out.layout) == "torch.sparse_coo":
-        return out.coalesce().values()
-    return out.values().clone()  # (a compressed tensor's values are a view without strides of its own)
+            self.output = self.backend.sparse(out)  # (the point's: fn evaluates there first)
+        assert self.output is not None
+        return self.output.read(out)
 
 
 def parts(
@@ -99,11 +94,11 @@ def parts(
             s = splits[f.argument]
             k = _flat(f.input_index, tuple(s.values.shape))
             changes["input_index"] = s.dense_index(k)
-            said.append(f"argument {f.argument}'s specified value {k} of {s.nnz}")
+            said.append(f"argument {f.argument}'s value element {k} of {_size(s)}")
         if f.output_index is not None and out is not None:
             k = _flat(f.output_index, tuple(out.values.shape))
             changes["output_index"] = out.dense_index(k)
-            said.append(f"the output's specified value {k}")
+            said.append(f"the output's value element {k} of {_size(out)}")
         if not changes:
             return f
         where = ", ".join(said)
@@ -189,6 +184,10 @@ def _gradient_layouts(
             )
     notes.append("fn's own gradient layouts: " + ", ".join(said))
     return found
+
+
+def _size(s: SparseArray) -> int:
+    return int(np.prod(tuple(s.values.shape)))
 
 
 def _flat(index: Sequence[int], shape: tuple[int, ...]) -> int:

@@ -59,6 +59,15 @@ class SparseArray:
         mask[self._positions()] = True
         return mask.reshape(self.shape)
 
+    def read(self, out: Any) -> Any:
+        """The values of the sparse array ``out`` at this pattern's elements,
+        differentiably (an element outside ``out``'s own pattern reads 0)."""
+        raise NotImplementedError
+
+    def unusable(self) -> str | None:
+        """Why the backend cannot differentiate ``rebuild`` at all (None: it can)."""
+        return None
+
     def once(self) -> str | None:
         """Why the backend cannot differentiate ``rebuild`` twice (None: it can)."""
         return None

@@ -20,10 +20,25 @@ def is_sparse(x: Any) -> bool:
     return isinstance(x, jsparse.BCOO)
 
 
+_TRACED = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
 class JaxSparse(SparseArray):
     layout = "bcoo"
 
     def __init__(self, x: Any) -> None:
+        if not x.unique_indices:
+            try:
+                y = x.sum_duplicates()  # (duplicates summed: each element once in the pattern)
+            except _TRACED:
+                pass  # (inside a compiled call: read as it is)
+            else:
+                self.coalesced_here = int(y.nse) != int(x.nse)
+                x = y
         self._x = x
         self.values = x.data
         self.shape = tuple(int(s) for s in x.shape)
@@ -33,7 +48,7 @@ class JaxSparse(SparseArray):
     def key(self) -> Any:  # type: ignore[override]
         try:
             return ("bcoo", self.shape, np.asarray(self._x.indices).tobytes())
-        except jax.errors.TracerArrayConversionError:
+        except _TRACED:
             return None  # (inside a compiled call: the pattern is not known yet)
 
     def rebuild(self, values: Any) -> Any:
@@ -47,3 +62,10 @@ class JaxSparse(SparseArray):
         with jax.enable_x64(True):
             numbered = jnp.arange(1, n + 1, dtype=jnp.float64).reshape(self.values.shape)
             return np.asarray(self.rebuild(numbered).todense()).reshape(-1)
+
+    def read(self, out: Any) -> Any:
+        try:
+            where = self._positions()
+        except _TRACED:
+            return out.data
+        return out.todense().reshape(-1)[where].reshape(self.values.shape)

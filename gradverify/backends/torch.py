@@ -319,8 +319,16 @@ def _reader(node: Any, found: list[dict[str, Any]], leaves: dict[int, int]) -> C
         with torch.no_grad():
             raw = node.apply(*grad_outputs)
         raw = raw if isinstance(raw, tuple) else (raw,)
-        for k, ((nxt, nr), g) in enumerate(zip(node.next_functions, raw)):
-            if nxt is None or not isinstance(g, torch.Tensor):
+        # raw has one gradient per forward input, next_functions one edge per
+        # tensor input: the k-th input that needs a gradient has the k-th edge
+        # with a function (the others are constants: nothing to read)
+        needs = [k for k, b in enumerate(node.needs_input_grad) if b]
+        edges = [e for e in node.next_functions if e[0] is not None]
+        if len(needs) != len(edges) or len(raw) != len(node.needs_input_grad):
+            return  # (a graph this reading cannot pair up: left to the engine's own words)
+        for k, (nxt, nr) in zip(needs, edges):
+            g = raw[k]
+            if not isinstance(g, torch.Tensor):
                 continue
             argument = None
             if type(nxt).__name__ == "AccumulateGrad":

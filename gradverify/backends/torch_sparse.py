@@ -40,8 +40,9 @@ class TorchSparse(SparseArray):
     def __init__(self, x: torch.Tensor) -> None:
         x = x.detach()
         if x.layout == torch.sparse_coo:
-            self.coalesced_here = not x.is_coalesced()
+            nnz = int(x._nnz())
             x = x.coalesce()
+            self.coalesced_here = int(x._nnz()) != nnz  # (duplicate entries were summed)
             self._indices = (x.indices().clone(),)
             self.values = x.values().clone()
         else:
@@ -66,17 +67,40 @@ class TorchSparse(SparseArray):
         numbered = torch.arange(1, n + 1, dtype=torch.float64).reshape(self.values.shape)
         return self.rebuild(numbered).to_dense().cpu().numpy().reshape(-1)
 
+    def read(self, out: torch.Tensor) -> torch.Tensor:
+        if TorchSparse(out).key == self.key:
+            if out.layout == torch.sparse_coo:
+                return out.coalesce().values()
+            return out.values().clone()  # (a compressed tensor's values are a view without strides of its own)
+        where = torch.as_tensor(self._positions(), device=out.device)
+        return out.to_dense().reshape(-1)[where].reshape(self.values.shape)
+
+    def unusable(self) -> str | None:
+        if self._layout != torch.sparse_coo and self.values.is_complex():
+            return (
+                f"torch differentiates no complex {self.layout} tensor with respect to its values (its "
+                "sparse_compressed_tensor has no complex autograd)"
+            )
+        return None
+
     def once(self) -> str | None:
         v = self.values.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             (g,) = torch.autograd.grad((self.rebuild(v).to_dense() ** 2).sum(), v, create_graph=True)
-        if g.requires_grad:
-            return None
-        return (
-            f"torch's {self.layout} tensors differentiate once: the gradient with respect to their values comes "
-            "back cut from the graph under create_graph, so no derivative of order 2 is taken with respect to "
-            "them (a CSR tensor's are)"
-        )
+            if not g.requires_grad:
+                return (
+                    f"torch's {self.layout} tensors differentiate once: the gradient with respect to their values "
+                    "comes back cut from the graph under create_graph, so no derivative of order 2 is taken with "
+                    "respect to them"
+                )
+            try:
+                torch.autograd.grad(g.sum(), v)
+            except RuntimeError as e:
+                return (
+                    f"torch's second derivative with respect to a {self.layout} tensor's values raises ({e}), so "
+                    "none is taken"
+                )
+        return None
 
 
 def gradients(

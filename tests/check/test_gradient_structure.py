@@ -115,3 +115,20 @@ def test_numpy_rule_of_the_wrong_dtype():
     r = gv.check(rule, np.linspace(0.1, 1.0, 5))
     (w,) = r.by_kind(gv.Kind.WRONG_DTYPE)
     assert w.argument == 0 and w.level == "error"
+
+
+def test_a_function_with_a_non_tensor_input_is_read_at_the_right_argument():
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, scale, a, b):
+            ctx.save_for_backward(a, b)
+            return scale * a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return None, (2.0 * g * b).float(), 2.0 * g * a
+
+    r = gv.check(lambda a, b: Scaled.apply(2.0, a, b), X, X + 1)
+    (f,) = r.by_kind(gv.Kind.WRONG_DTYPE)
+    assert f.argument == 0 and "for its input 1 (argument 0 of fn)" in f.message, str(r)

@@ -141,6 +141,11 @@ def test_masked_arrays_draw_masks_and_shrink_toward_fewer():
     assert 10 < big.sum() < big.size
 
 
+def test_masked_empty_arrays():
+    a = find(gst.arrays("numpy", "float64", (0,), mask=-np.inf), lambda a: True, settings=settings(database=None))
+    assert a.shape == (0,)
+
+
 @pytest.mark.parametrize("bad", [0.0, 1.5, True, "inf"])
 def test_a_finite_mask_value_says_what_was_expected(bad):
     with pytest.raises(gv.ArgumentValueError, match=r"arrays\(mask=\.\.\.\): expected None, or the non-finite value"):
