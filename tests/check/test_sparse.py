@@ -192,7 +192,10 @@ def test_opinfo_sparse_samples_that_gradcheck_passes_pass(layout):
     compared = 0
     for name in ("mul", "sum"):
         op = next(o for o in op_db if o.name == name)
+        per_op = compared + 6
         for sample in op.sample_inputs_sparse(layout, "cpu", torch.float64, requires_grad=True):
+            if compared >= per_op:
+                break
             inputs = [sample.input, *sample.args]
             positions = [k for k, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
             tensors = [inputs[k].detach() for k in positions]
