@@ -39,7 +39,7 @@ class TorchBackend(Backend):
     def sparse_gradients(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int
     ) -> list[tuple[str, np.ndarray]]:
-        return torch_sparse.gradients(fn, args, wrt, seed)[0]
+        return torch_sparse.gradients(fn, args, wrt, seed)
 
     def gradient_structure(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:
         return gradient_structure(fn, args, wrt)
