@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "fns_warnings_only"]
+__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "Unshaped", "fns_warnings_only"]
 
 #: Packages whose own warnings, raised while gradverify takes a derivative,
 #: are the machinery's and not fn's.
@@ -56,3 +56,11 @@ class Derivative:
 
 class BadStructure(Exception):
     """A rule returned the wrong number of cotangents."""
+
+
+@dataclass(frozen=True)
+class Unshaped:
+    """fn's output at the point is not one dense real array: what it is,
+    for the boundary to build a view of it (see views)."""
+
+    kind: str  #: "pytree", "sparse" or "complex"

@@ -18,8 +18,7 @@ from .._errors import ArgumentTypeError, ModeUnavailable, explain
 from .._rule import Rule
 from ..backends import Backend, backend_name_of, backend_of
 from . import xp
-from .calls import BadStructure, CallFailed, Derivative, fns_warnings_only
-from .sparse import SparseOutput
+from .calls import BadStructure, CallFailed, Derivative, Unshaped, fns_warnings_only
 from .validate import resolve_wrt
 from .vectorised import Vectorised
 
@@ -102,13 +101,19 @@ class Evaluator(Vectorised):
         return self.backend.to_numpy(out).astype(np.float64, copy=False)
 
     # -- the primal -------------------------------------------------------------------
-    def primal_raw(self, precision: str | None = None) -> tuple[Any, str, list[Any]]:
+    def primal_raw(self, precision: str | None = None, first: bool = False) -> tuple[Any, str, list[Any]] | Unshaped:
         """Evaluate at the base point on copies; return the output (a working
         array: numpy in its own dtype, or float64 beside the arguments), its
-        dtype, and the arguments as fn left them (to detect mutation)."""
+        dtype, and the arguments as fn left them (to detect mutation).
+        ``first``: an output that is not one dense real array is said
+        (``Unshaped``) rather than read."""
         with self.backend.precision(precision or self.native_precision):
             args = self.arguments(None, precision, keep=not self.placed)
             out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
+            if first:
+                kind = self._unshaped(out)
+                if kind is not None:
+                    return Unshaped(kind)
             self._check_output(out)
             if self.placed:
                 after = [self.backend.to_working(a) for a in args]
@@ -252,12 +257,20 @@ class Evaluator(Vectorised):
                     "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
                 )
             )
-        if self.backend.is_sparse(out):
-            raise SparseOutput(type(out).__name__)  # (gv.check checks its values instead)
         bad = self.backend.unsupported(out, output=True)
         if bad is not None:
             what, fix = bad
             raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))
+
+    def _unshaped(self, out: Any) -> str | None:
+        """What view fn's output needs before the core can read it (None: none)."""
+        if backend_name_of(out) != self.backend.name:
+            return None  # (refused in _check_output's words)
+        if self.backend.is_sparse(out):
+            return "sparse"
+        if hasattr(out, "dtype") and self.backend.unsupported(out, output=True) is None and self.backend.is_complex(out):
+            return "complex"
+        return None
 
     def _derivative(self, d: Any) -> Derivative:
         if d is None:

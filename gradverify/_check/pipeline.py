@@ -27,19 +27,10 @@ from .. import _observe
 from .._errors import GradientError, ModeUnavailable
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from ..backends import Backend, backend_of
-from . import (
-    batched as _batched,
-    complex_parts as _complex,
-    held as _held,
-    modes as _modes,
-    primal as _primal,
-    probes as _probes,
-    sparse as _sparse,
-    structure as _structure,
-    xp,
-)
+from .._rule import Rule
+from . import batched as _batched, modes as _modes, primal as _primal, probes as _probes, structure as _structure, xp
 from .bounds import Bounds
-from .calls import CallFailed
+from .calls import CallFailed, Unshaped
 from .compare import Comparisons
 from .context import Context, Options
 from .evaluate import Evaluator
@@ -48,7 +39,11 @@ from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
-from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_readable
+from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
+from .views.base import Layer, View, compose
+from .views.complex import Complex
+from .views.held import Held
+from .views.sparse import Sparse
 
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check", "run"]
 
@@ -136,6 +131,12 @@ def check(
     return result
 
 
+#: The views of the boundary, outermost first (see views.base): sparse
+#: arguments as their values, non-finite entries held, complex numbers as
+#: their real parts.
+VIEWS: tuple[type[View], ...] = (Sparse, Held, Complex)
+
+
 def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -144,64 +145,43 @@ def run(
     name: str | None,
     options: Options,
 ) -> CheckResult:
-    """gv.check of validated arguments, its options whole."""
+    """gv.check of validated arguments, its options whole: the views built
+    in their order, the core run on what they hand inward, and its result
+    said back through each, innermost first."""
     backend = backend_of(args)
     label = name or function_name(fn)
-    splits = _sparse.sparse_args(backend, args)
-    if any(s is not None for s in splits):
-        return _sparse_check(backend, fn, args, splits, wrt, order, label, options)
-    validate_readable(backend, args)
-    masks = _held.held_entries(backend, args)
-    if any(m is not None for m in masks):
-        # the finite entries checked, the others held fixed (see held)
-        view = _held.held_view(fn, backend, args, masks)
-        result = run(view, _held.checked_args(backend, args, masks), wrt, order, label, options)
-        return _held.report(result, fn, backend, args, masks)
-    try:
-        return _dense(backend, fn, args, wrt, order, label, options)
-    except _sparse.SparseOutput:
-        return _sparse_check(backend, fn, args, splits, wrt, order, label, options)
+    outputs: frozenset[str] = frozenset()
+    while True:
+        layers, views = _boundary(backend, fn, args, outputs, options.seed, order)
+        core = compose(fn, views)
+        result = _check_real(backend, core, layers[-1].args if views else args, wrt, order, label, options)
+        if not isinstance(result, Unshaped):
+            break
+        if result.kind in outputs or not any(k.takes == result.kind for k in VIEWS):
+            raise AssertionError(f"no view takes a {result.kind} output")  # (each kind is taken by one view)
+        outputs |= {result.kind}
+    built = getattr(core.fn if isinstance(core, Rule) else core, "views", ())
+    for view, layer in zip(reversed(built), reversed(layers[: len(built)])):
+        result = view.said(result, layer)
+    return result
 
 
-def _dense(
-    backend: Backend,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    wrt: int | Sequence[int] | None,
-    order: int,
-    label: str,
-    options: Options,
-) -> CheckResult:
-    """gv.check of fn at dense, finite arguments (complex ones as their real view)."""
-    complex_args = tuple(bool(hasattr(a, "dtype") and backend.is_complex(a)) for a in args)
-    if any(complex_args):
-        view = _complex.real_view(fn, complex_args, backend)
-        real_args = tuple(backend.as_real(a) if c else a for a, c in zip(args, complex_args))
-        return _complex.parts(_check_real(backend, view, real_args, wrt, order, label, options), args, view, backend)
-    try:
-        return _check_real(backend, fn, args, wrt, order, label, options)
-    except _complex.ComplexOutput:
-        view = _complex.real_view(fn, complex_args, backend)
-        return _complex.parts(_check_real(backend, view, args, wrt, order, label, options), args, view, backend)
-
-
-def _sparse_check(
-    backend: Backend,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    splits: tuple[Any, ...],
-    wrt: int | Sequence[int] | None,
-    order: int,
-    label: str,
-    options: Options,
-) -> CheckResult:
-    """gv.check of fn as a function of its sparse arguments' values (see sparse)."""
-    view = _sparse.SparseView(fn, backend, splits)
-    if order >= 2:
-        view.higher_order_unavailable = next((why for s in splits if s is not None and (why := s.once())), None)
-    values = tuple(a if s is None else s.values for a, s in zip(args, splits))
-    result = run(view, values, wrt, order, label, options)
-    return _sparse.parts(result, fn, backend, args, view, options.seed)
+def _boundary(
+    backend: Backend, fn: Any, args: tuple[Any, ...], outputs: frozenset[str], seed: int, order: int
+) -> tuple[list[Layer], list[View]]:
+    """The views fn at args calls for, outermost first, with the layer
+    outside each (and the innermost's arguments last)."""
+    layers = [Layer(backend, fn, args, seed)]
+    views: list[View] = []
+    for kind in VIEWS:
+        view = kind.of(backend, layers[-1].args, outputs)
+        if view is None:
+            continue
+        if isinstance(view, Sparse):
+            view.for_order(order)
+        views.append(view)
+        layers.append(Layer(backend, compose(fn, views), view.args, seed))
+    return layers, views
 
 
 def _check_real(
@@ -212,8 +192,9 @@ def _check_real(
     order: int,
     label: str,
     options: Options,
-) -> CheckResult:
-    """gv.check of fn on real arguments (with a real output)."""
+) -> CheckResult | Unshaped:
+    """gv.check of fn on dense, finite, real arguments (``Unshaped`` where
+    its output is not one dense real array: the boundary builds a view for it)."""
     small = sum(xp.size(a) for a in args) <= xp.HOST_MAX
     placed = not small and _placed(backend, args)
     with backend.checking(placed, small):
@@ -222,6 +203,8 @@ def _check_real(
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         ev.wrt = wrt_t
         outcome = _run_stages(ev, options, order)
+        if outcome.unshaped is not None:
+            return outcome.unshaped
         missing = _missing_rules(ev, outcome)
         if missing:
             outcome = _without(ev, options, order, outcome, missing)
@@ -392,6 +375,7 @@ class _Outcome:
     notes: list[str] = field(default_factory=list)
     worst_ratio: float = 0.0
     vectorised: bool = False
+    unshaped: Unshaped | None = None  # fn's output needs a view first
 
     @property
     def ok(self) -> bool:
@@ -408,6 +392,9 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
     try:
         primal = _primal.evaluate(ev, report)
         if primal is None:
+            return outcome
+        if isinstance(primal, Unshaped):
+            outcome.unshaped = primal
             return outcome
         outcome.output = primal.summary
         _primal.repeat(ev, primal, report)

@@ -19,22 +19,19 @@ outside the pattern (a rule that treats the argument as a dense matrix, as
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .._errors import ArgumentTypeError, explain
-from .._result import WARNING, ArraySummary, CheckResult, Finding, Kind
-from ..backends import Backend
-from ..backends.base import SparseArray
-from .findings import unravel
+from ..._errors import ArgumentTypeError, explain
+from ..._result import WARNING, ArraySummary, CheckResult, Finding, Kind
+from ...backends import Backend
+from ...backends.base import SparseArray
+from ..findings import unravel
+from .base import Layer, View
 
-__all__ = ["SparseOutput", "SparseView", "parts", "sparse_args"]
-
-
-class SparseOutput(Exception):
-    """fn of dense arguments returned a sparse array: check its values."""
+__all__ = ["Sparse"]
 
 
 def sparse_args(backend: Backend, args: Sequence[Any]) -> tuple[SparseArray | None, ...]:
@@ -55,75 +52,86 @@ def sparse_args(backend: Backend, args: Sequence[Any]) -> tuple[SparseArray | No
     return splits
 
 
-class SparseView:
-    """fn of the sparse arguments' values (dense), returning a sparse
-    output's values."""
+class Sparse(View):
+    """Sparse arguments as their values (dense), rebuilt in their pattern
+    before fn sees them; a sparse output read at the point's own pattern."""
 
-    def __init__(self, fn: Callable[..., Any], backend: Backend, splits: tuple[SparseArray | None, ...]) -> None:
-        self.fn, self.backend, self.splits = fn, backend, splits
-        self.output: SparseArray | None = None  # the sparse output's pattern, once seen
-        self.higher_order_unavailable: str | None = None  # why the values' derivatives stop at order 1
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
-        self.__module__ = getattr(fn, "__module__", None)
+    takes = "sparse"
+
+    def __init__(self, backend: Backend, args: tuple[Any, ...], splits: tuple[SparseArray | None, ...]) -> None:
+        self.backend, self.splits = backend, splits
+        self.output_pattern: SparseArray | None = None  # the sparse output's pattern, once seen
+        self.args = tuple(a if s is None else s.values for a, s in zip(args, splits))
+
+    @classmethod
+    def of(cls, backend: Backend, args: tuple[Any, ...], outputs: frozenset[str]) -> Sparse | None:
+        splits = sparse_args(backend, args)
+        if not any(s is not None for s in splits) and "sparse" not in outputs:
+            return None
+        return cls(backend, args, splits)
+
+    def for_order(self, order: int) -> None:
+        """Say why the values' derivatives stop at the first, where they do."""
+        if order >= 2:
+            self.higher_order_unavailable = next(
+                (why for s in self.splits if s is not None and (why := s.once())), None
+            )
 
     def inputs(self, args: Sequence[Any]) -> list[Any]:
         return [a if s is None else s.rebuild(a) for a, s in zip(args, self.splits)]
 
-    def __call__(self, *args: Any) -> Any:
-        out = self.fn(*self.inputs(args))
+    def output(self, out: Any) -> Any:
         if not self.backend.is_sparse(out):
             return out
-        if self.output is None:
-            self.output = self.backend.sparse(out)  # (the point's: fn evaluates there first)
-        assert self.output is not None
-        return self.output.read(out)
+        if self.output_pattern is None:
+            self.output_pattern = self.backend.sparse(out)  # (the point's: fn evaluates there first)
+        assert self.output_pattern is not None
+        return self.output_pattern.read(out)
 
+    def said(self, result: CheckResult, layer: Layer) -> CheckResult:
+        """The values' result in the sparse function's terms: dense indices,
+        the layouts said, and fn's own gradient layouts judged."""
+        splits, out = self.splits, self.output_pattern
 
-def parts(
-    result: CheckResult, fn: Any, backend: Backend, args: tuple[Any, ...], view: SparseView, seed: int
-) -> CheckResult:
-    """The view's result in the sparse function's terms: dense indices, the
-    layouts said, and fn's own gradient layouts judged."""
-    splits, out = view.splits, view.output
+        def named(f: Finding) -> Finding:
+            changes: dict[str, Any] = {}
+            said = []
+            if f.input_index is not None and f.argument is not None and splits[f.argument] is not None:
+                s = splits[f.argument]
+                k = _flat(f.input_index, tuple(s.values.shape))
+                changes["input_index"] = s.dense_index(k)
+                said.append(f"argument {f.argument}'s value element {k} of {_size(s)}")
+            if f.output_index is not None and out is not None:
+                k = _flat(f.output_index, tuple(out.values.shape))
+                changes["output_index"] = out.dense_index(k)
+                said.append(f"the output's value element {k} of {_size(out)}")
+            if not changes:
+                return f
+            where = ", ".join(said)
+            changes["where"] = f"{f.where}; {where}" if f.where else where
+            return dataclasses.replace(f, **changes)
 
-    def named(f: Finding) -> Finding:
-        changes: dict[str, Any] = {}
-        said = []
-        if f.input_index is not None and f.argument is not None and splits[f.argument] is not None:
-            s = splits[f.argument]
-            k = _flat(f.input_index, tuple(s.values.shape))
-            changes["input_index"] = s.dense_index(k)
-            said.append(f"argument {f.argument}'s value element {k} of {_size(s)}")
-        if f.output_index is not None and out is not None:
-            k = _flat(f.output_index, tuple(out.values.shape))
-            changes["output_index"] = out.dense_index(k)
-            said.append(f"the output's value element {k} of {_size(out)}")
-        if not changes:
-            return f
-        where = ", ".join(said)
-        changes["where"] = f"{f.where}; {where}" if f.where else where
-        return dataclasses.replace(f, **changes)
-
-    findings = [named(f) for f in result.findings]
-    inputs = tuple(_summary(s, sp) for s, sp in zip(result.inputs, splits))
-    output = result.output if out is None or result.output is None else _summary(result.output, out)
-    notes = list(result.notes)
-    shown = [f"arg{i} {s.layout} {'x'.join(map(str, s.shape))}, {s.nnz} specified" for i, s in enumerate(splits) if s]
-    if out is not None:
-        shown.append(f"the output {out.layout} {'x'.join(map(str, out.shape))}, {out.nnz} specified")
-    notes.append(
-        "sparse: checked as the specified values, the pattern held fixed (masked semantics): " + "; ".join(shown)
-    )
-    if any(s is not None and s.coalesced_here for s in splits):
-        notes.append("an uncoalesced COO argument was read coalesced (duplicate entries summed)")
-    wrt = tuple(i for i, s in enumerate(result.inputs) if s.differentiable and splits[i] is not None)
-    counts = dict(result.evaluations)
-    if wrt and result.modes.get("VJP") == "checked":
-        findings += _gradient_layouts(fn, backend, args, splits, wrt, seed, notes, counts)
-    return dataclasses.replace(
-        result, findings=tuple(findings), inputs=inputs, output=output, evaluations=counts, notes=tuple(notes)
-    )
+        findings = [named(f) for f in result.findings]
+        inputs = tuple(_summary(s, sp) for s, sp in zip(result.inputs, splits))
+        output = result.output if out is None or result.output is None else _summary(result.output, out)
+        notes = list(result.notes)
+        shown = [
+            f"arg{i} {s.layout} {'x'.join(map(str, s.shape))}, {s.nnz} specified" for i, s in enumerate(splits) if s
+        ]
+        if out is not None:
+            shown.append(f"the output {out.layout} {'x'.join(map(str, out.shape))}, {out.nnz} specified")
+        notes.append(
+            "sparse: checked as the specified values, the pattern held fixed (masked semantics): " + "; ".join(shown)
+        )
+        if any(s is not None and s.coalesced_here for s in splits):
+            notes.append("an uncoalesced COO argument was read coalesced (duplicate entries summed)")
+        wrt = tuple(i for i, s in enumerate(result.inputs) if s.differentiable and splits[i] is not None)
+        counts = dict(result.evaluations)
+        if wrt and result.modes.get("VJP") == "checked":
+            findings += _gradient_layouts(layer.fn, self.backend, layer.args, splits, wrt, layer.seed, notes, counts)
+        return dataclasses.replace(
+            result, findings=tuple(findings), inputs=inputs, output=output, evaluations=counts, notes=tuple(notes)
+        )
 
 
 def _gradient_layouts(

@@ -19,20 +19,22 @@ and what each mode returned there.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .._errors import ModeUnavailable
-from .._result import ERROR, ArraySummary, CheckResult, Finding, Kind
-from .._rule import Rule
-from ..backends import Backend
-from . import xp
-from .findings import unravel
-from .modes import CHECKED
+from ..._errors import ModeUnavailable
+from ..._result import ERROR, ArraySummary, CheckResult, Finding, Kind
+from ..._rule import Rule
+from ...backends import Backend
+from .. import xp
+from ..findings import unravel
+from ..modes import CHECKED
+from ..validate import validate_readable
+from .base import Layer, View
 
-__all__ = ["HeldView", "held_entries", "held_view", "report"]
+__all__ = ["Held", "held_entries"]
 
 
 def held_entries(backend: Backend, args: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
@@ -50,16 +52,31 @@ def held_entries(backend: Backend, args: Sequence[Any]) -> tuple[np.ndarray | No
     return tuple(masks)
 
 
-class HeldView:
-    """fn of arguments whose held entries are put back before fn sees them."""
+class Held(View):
+    """Arguments whose held entries are 0 inward and put back before fn sees them."""
 
-    def __init__(self, fn: Callable[..., Any], masks: tuple[np.ndarray | None, ...], values: tuple[Any, ...]) -> None:
-        self.fn, self.masks = fn, masks
-        self._values = values  # per held argument, the held values at their entries (0 elsewhere)
+    def __init__(self, backend: Backend, args: tuple[Any, ...], masks: tuple[np.ndarray | None, ...]) -> None:
+        self.backend, self.masks = backend, masks
+        values: list[Any] = []  # per held argument, the held values at their entries (0 elsewhere)
+        key: list[Any] = [backend.name]
+        for a, m in zip(args, masks):
+            if m is None:
+                values.append(None)
+                key.append(None)
+                continue
+            v = np.where(m, backend.to_numpy(a), 0)
+            values.append(v)
+            key.append((m.shape, m.tobytes(), v.dtype.str, v[m].tobytes()))
+        self._values = tuple(values)
+        self.key = tuple(key)
         self._placed: dict[tuple[int, str, str], tuple[Any, Any]] = {}
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
-        self.__module__ = getattr(fn, "__module__", None)
+        self.args = _checked_args(backend, args, masks)
+
+    @classmethod
+    def of(cls, backend: Backend, args: tuple[Any, ...], outputs: frozenset[str]) -> Held | None:
+        validate_readable(backend, args)  # (the first view to read the values)
+        masks = held_entries(backend, args)
+        return cls(backend, args, masks) if any(m is not None for m in masks) else None
 
     def _operands(self, i: int, like: Any) -> tuple[Any, Any]:
         mask, values = np.asarray(self.masks[i]), self._values[i]
@@ -81,74 +98,24 @@ class HeldView:
                 out[i] = xp.ns(args[i]).where(mask, values, args[i])
         return out
 
-    def zeroed(self, i: int, d: Any) -> Any:
+    def _zeroed(self, i: int, d: Any) -> Any:
         """A derivative with respect to argument i, 0 at its held entries."""
-        if self.masks[i] is None or d is None:
+        if i >= len(self.masks) or self.masks[i] is None or d is None or not hasattr(d, "dtype"):
             return d
         mask, _ = self._operands(i, d)
         return xp.ns(d).where(mask, 0, d)
 
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*self.inputs(args))
+    def tangents(self, tangents: Sequence[Any]) -> list[Any]:
+        return [self._zeroed(i, t) for i, t in enumerate(tangents)]
+
+    def cotangents(self, cotangents: Sequence[Any]) -> list[Any]:
+        return [self._zeroed(i, r) for i, r in enumerate(cotangents)]
+
+    def said(self, result: CheckResult, layer: Layer) -> CheckResult:
+        return report(result, layer.fn, self.backend, layer.args, self.masks)
 
 
-#: One view per (fn, held entries and values): jax compiles a function once
-#: per function object, so every check of one fn at one mask sees one view.
-_VIEWS: dict[tuple, tuple[Any, Any]] = {}
-_MAX_VIEWS = 32
-
-
-def held_view(fn: Any, backend: Backend, args: Sequence[Any], masks: tuple[np.ndarray | None, ...]) -> Any:
-    """fn (a function or a gv.Rule) of the arguments with their held entries at 0."""
-    values: list[Any] = []
-    key: list[Any] = [id(fn), backend.name]
-    for a, m in zip(args, masks):
-        if m is None:
-            values.append(None)
-            key.append(None)
-            continue
-        v = np.where(m, backend.to_numpy(a), 0)
-        values.append(v)
-        key.append((m.shape, m.tobytes(), v.dtype.str, v[m].tobytes()))
-    k = tuple(key)
-    cached = _VIEWS.get(k)
-    if cached is not None and cached[0] is fn:
-        return cached[1]
-    view: Any
-    if isinstance(fn, Rule):
-        view = _rule_view(fn, masks, tuple(values))
-    else:
-        view = HeldView(fn, masks, tuple(values))
-    if len(_VIEWS) >= _MAX_VIEWS:
-        _VIEWS.pop(next(iter(_VIEWS)))
-    _VIEWS[k] = (fn, view)
-    return view
-
-
-def _rule_view(rule: Rule, masks: tuple[np.ndarray | None, ...], values: tuple[Any, ...]) -> Rule:
-    primal = HeldView(rule.fn, masks, values)
-    jvp = vjp = None
-    if rule.jvp is not None:
-        user_jvp = rule.jvp
-
-        def jvp(primals: tuple, tangents: tuple) -> Any:
-            ts = tuple(primal.zeroed(i, t) for i, t in enumerate(tangents))
-            return user_jvp(tuple(primal.inputs(primals)), ts)
-
-    if rule.vjp is not None:
-        user_vjp = rule.vjp
-
-        def vjp(primals: tuple, cotangent: Any) -> Any:
-            res = user_vjp(tuple(primal.inputs(primals)), cotangent)
-            if not isinstance(res, (tuple, list)):
-                return primal.zeroed(0, res) if len(masks) == 1 else res  # (the checker says what it expected)
-            return tuple(primal.zeroed(i, r) if i < len(masks) else r for i, r in enumerate(res))
-
-    view = Rule(primal, jvp=jvp, vjp=vjp)
-    return view
-
-
-def checked_args(backend: Backend, args: Sequence[Any], masks: tuple[np.ndarray | None, ...]) -> tuple[Any, ...]:
+def _checked_args(backend: Backend, args: Sequence[Any], masks: tuple[np.ndarray | None, ...]) -> tuple[Any, ...]:
     """The arguments with 0 at their held entries (new arrays: the caller's are untouched)."""
     out = []
     with backend.precision(_native(backend, args)):
