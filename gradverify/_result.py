@@ -68,6 +68,7 @@ class Kind(Word):
     WRONG_DEVICE = "wrong_device"  # a gradient on another device than its argument
     WRONG_LAYOUT = "wrong_layout"  # a gradient of another layout (or with values outside a sparse pattern)
     HELD_GRADIENT = "held_gradient"  # a non-zero derivative at an entry held fixed (non-finite at the point)
+    NOTHING_CHECKED = "nothing_checked"  # no derivative was compared at all: not a pass (unless allowed)
 
     #: Every kind.
     ALL = _Derived(tuple)
@@ -113,6 +114,8 @@ class Finding:
     order: int = 1
     where: str | None = None  # e.g. "directional: direction 1 of 2"
     detail: str | None = None  # a traceback, a hint
+    input_name: str | None = None  # the input's name by its path (a pytree leaf, a model's parameter)
+    output_name: str | None = None  # the output's name by its path (a leaf of a pytree output)
 
     @property
     def relative(self) -> float | None:
@@ -128,6 +131,9 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        for k in ("input_name", "output_name"):
+            if d[k] is None:
+                del d[k]  # (named where the check had pytrees or a model)
         for k in ("pair", "input_index", "output_index"):
             if d[k] is not None:
                 d[k] = list(d[k])
@@ -317,6 +323,10 @@ def render_text(r: CheckResult) -> str:
         verdict = "PASSED (partly inconclusive)"
     else:
         verdict = "PASSED"
+    checked = [m for m in ("JVP", "VJP") if r.modes.get(m) == "checked"]
+    if not errors and len(checked) == 1 and verdict == "PASSED":
+        other = "VJP" if checked == ["JVP"] else "JVP"
+        verdict += f" ({checked[0]} only; {other} {r.modes.get(other, 'not run')})"
     if not errors and r.second_order_checked is False:
         verdict += f" (order {r.order} not checked: no derivative of the JVP or VJP could be taken)"
     n_warn = len(r.warnings)

@@ -28,14 +28,17 @@ import numpy as np
 
 from . import _io, _observe
 from ._check.pipeline import check
+from ._check.unchecked import unchecked
 from ._errors import ArgumentTypeError, ArgumentValueError, explain
-from ._result import CheckResult
+from ._result import CheckResult, Kind
 from .backends import backend_name_of, compiling
+from .backends.trees import flatten
 
 __all__ = [
     "MAX_SHRINKING_SECONDS",
     "VerifyResult",
     "derive_seed",
+    "exact_leaves",
     "generated",
     "literal",
     "render_verify",
@@ -81,9 +84,7 @@ class VerifyResult:
         return {
             **{name: getattr(self, name) for name in plain},
             "worst_ratio": self.worst_ratio,
-            "counterexample": None
-            if self.counterexample is None
-            else [_io.exact(np.asarray(_io.to_numpy(a))) for a in self.counterexample],
+            "counterexample": None if self.counterexample is None else exact_leaves(self.counterexample),
             "saved": self.saved,
             "result": None if self.result is None else self.result.to_dict(),
             "shrink_cut": self.shrink_cut,
@@ -179,9 +180,13 @@ def verify(
         if _key(args) in state.failing if over else _judge(args):
             raise _Failed
 
+    allowed = bool(check_options.pop("allow_unchecked", False))
+
     def _judge(args: Any) -> bool:
-        """Whether fn fails its check at ``args`` (a failure is remembered)."""
-        res = check(fn, *args, order=order, seed=int(seed), **check_options)
+        """Whether fn fails its check at ``args`` (a failure is remembered; see _strict)."""
+        res = _strict(check(fn, *args, order=order, seed=int(seed), allow_unchecked=True, **check_options), allowed)
+        if res.by_kind(Kind.NOTHING_CHECKED) and res.ok:
+            state.unchecked = res
         state.label = res.function
         if state.failing_seen:
             state.shrink_steps += 1
@@ -209,9 +214,31 @@ def verify(
     except _Failed:
         pass
     result = state.result(label, int(seed), int(max_examples), repr(args_strategy), report_dir)
+    result = _none_compared(result, state, allowed)
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+def _none_compared(result: VerifyResult, state: _State, allowed: bool) -> VerifyResult:
+    """A passing run in which every example compared nothing is not a pass
+    (the last one's check says why), unless ``allowed``."""
+    if not result.ok or allowed or state.unchecked is None or state.inconclusive != state.examples:
+        return result
+    rest = tuple(f for f in state.unchecked.findings if f.kind != Kind.NOTHING_CHECKED)
+    said = unchecked(dataclasses.replace(state.unchecked, findings=rest))
+    return dataclasses.replace(result, ok=False, result=said, backend=said.backend)
+
+
+def _strict(res: CheckResult, allowed: bool) -> CheckResult:
+    """A check run with allow_unchecked=True, judged as verify judges it: a
+    point that gave nothing to compare is inconclusive there (the run is not
+    a pass if every point was so); a function with no derivative to compare
+    fails at any point (unless ``allowed``)."""
+    nothing = res.by_kind(Kind.NOTHING_CHECKED)
+    if nothing and not allowed and not res.by_kind(Kind.NOTHING_COMPARED):
+        return unchecked(dataclasses.replace(res, findings=tuple(f for f in res.findings if f not in nothing)))
+    return res
 
 
 def _settings(max_examples: int, database: Any) -> Any:
@@ -363,6 +390,7 @@ class _State:
     started: float = 0.0  # when the first failure was seen (time.monotonic)
     cut: str | None = None  # which budget stopped shrinking
     failing: set[bytes] = dataclasses.field(default_factory=set)  # the failing inputs seen (_key)
+    unchecked: CheckResult | None = None  # the last example that compared nothing (inconclusive there)
 
     def spent(self) -> bool:
         """Whether a shrink budget has run out (said once, in ``cut``)."""
@@ -401,8 +429,33 @@ def _dtype_of(a: Any) -> str:
     return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
 
 
+def exact_leaves(args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The arguments' array leaves exactly (``_io.exact``), each with its ``name`` (``arg0['w']``)."""
+    return [{"name": n, **_io.exact(np.asarray(_io.to_numpy(a)))} for n, a in _leaves(args)]
+
+
+def _leaves(args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """The array leaves of the arguments, named by their paths (``arg0['w']``)."""
+    out = []
+    for i, a in enumerate(args):
+        if backend_name_of(a) is not None:
+            out.append((f"arg{i}", a))
+            continue
+        flat = flatten(a)
+        out += [(f"arg{i}{p}", leaf) for p, leaf in zip(flat.paths, flat.leaves) if backend_name_of(leaf) is not None]
+    return out
+
+
 def literal(a: Any) -> str:
-    """A Python expression that rebuilds ``a`` exactly in its own backend."""
+    """A Python expression that rebuilds ``a`` exactly in its own backend
+    (a dict, list or tuple of arrays as such a literal of them)."""
+    if backend_name_of(a) is None:
+        if isinstance(a, dict) and type(a) is dict:
+            return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in a.items()) + "}"
+        if type(a) in (list, tuple):
+            inner = ", ".join(literal(v) for v in a) + ("," if type(a) is tuple and len(a) == 1 else "")
+            return f"[{inner}]" if type(a) is list else f"({inner})"
+        return repr(a)
     dt = _dtype_of(a)
     # (repr writes inf and nan as names Python does not know: a mask's -inf as float("-inf"))
     body = re.sub(r"\b(inf|nan)\b", r'float("\1")', repr(np.asarray(_io.to_numpy(a)).tolist()))
@@ -420,7 +473,7 @@ def _save(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label) or "fn"
     path = directory / f"{safe}-seed{seed}.npz"
-    _io.write_npz(path, [np.asarray(_io.to_numpy(a)) for a in args])
+    _io.write_npz(path, [np.asarray(_io.to_numpy(a)) for _, a in _leaves(args)])
     return str(path)
 
 
@@ -432,14 +485,19 @@ def render_verify(r: VerifyResult) -> str:
     )
     if r.ok:
         return head + "\n  no generated input gave an error-level finding"
+    if r.counterexample is None:
+        lines = [head, "  no example compared a derivative: not a pass"]
+        if r.result is not None:
+            lines += ["    " + line for line in str(r.result).splitlines()]
+        return "\n".join(lines)
     shrunk = f"; shrunk in {r.shrink_steps} step(s)"
     if r.shrink_cut:
         shrunk += f" - shrinking cut {r.shrink_cut}: the smallest counterexample found by then"
     lines = [head + shrunk, f"  counterexample ({r.backend}):"]
-    for i, a in enumerate(r.counterexample or ()):
+    for name, a in _leaves(tuple(r.counterexample or ())):
         ex = _io.exact(np.asarray(_io.to_numpy(a)))
         shape = "x".join(map(str, ex["shape"])) or "scalar"
-        lines.append(f"    arg{i}: {_dtype_of(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
+        lines.append(f"    {name}: {_dtype_of(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
         if ex["hex"] is not None and len(ex["hex"]) <= 16:
             lines.append(f"          exact: {' '.join(ex['hex'])}")
     parts = [literal(a) for a in r.counterexample or ()]

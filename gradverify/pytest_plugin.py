@@ -36,7 +36,7 @@ from . import _io, _observe
 from ._check.pipeline import check
 from ._errors import GradientError
 from ._sweep import reports
-from ._verify import MAX_SHRINKING_SECONDS, derive_seed, verify
+from ._verify import MAX_SHRINKING_SECONDS, derive_seed, exact_leaves, verify
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise", "batched")
 _SHRINK_OPTIONS = ("max_shrinks", "max_shrinking_seconds")
@@ -224,7 +224,6 @@ def _raise_if_failed(res: Any) -> Any:
 
 def _record(nodeid: str, kind: str, res: Any) -> dict[str, Any]:
     """A JSON-ready record of one gv.check (``kind`` "check") or gv.verify call."""
-    import numpy as np
 
     check = res if kind == "check" else res.result
     worst = check.errors[0] if check is not None and check.errors else None
@@ -248,9 +247,7 @@ def _record(nodeid: str, kind: str, res: Any) -> dict[str, Any]:
         "where": None if worst is None else worst.message,
         "error": None if worst is None else worst.error,
         "bound": None if worst is None else worst.bound,
-        "counterexample": None
-        if counterexample is None
-        else [_io.exact(np.asarray(_io.to_numpy(a))) for a in counterexample],
+        "counterexample": None if counterexample is None else exact_leaves(tuple(counterexample)),
         "npz": getattr(res, "saved", None),
         "reproduce": None if check is None else check.reproduce,
         "report": None if res.ok else str(res),

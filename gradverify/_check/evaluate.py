@@ -17,6 +17,7 @@ import numpy as np
 from .._errors import ArgumentTypeError, ModeUnavailable, explain
 from .._rule import Rule
 from ..backends import Backend, backend_name_of, backend_of
+from ..backends.trees import flatten
 from . import xp
 from .calls import BadStructure, CallFailed, Derivative, Unshaped, fns_warnings_only
 from .validate import resolve_wrt
@@ -254,7 +255,7 @@ class Evaluator(Vectorised):
                     "fn's return value",
                     f"one {self.backend.name} array (the backend of its arguments)",
                     f"{type(out).__module__}.{type(out).__qualname__}",
-                    "return a single array; for several outputs check each (lambda *a: fn(*a)[k]) or concatenate them",
+                    "return an array, or a pytree (tuple, list, dict) of arrays",
                 )
             )
         bad = self.backend.unsupported(out, output=True)
@@ -264,11 +265,22 @@ class Evaluator(Vectorised):
 
     def _unshaped(self, out: Any) -> str | None:
         """What view fn's output needs before the core can read it (None: none)."""
+        if backend_name_of(out) is None and out is not None and not isinstance(out, (int, float, complex, str)):
+            try:
+                leaves = flatten(out).leaves
+            except ArgumentTypeError:
+                return None  # (refused in _check_output's words)
+            if any(backend_name_of(leaf) == self.backend.name for leaf in leaves):
+                return "pytree"
         if backend_name_of(out) != self.backend.name:
             return None  # (refused in _check_output's words)
         if self.backend.is_sparse(out):
             return "sparse"
-        if hasattr(out, "dtype") and self.backend.unsupported(out, output=True) is None and self.backend.is_complex(out):
+        if (
+            hasattr(out, "dtype")
+            and self.backend.unsupported(out, output=True) is None
+            and self.backend.is_complex(out)
+        ):
             return "complex"
         return None
 

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from .. import _observe
-from .._errors import GradientError, ModeUnavailable
+from .._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
-from ..backends import Backend, backend_of
 from .._rule import Rule
+from ..backends import Backend, backend_of
 from . import batched as _batched, modes as _modes, primal as _primal, probes as _probes, structure as _structure, xp
 from .bounds import Bounds
 from .calls import CallFailed, Unshaped
@@ -39,11 +39,14 @@ from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
+from .unchecked import unchecked
 from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
 from .views.base import Layer, View, compose
 from .views.complex import Complex
 from .views.held import Held
+from .views.models import MODEL, model_of
 from .views.sparse import Sparse
+from .views.tree import Tree
 
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check", "run"]
 
@@ -61,6 +64,7 @@ def check(
     name: str | None = None,
     vectorise: bool = True,
     batched: bool = False,
+    allow_unchecked: bool = False,
 ) -> CheckResult:
     """Check the derivatives of ``fn`` at ``args``: forward mode (JVP), reverse
     mode (VJP) and finite differences (FD) cross-checked, within bounds from a
@@ -94,6 +98,10 @@ def check(
             batch of points near ``args`` and compare each member with its
             plain derivative (torch and jax; docs/api.md, "Batched
             derivatives").
+        allow_unchecked: a check that compared no derivative (no mode could
+            be taken, or the point gave nothing to compare) is a failure with
+            a ``nothing_checked`` error; True makes it a warning (an audit of
+            an operator documented to have no derivative).
 
     Returns:
         A :class:`gradverify.CheckResult`: ``ok`` is False iff an error-level
@@ -115,6 +123,10 @@ def check(
     """
     validate_fn(fn)
     validate_options(order, seed, rtol, atol, directions, vectorise, batched)
+    if not isinstance(allow_unchecked, bool):
+        raise ArgumentTypeError(
+            explain("allow_unchecked", "True or False", repr(allow_unchecked), "e.g. allow_unchecked=True")
+        )
     asked = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
     options = Options(
         seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
@@ -125,22 +137,23 @@ def check(
         args,
         {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
     ) as outermost:
-        result = run(fn, args, wrt, order, name, options)
+        result = unchecked(run(fn, args, wrt, order, name, options), allow_unchecked)
     if outermost:
         _observe.finished("check", result)
     return result
 
 
-#: The views of the boundary, outermost first (see views.base): sparse
-#: arguments as their values, non-finite entries held, complex numbers as
-#: their real parts.
-VIEWS: tuple[type[View], ...] = (Sparse, Held, Complex)
+#: The views of the boundary inside the pytrees (see views.base), outermost
+#: first: sparse arguments as their values, non-finite entries held,
+#: complex numbers as their real parts. Outside them all, ``Tree`` takes
+#: pytrees and models to their array leaves (it decides the backend).
+VIEWS: tuple[type[View], ...] = (Tree, Sparse, Held, Complex)
 
 
 def run(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
-    wrt: int | Sequence[int] | None,
+    wrt: Any,
     order: int,
     name: str | None,
     options: Options,
@@ -148,13 +161,15 @@ def run(
     """gv.check of validated arguments, its options whole: the views built
     in their order, the core run on what they hand inward, and its result
     said back through each, innermost first."""
-    backend = backend_of(args)
     label = name or function_name(fn)
+    model = model_of(fn)
+    outer_fn, outer_args = (model.call, (model.params, *args)) if model is not None else (fn, args)
     outputs: frozenset[str] = frozenset()
     while True:
-        layers, views = _boundary(backend, fn, args, outputs, options.seed, order)
-        core = compose(fn, views)
-        result = _check_real(backend, core, layers[-1].args if views else args, wrt, order, label, options)
+        layers, views, core_wrt = _boundary(outer_fn, outer_args, outputs, wrt, model, options.seed, order)
+        core = compose(outer_fn, views)
+        backend = layers[0].backend
+        result = _check_real(backend, core, layers[-1].args, core_wrt, order, label, options)
         if not isinstance(result, Unshaped):
             break
         if result.kind in outputs or not any(k.takes == result.kind for k in VIEWS):
@@ -163,17 +178,39 @@ def run(
     built = getattr(core.fn if isinstance(core, Rule) else core, "views", ())
     for view, layer in zip(reversed(built), reversed(layers[: len(built)])):
         result = view.said(result, layer)
+    if model is not None:
+        result = model.said(result, tuple(args)) if model.framework == "torch" else result
     return result
 
 
 def _boundary(
-    backend: Backend, fn: Any, args: tuple[Any, ...], outputs: frozenset[str], seed: int, order: int
-) -> tuple[list[Layer], list[View]]:
+    fn: Any, args: tuple[Any, ...], outputs: frozenset[str], wrt: Any, model: Any, seed: int, order: int
+) -> tuple[list[Layer], list[View], Any]:
     """The views fn at args calls for, outermost first, with the layer
-    outside each (and the innermost's arguments last)."""
+    outside each (and the innermost's arguments last), and the core's wrt."""
+    names = tuple(
+        MODEL if (model is not None and i == 0) else f"arg{i - (model is not None)}" for i in range(len(args))
+    )
+    tree = Tree.build(args, outputs, names, MODEL if model is not None else None, wrt)
+    if tree is not None and not tree.args:
+        raise ArgumentTypeError(
+            explain(
+                "gv.check arguments",
+                "at least one array among the arguments and their leaves",
+                "; ".join(f"{n}: {type(a).__qualname__}" for n, a in zip(names, args)),
+                "pass the inputs as numpy arrays, torch tensors or jax arrays (or pytrees of them)",
+            )
+        )
+    backend = backend_of(tree.args if tree is not None else args)
     layers = [Layer(backend, fn, args, seed)]
     views: list[View] = []
-    for kind in VIEWS:
+    core_wrt = wrt
+    if tree is not None:
+        tree.backend = backend
+        core_wrt = tree.wrt(wrt, backend)
+        views.append(tree)
+        layers.append(Layer(backend, compose(fn, views), tree.args, seed))
+    for kind in VIEWS[1:]:
         view = kind.of(backend, layers[-1].args, outputs)
         if view is None:
             continue
@@ -181,7 +218,7 @@ def _boundary(
             view.for_order(order)
         views.append(view)
         layers.append(Layer(backend, compose(fn, views), view.args, seed))
-    return layers, views
+    return layers, views, core_wrt
 
 
 def _check_real(

@@ -103,9 +103,7 @@ class TorchSparse(SparseArray):
         return None
 
 
-def gradients(
-    fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int
-) -> list[tuple[str, np.ndarray]]:
+def gradients(fn: Callable, args: Sequence[Any], wrt: Sequence[int], seed: int) -> list[tuple[str, np.ndarray]]:
     """fn's own gradients with respect to the arguments at ``wrt`` (sparse
     tensors among them, as the caller passed them) for a random cotangent on
     the output's values: per argument, its layout and its dense values."""

@@ -67,7 +67,9 @@ class Complex(View):
         return out
 
     def tangents(self, tangents: Sequence[Any]) -> list[Any]:
-        return [t if t is None else (self.backend.as_complex(t) if c else t) for t, c in zip(tangents, self.complex_args)]
+        return [
+            t if t is None else (self.backend.as_complex(t) if c else t) for t, c in zip(tangents, self.complex_args)
+        ]
 
     def output_cotangent(self, cotangent: Any) -> Any:
         # (the check evaluates the primal first: its output's kind is known)
