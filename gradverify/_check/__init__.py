@@ -7,8 +7,10 @@ references, from the ``fd`` sub-wing), ``compare`` (the comparisons, with
 low-precision AD against float64, the ``excuses`` a disagreement gets before
 FD convicts AD, and the finding texts in ``messages``), ``locate`` (a failing
 projection traced to its element) and ``batched`` (the derivatives under
-vmap) - each adding to ``findings``; ``complex_parts`` checks a complex
-function as a real one. Beneath them: ``context`` (the options and what the
+vmap) - each adding to ``findings``; the ``views`` sub-wing meets the
+caller's arguments and output (pytrees and models, sparse values, held
+entries, complex parts) and ``unchecked`` keeps a check of nothing from
+passing. Beneath them: ``context`` (the options and what the
 stages share), ``evaluate`` with ``vectorised`` and ``calls`` (every call
 into fn and its rules), ``xp`` (array arithmetic where the arguments live),
 ``tolerance`` (the constants, each with its reason) and ``steps`` (the
