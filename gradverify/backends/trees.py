@@ -73,12 +73,14 @@ def flatten(x: Any) -> Flat:
     """``x``'s leaves and paths by the utility of its framework (a builtin
     container: jax's where it is loaded, else torch's)."""
     utility = _utility(x)
-    if utility == "jax":
-        tu = _module("jax")
-        pairs, treedef = tu.tree_flatten_with_path(x)
-    else:
-        tu = _module("torch")
-        pairs, treedef = tu.tree_flatten_with_path(x)
+    tu = _module(utility)
+    pairs, treedef = tu.tree_flatten_with_path(x)
+    if utility == "jax" and type(x).__module__ == "builtins" and "torch" in sys.modules:
+        tensor = sys.modules["torch"].Tensor
+        if any(isinstance(v, tensor) for _, v in pairs):
+            # torch tensors in builtin containers: torch's utility (insertion order, torch's nodes)
+            utility, tu = "torch", _module("torch")
+            pairs, treedef = tu.tree_flatten_with_path(x)
     return Flat(tuple(v for _, v in pairs), tuple(tu.keystr(p) for p, _ in pairs), treedef, utility)
 
 

@@ -88,7 +88,8 @@ def test_batched_logistic_losses_pass_over_a_scan_of_logits_and_targets():
     for i in range(150):
         x = rng.uniform(-30, 30, size=() if i % 2 else (3,))
         y = rng.uniform(0, 1, size=x.shape) if i % 3 else 1 / (1 + np.exp(-x))
-        r = gv.check(_bce, torch.tensor(x), torch.tensor(y), batched=True)
+        # (a point whose every element is undecidable compared nothing: inconclusive, not a false alarm)
+        r = gv.check(_bce, torch.tensor(x), torch.tensor(y), batched=True, allow_unchecked=True)
         if not r.ok:
             failed.append((x, y, str(r)))
     assert not failed, failed[0]

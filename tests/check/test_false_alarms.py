@@ -98,7 +98,7 @@ def test_huge_inputs_do_not_overflow_the_tangent():
 
 def test_sin_at_1e15_is_inconclusive_not_a_mismatch():
     """u |x| = 0.1 there: no step between the noise and the period."""
-    r = gv.check(torch.sin, t64(1e15))
+    r = gv.check(torch.sin, t64(1e15), allow_unchecked=True)
     assert r.ok and r.inconclusive, str(r)
     (f,) = r.by_kind(gv.Kind.FD_UNRELIABLE)
     assert f.detail

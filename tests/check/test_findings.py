@@ -132,7 +132,9 @@ def test_mode_unavailable_torch_function_without_jvp():
 
 
 def test_mode_unavailable_plain_numpy_says_so():
-    r = gv.check(lambda x: x * x, X)
+    strict = gv.check(lambda x: x * x, X)
+    assert not strict.ok and strict.by_kind(gv.Kind.NOTHING_CHECKED)
+    r = gv.check(lambda x: x * x, X, allow_unchecked=True)
     assert r.ok
     msgs = [f.message for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE)]
     assert len(msgs) == 2 and all("numpy has no automatic differentiation" in m for m in msgs)
