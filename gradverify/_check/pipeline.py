@@ -179,7 +179,7 @@ def run(
     for view, layer in zip(reversed(built), reversed(layers[: len(built)])):
         result = view.said(result, layer)
     if model is not None:
-        result = model.said(result, tuple(args)) if model.framework == "torch" else result
+        result = model.said(result, tuple(args))
     return result
 
 

@@ -22,15 +22,16 @@ excuses loop tries interchangeable objects in order until none applies.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..._result import CheckResult
+from ..._result import CheckResult, Finding
 from ..._rule import Rule
 from ...backends import Backend
 
-__all__ = ["Composed", "Layer", "View", "compose"]
+__all__ = ["Composed", "Layer", "View", "compose", "relocated"]
 
 
 @dataclass(frozen=True)
@@ -170,3 +171,12 @@ def compose(fn: Any, views: Sequence[View]) -> Any:
             _COMPOSED.pop(next(iter(_COMPOSED)))
         _COMPOSED[key] = (fn, composed)
     return composed
+
+
+def relocated(f: Finding, changes: dict[str, Any], said: Sequence[str]) -> Finding:
+    """``f`` with ``changes`` (its indices in the outward layer's terms) and
+    what they mean added to its ``where``; ``f`` itself where nothing changed."""
+    if not changes:
+        return f
+    where = ", ".join(said)
+    return dataclasses.replace(f, **changes, where=f"{f.where}; {where}" if f.where else where)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..._result import CheckResult, Finding
 from ...backends import Backend
-from .base import Layer, View
+from .base import Layer, View, relocated
 
 __all__ = ["Complex"]
 
@@ -94,11 +94,7 @@ class Complex(View):
             if f.output_index and complex_out:
                 changes["output_index"] = f.output_index[:-1]
                 said.append(f"the {_PART[f.output_index[-1]]} part of output {f.output_index[:-1]}")
-            if not changes:
-                return f
-            where = ", ".join(said)
-            changes["where"] = f"{f.where}; {where}" if f.where else where
-            return dataclasses.replace(f, **changes)
+            return relocated(f, changes, said)
 
         shown = ", ".join(
             f"arg{i} {backend.dtype_name(a)}{list(a.shape)}"

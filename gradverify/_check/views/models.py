@@ -32,7 +32,8 @@ class Model:
     params: Any
     call: Callable[..., Any]
 
-    def said(self, result: CheckResult) -> CheckResult:
+    def said(self, result: CheckResult, inputs: tuple[Any, ...]) -> CheckResult:
+        """The result with what the model's own call says (its buffers, its mode)."""
         return result
 
 
@@ -60,7 +61,7 @@ class _Torch(Model):
             torch.func.functional_call(self.module, {**self.params, **fresh}, inputs)
         return [n for n, b in fresh.items() if not torch.equal(b, self.buffers[n])]
 
-    def said(self, result: CheckResult, inputs: tuple[Any, ...] = ()) -> CheckResult:
+    def said(self, result: CheckResult, inputs: tuple[Any, ...]) -> CheckResult:
         notes = list(result.notes)
         if self.frozen:
             notes.append(f"parameters with requires_grad=False held as constants: {', '.join(self.frozen[:8])}")

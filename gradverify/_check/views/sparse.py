@@ -29,7 +29,7 @@ from ..._result import WARNING, ArraySummary, CheckResult, Finding, Kind
 from ...backends import Backend
 from ...backends.base import SparseArray
 from ..findings import unravel
-from .base import Layer, View
+from .base import Layer, View, relocated
 
 __all__ = ["Sparse"]
 
@@ -105,11 +105,7 @@ class Sparse(View):
                 k = _flat(f.output_index, tuple(out.values.shape))
                 changes["output_index"] = out.dense_index(k)
                 said.append(f"the output's value element {k} of {_size(out)}")
-            if not changes:
-                return f
-            where = ", ".join(said)
-            changes["where"] = f"{f.where}; {where}" if f.where else where
-            return dataclasses.replace(f, **changes)
+            return relocated(f, changes, said)
 
         findings = [named(f) for f in result.findings]
         inputs = tuple(_summary(s, sp) for s, sp in zip(result.inputs, splits))

@@ -118,26 +118,22 @@ class Tree(View):
 
     # -- calls ------------------------------------------------------------------------
     def inputs(self, args: Sequence[Any]) -> list[Any]:
-        out = []
-        for part in self.parts:
-            if part.flat is None:
-                out.append(args[part.first])
-                continue
-            leaves = list(part.flat.leaves)
-            for n, k in enumerate(part.arrays):
-                leaves[k] = args[part.first + n]
-            out.append(part.flat.rebuild(leaves))
-        return out
+        return self._rebuilt(args, constants=True)
 
     def tangents(self, tangents: Sequence[Any]) -> list[Any]:
+        return self._rebuilt(tangents, constants=False)
+
+    def _rebuilt(self, arrays: Sequence[Any], constants: bool) -> list[Any]:
+        """The positional arguments from the core's arrays, their other
+        leaves as they were (``constants``) or None (a tangent's)."""
         out = []
         for part in self.parts:
             if part.flat is None:
-                out.append(tangents[part.first])
+                out.append(arrays[part.first])
                 continue
-            leaves: list[Any] = [None] * len(part.flat.leaves)
+            leaves = list(part.flat.leaves) if constants else [None] * len(part.flat.leaves)
             for n, k in enumerate(part.arrays):
-                leaves[k] = tangents[part.first + n]
+                leaves[k] = arrays[part.first + n]
             out.append(part.flat.rebuild(leaves))
         return out
 
@@ -160,7 +156,7 @@ class Tree(View):
             self._see(out)
         flat = flatten(out)
         leaves = [flat.leaves[k] for k in self._out_arrays]
-        if len(leaves) == 1 and not self.out_leaves[0].complex and len(self.out_leaves) == 1:
+        if self._alone:
             return leaves[0]
         backend = self._backend(leaves[0])
         parts = []
@@ -175,7 +171,7 @@ class Tree(View):
     def output_cotangent(self, cotangent: Any) -> Any:
         if self.out_flat is None:
             return cotangent
-        if len(self.out_leaves) == 1 and not self.out_leaves[0].complex:
+        if self._alone:
             pieces = [cotangent]
         else:
             backend = self._backend(cotangent)
@@ -188,6 +184,11 @@ class Tree(View):
         for k, piece in zip(self._out_arrays, pieces):
             leaves[k] = piece
         return self.out_flat.rebuild(leaves)
+
+    @property
+    def _alone(self) -> bool:
+        """One real output leaf: handed inward as it is (the inner views read it)."""
+        return len(self.out_leaves) == 1 and not self.out_leaves[0].complex
 
     def _backend(self, like: Any) -> Backend:
         if self.backend is None:
@@ -315,7 +316,7 @@ class Tree(View):
             output = dataclasses.replace(output, name=f"output ({len(self.out_leaves)} leaves joined: {shown})")
         notes = list(result.notes)
         trees = [
-            f"{self.names[i]} ({_kind(layer.args[i])}) as {len(p.arrays)} array leaves"
+            f"{self.names[i]} ({type(layer.args[i]).__qualname__}) as {len(p.arrays)} array leaves"
             for i, p in enumerate(self.parts)
             if p.flat is not None
         ]
@@ -381,10 +382,6 @@ def _joined(name: str, path: str, model: str | None) -> str:
 
 def _under(name: str, prefix: str) -> bool:
     return name == prefix or (name.startswith(prefix) and name[len(prefix)] in "[.")
-
-
-def _kind(a: Any) -> str:
-    return type(a).__qualname__
 
 
 def _size(shape: tuple[int, ...]) -> int:
