@@ -69,6 +69,7 @@ class Kind(Word):
     WRONG_LAYOUT = "wrong_layout"  # a gradient of another layout (or with values outside a sparse pattern)
     HELD_GRADIENT = "held_gradient"  # a non-zero derivative at an entry held fixed (non-finite at the point)
     NOTHING_CHECKED = "nothing_checked"  # no derivative was compared at all: not a pass (unless allowed)
+    NOT_ARGUMENTS = "not_arguments"  # fn reaches tensors that require grad but are not arguments: unchecked
 
     #: Every kind.
     ALL = _Derived(tuple)

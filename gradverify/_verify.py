@@ -133,7 +133,8 @@ def verify(
             result, and the report says shrinking was cut.
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
-            ``name``, ``vectorise``, ``batched``.
+            ``name``, ``vectorise``, ``batched``, ``allow_unchecked`` (a run
+            whose every example compared nothing fails unless it is given).
 
     Returns:
         A :class:`gradverify.VerifyResult`: ``ok``, and on failure the shrunk
@@ -205,8 +206,7 @@ def verify(
         state.failing.add(_key(args))
         return True
 
-    options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
-    outermost = False
+    options, outermost = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}, False
     try:
         # one function at shapes that repeat: backends may compile it for the run
         with _observe.call("verify", fn, args_strategy, options) as outermost, reproducible_generation(), compiling():

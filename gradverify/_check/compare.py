@@ -37,7 +37,8 @@ class Comparisons(Judge):
         modes = self.modes
         jvp_ok = self.jvp_fd() if modes.jvps else False
         vjp_ok = self.vjp_fd(jvp_ok) if modes.vjps else True
-        if modes.jvps and modes.vjps and jvp_ok and vjp_ok:
+        adjoint = bool(modes.jvps and modes.vjps and jvp_ok and vjp_ok)
+        if adjoint:
             # the sharper test (its bound is AD rounding alone); when either
             # mode failed against FD it would only repeat that
             self.adjoint()
@@ -47,7 +48,7 @@ class Comparisons(Judge):
         if modes.low_vjps and vjp_ok:
             low.compare("VJP")
         # last: the excuses and measurements may have made elements unreliable
-        inconclusive(self.oracle, self.ctx.report)
+        inconclusive(self.oracle, self.ctx.report, adjoint)
 
     # -- JVP against FD ---------------------------------------------------------------------
     def jvp_fd(self) -> bool:

@@ -8,6 +8,7 @@ code into ``CallFailed`` with the stage it happened in."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,9 @@ class Evaluator(Vectorised):
         self.floating = [backend.is_floating(a) for a in args]
         self.wrt = tuple(wrt)
         self.counts: Counter[str] = Counter()
+        #: arrays fn's output depends on that are not its arguments (read
+        #: from the first reverse-mode call at the point; None: not yet read)
+        self.reached: list[Any] | None = None
         # jax makes float64 arrays only under x64: calls at the arguments' own
         # dtypes need it whenever one of them is 64-bit.
         wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
@@ -231,8 +235,17 @@ class Evaluator(Vectorised):
                     "one per positional argument (None for a constant)"
                 )
             return [self._derivative(res[i]) for i in self.wrt]
-        res = self._call(lambda: self.backend.vjp(self.fn, args, self.wrt, cot), (), "reverse mode (VJP)")
+        with self.reaching(points):
+            res = self._call(lambda: self.backend.vjp(self.fn, args, self.wrt, cot), (), "reverse mode (VJP)")
         return [self._derivative(r) for r in res]
+
+    def reaching(self, points: Any = None) -> contextlib.AbstractContextManager[None]:
+        """Around the first reverse-mode call at the point: what fn reaches
+        beyond its arguments goes to ``reached`` (see Backend.reaching)."""
+        if self.reached is not None or points is not None:
+            return contextlib.nullcontext()
+        self.reached = []
+        return self.backend.reaching(self.reached)
 
     # -- helpers ---------------------------------------------------------------------
     def _call(self, f: Callable, args: Sequence[Any], stage: str) -> Any:

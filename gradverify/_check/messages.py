@@ -217,8 +217,10 @@ def low_precision(
     )
 
 
-def inconclusive(oracle: Oracle, report: Findings) -> None:
-    """One inconclusive finding per kind of non-smooth point found."""
+def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> None:
+    """One inconclusive finding per kind of non-smooth point found, and
+    ``nothing_compared`` where finite differences decided no element (saying
+    so when the two modes were still compared with each other: ``adjoint``)."""
     probes, primal = oracle.probes, oracle.primal
     if all(r.all_smooth for r in oracle.refs):
         return
@@ -278,5 +280,9 @@ def inconclusive(oracle: Oracle, report: Findings) -> None:
             Kind.NOTHING_COMPARED,
             WARNING,
             "nothing compared: at every element fn jumps or finite differences cannot decide; "
-            "no derivative was checked (check fn at another point)",
+            + (
+                "only forward and reverse mode were compared, with each other (check fn at another point)"
+                if adjoint
+                else "no derivative was checked (check fn at another point)"
+            ),
         )

@@ -44,7 +44,7 @@ from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, 
 from .views.base import Layer, View, compose
 from .views.complex import Complex
 from .views.held import Held
-from .views.models import MODEL, model_of
+from .views.models import MODEL, model_of, not_arguments
 from .views.sparse import Sparse
 from .views.tree import Tree
 
@@ -157,10 +157,13 @@ def run(
     order: int,
     name: str | None,
     options: Options,
+    reach: bool = True,
 ) -> CheckResult:
     """gv.check of validated arguments, its options whole: the views built
     in their order, the core run on what they hand inward, and its result
-    said back through each, innermost first."""
+    said back through each, innermost first. ``reach``: say which tensors
+    fn uses that are not arguments (a derivative of fn checked at a higher
+    order does not: fn itself has said it)."""
     label = name or function_name(fn)
     model = model_of(fn)
     outer_fn, outer_args = (model.call, (model.params, *args)) if model is not None else (fn, args)
@@ -169,7 +172,8 @@ def run(
         layers, views, core_wrt = _boundary(outer_fn, outer_args, outputs, wrt, model, options.seed, order)
         core = compose(outer_fn, views)
         backend = layers[0].backend
-        result = _check_real(backend, core, layers[-1].args, core_wrt, order, label, options)
+        reached: list[Any] | None = [] if reach else None
+        result = _check_real(backend, core, layers[-1].args, core_wrt, order, label, options, reached)
         if not isinstance(result, Unshaped):
             break
         if result.kind in outputs or not any(k.takes == result.kind for k in VIEWS):
@@ -180,6 +184,9 @@ def run(
         result = view.said(result, layer)
     if model is not None:
         result = model.said(result, tuple(args))
+    unlisted = not_arguments(fn, reached or ())
+    if unlisted is not None:
+        result = dataclasses.replace(result, findings=(*result.findings, unlisted))
     return result
 
 
@@ -229,9 +236,12 @@ def _check_real(
     order: int,
     label: str,
     options: Options,
+    reached: list[Any] | None = None,
 ) -> CheckResult | Unshaped:
     """gv.check of fn on dense, finite, real arguments (``Unshaped`` where
-    its output is not one dense real array: the boundary builds a view for it)."""
+    its output is not one dense real array: the boundary builds a view for it).
+    ``reached`` receives the tensors fn's output depends on that are not
+    arguments (see Evaluator.reached)."""
     small = sum(xp.size(a) for a in args) <= xp.HOST_MAX
     placed = not small and _placed(backend, args)
     with backend.checking(placed, small):
@@ -242,6 +252,8 @@ def _check_real(
         outcome = _run_stages(ev, options, order)
         if outcome.unshaped is not None:
             return outcome.unshaped
+        if reached is not None:
+            reached.extend(ev.reached or ())
         missing = _missing_rules(ev, outcome)
         if missing:
             outcome = _without(ev, options, order, outcome, missing)
@@ -522,7 +534,9 @@ def _higher_order(
         except ModeUnavailable as e:
             ad.unavailable("second-order JVP", str(e))
     for label, of, g in derived:
-        sub = run(g, ev.originals, ev.wrt, order - 1, label, dataclasses.replace(options, seed=options.seed + 1))
+        sub = run(
+            g, ev.originals, ev.wrt, order - 1, label, dataclasses.replace(options, seed=options.seed + 1), reach=False
+        )
         for f in sub.findings:
             if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
                 continue

@@ -12,11 +12,12 @@ __all__ = ["unchecked"]
 def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
     """``result`` with a ``nothing_checked`` finding where no derivative was
     compared (an error, unless ``allowed``): no first-order mode checked, or
-    the point gave nothing to compare."""
+    one alone at a point that gave finite differences nothing to compare.
+    (Two modes checked were compared with each other, whatever FD decided.)"""
     if result.errors:
         return result
     modes = [m for m in ("JVP", "VJP") if result.modes.get(m) == "checked"]
-    if modes and not result.by_kind(Kind.NOTHING_COMPARED):
+    if len(modes) == 2 or (modes and not result.by_kind(Kind.NOTHING_COMPARED)):
         return result
     if result.by_kind(Kind.NOTHING_COMPARED):
         why = "the point gave nothing to compare (see the nothing_compared finding)"

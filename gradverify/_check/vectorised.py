@@ -6,6 +6,7 @@ backend cannot vectorise fn or any exception is raised. ``Evaluator`` is a
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,6 +46,9 @@ class Vectorised:
         raise NotImplementedError
 
     def host_or(self, form: str, precision: str | None, operands: Any, plain: Callable[[], Any]) -> Any:
+        raise NotImplementedError
+
+    def reaching(self, points: Any = None) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
     def primals(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
@@ -106,7 +110,8 @@ class Vectorised:
 
                 def plain() -> Any:
                     cot = self.array(stacked, self.originals[0], precision or out_dtype, True)
-                    return self.backend.vjps(self.fn, self.arguments(None, precision), self.wrt, cot)
+                    with self.reaching():
+                        return self.backend.vjps(self.fn, self.arguments(None, precision), self.wrt, cot)
 
                 operands = [(stacked, precision or out_dtype)]
                 parts = self._vectorised(

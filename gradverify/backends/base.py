@@ -219,6 +219,15 @@ class Backend:
         """Input cotangents for the wrt indices (None where fn ignores one)."""
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def reaching(self, found: list[Any]) -> Iterator[None]:
+        """Within it, each reverse-mode call (``vjp``, ``vjps``) appends to
+        ``found`` the arrays outside its arguments that fn's output depends
+        on and that would be differentiated had they been arguments (torch:
+        leaf tensors requiring grad that fn closes over). Nothing here: only
+        a framework that keeps a graph of the call can see them."""
+        yield
+
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         """``jvp`` along k directions in one vectorised call (the backend's vmap):
         each wrt index's tangents stacked on a new leading axis of length k, the

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,8 +145,18 @@ class TorchBackend(Backend):
             raise
         return result
 
+    _reached: list[Any] | None = None  # (set within ``reaching``)
+
+    @contextlib.contextmanager
+    def reaching(self, found: list[Any]) -> Iterator[None]:
+        self._reached = found
+        try:
+            yield
+        finally:
+            self._reached = None
+
     def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
-        inputs, grads = _pullback(fn, args, wrt, cotangent, batched=False)
+        inputs, grads = _pullback(fn, args, wrt, cotangent, batched=False, reached=self._reached)
         if grads is None:
             # fn cut every input out of the graph: its reverse-mode gradient is zero.
             return [torch.zeros_like(inputs[i]) for i in wrt]
@@ -172,7 +183,7 @@ class TorchBackend(Backend):
             return torch.func.vmap(at)(*points)
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
-        inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True)
+        inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True, reached=self._reached)
         if grads is None:
             k = cotangents.shape[0]
             return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
@@ -248,10 +259,17 @@ def _require_tensor(out: Any) -> None:
 
 
 def _pullback(
-    fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any, batched: bool
+    fn: Callable,
+    args: Sequence[Any],
+    wrt: Sequence[int],
+    cotangent: Any,
+    batched: bool,
+    reached: list[Any] | None = None,
 ) -> tuple[list[Any], tuple[Any, ...] | None]:
     """fn's leaf inputs and its input cotangents for ``cotangent`` (a stack of
-    them when ``batched``); None when fn cut every input out of the graph."""
+    them when ``batched``); None when fn cut every input out of the graph.
+    ``reached`` (a list) receives the leaves of the graph that are not
+    fn's arguments: tensors requiring grad that fn closes over."""
     inputs = list(args)
     for i in wrt:
         inputs[i] = args[i].detach().requires_grad_(True)
@@ -260,6 +278,8 @@ def _pullback(
     _require_tensor(out)
     if not out.requires_grad:
         return inputs, None
+    if reached is not None:
+        reached.extend(_leaves_outside(out, inputs))
     grads = torch.autograd.grad(
         out,
         [inputs[i] for i in wrt],
@@ -268,6 +288,25 @@ def _pullback(
         is_grads_batched=batched,
     )
     return inputs, grads
+
+
+def _leaves_outside(out: Any, inputs: Sequence[Any]) -> list[Any]:
+    """The leaf tensors of out's graph (its ``AccumulateGrad`` nodes) that
+    are none of ``inputs``, in the order a walk from out meets them."""
+    given = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # (AccumulateGrad: a leaf)
+        if isinstance(variable, torch.Tensor) and id(variable) not in given:
+            found.append(variable)
+        stack.extend(n for n, _ in reversed(node.next_functions))
+    return found
 
 
 def gradient_structure(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:

@@ -87,10 +87,12 @@ def flatten(x: Any) -> Flat:
 def is_module(fn: Any) -> str | None:
     """The framework of a model passed as fn whose parameters are to be
     checked with its inputs ("torch": an ``nn.Module``; "equinox": an
-    ``eqx.Module``), else None."""
+    ``eqx.Module``; "nnx": a ``flax.nnx.Module``), else None."""
     root = type(fn).__module__.split(".")[0]
     if "torch" in sys.modules and isinstance(fn, sys.modules["torch"].nn.Module):
         return "torch"
+    if "flax.nnx" in sys.modules and isinstance(fn, sys.modules["flax.nnx"].Module):
+        return "nnx"
     if "equinox" in sys.modules and isinstance(fn, sys.modules["equinox"].Module) and root != "jax":
         return "equinox"
     return None

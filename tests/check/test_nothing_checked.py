@@ -77,3 +77,34 @@ def test_a_function_with_no_jvp_passes_saying_vjp_only() -> None:
     r = gv.check(Square.apply, torch.tensor([0.5, 1.5], dtype=torch.float64))
     assert r.ok and str(r).startswith("gradverify PASSED (VJP only; JVP unavailable)"), str(r)
     assert not r.by_kind(gv.Kind.NOTHING_CHECKED)
+
+
+def test_where_fd_decides_nothing_the_modes_compared_with_each_other_are_a_check() -> None:
+    """gelu's far tail (x + b = -9.3): finite differences cannot resolve the
+    function as computed, yet forward and reverse mode were compared with
+    each other (the adjoint identity): a check, inconclusive where FD could
+    not decide. With reverse mode alone there is nothing left to compare."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = torch.tensor([-11.997695026560104], dtype=torch.float64)
+    b = torch.tensor([2.712293679994775], dtype=torch.float64)
+    both = gv.check(lambda x, b: F.gelu(x + b), x, b)
+    assert both.ok and both.inconclusive and not both.by_kind(gv.Kind.NOTHING_CHECKED), str(both)
+    (fd_none,) = both.by_kind(gv.Kind.NOTHING_COMPARED)
+    assert "compared, with each other" in fd_none.message
+
+    class ReverseOnly(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, z):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(z)
+            return F.gelu(z)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            (z,) = ctx.saved_tensors
+            cdf = 0.5 * (1 + torch.erf(z / math.sqrt(2)))
+            return g * (cdf + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
+
+    alone = gv.check(lambda x, b: ReverseOnly.apply(x + b), x, b)
+    assert not alone.ok and alone.by_kind(gv.Kind.NOTHING_COMPARED), str(alone)
+    assert "another point" in _nothing(alone).message

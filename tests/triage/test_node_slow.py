@@ -47,7 +47,7 @@ def test_right_rule(gradverify):
 
 
 def test_thread_count(gradverify):
-    assert gradverify.check(np.tanh, np.array([0.3, -1.2])).ok
+    assert gradverify.check(hardsigmoid(0.0), np.array([0.3, -1.2])).ok
     assert os.environ["OMP_NUM_THREADS"] != "1"
 
 
