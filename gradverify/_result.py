@@ -336,7 +336,7 @@ def render_text(r: CheckResult) -> str:
         f"- {len(errors)} error(s), {n_warn} warning(s)"
     ]
     modes = ", ".join(f"{k}: {v}" for k, v in r.modes.items())
-    lines.append(f"  checked: {r.strategy}; {modes}")
+    lines.append(f"  checked: {r.strategy}" + (f"; {modes}" if modes else ""))
     lines.append("  inputs:  " + "; ".join(str(s) for s in r.inputs))
     if r.output is not None:
         lines.append(f"  output:  {r.output}")
@@ -347,6 +347,6 @@ def render_text(r: CheckResult) -> str:
     if len(ordered) > _MAX_FINDINGS:
         lines.append(f"  ... {len(ordered) - _MAX_FINDINGS} more finding(s) in result.findings")
     calls = ", ".join(f"{k} {v}" for k, v in sorted(r.evaluations.items()))
-    lines.append(f"  cost:    {calls}")
+    lines.append(f"  cost:    {calls or 'no evaluation'}")
     lines.append(f"  reproduce: {r.reproduce}")
     return "\n".join(lines)

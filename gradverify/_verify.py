@@ -133,8 +133,8 @@ def verify(
             result, and the report says shrinking was cut.
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
-            ``name``, ``vectorise``, ``batched``, ``allow_unchecked`` (a run
-            whose every example compared nothing fails unless it is given).
+            ``name``, ``vectorise``, ``batched``, ``suite_tol``, ``nondet_tol``,
+            ``allow_unchecked`` (else a run that compared nothing fails).
 
     Returns:
         A :class:`gradverify.VerifyResult`: ``ok``, and on failure the shrunk

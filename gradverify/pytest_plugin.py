@@ -18,7 +18,12 @@
   and how to reproduce it in the terminal summary, per-test figures in
   ``item.user_properties`` (so in JUnit XML, any family), every attempt's
   outcome where a test failed or was rerun (pytest-rerunfailures), and a
-  report written once, by the controller, under pytest-xdist.
+  report written once, by the controller, under pytest-xdist;
+* ``--gradverify-replace`` (ini ``gradverify_replace``): the suite's own
+  ``torch.autograd.gradcheck`` / ``gradgradcheck`` and
+  ``jax.test_util.check_grads`` calls routed through gradverify's drop-ins
+  (``=compare``: both run, the original's verdict kept, and a table of the
+  calls where they disagree, with both checkers' total time, at the end).
 
 Loading the plugin imports neither torch nor jax (nor Hypothesis): the
 strategies (which import Hypothesis, ~90 ms) load only where a test asks
@@ -27,6 +32,8 @@ for a settings profile.
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,7 @@ import pytest
 from . import _io, _observe
 from ._check.pipeline import check
 from ._errors import GradientError
+from ._replace import MODES, rerouted
 from ._sweep import reports
 from ._verify import MAX_SHRINKING_SECONDS, derive_seed, exact_leaves, verify
 
@@ -66,6 +74,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="also check the JVP and VJP under vmap (torch, jax) in the gradverify fixture's calls",
     )
+    group.addoption(
+        "--gradverify-replace",
+        nargs="?",
+        const="replace",
+        default=None,
+        choices=MODES,
+        help="route the suite's gradcheck/gradgradcheck/check_grads calls through gradverify "
+        "(compare: run both, keep the original's verdict, table the disagreements)",
+    )
     parser.addini("gradverify_seed", "base seed (default 0)", default="0")
     parser.addini("gradverify_max_examples", "examples per gradverify.verify (default 100)", default="")
     parser.addini("gradverify_profile", "Hypothesis settings profile: ci, dev or thorough", default="")
@@ -76,6 +93,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
     )
     parser.addini("gradverify_batched", "check the JVP and VJP under vmap too (true/false)", type="bool", default=False)
+    parser.addini("gradverify_replace", "route gradcheck/check_grads calls through gradverify: replace or compare")
 
 
 class _Settings:
@@ -96,7 +114,14 @@ class _Settings:
         self.batched = bool(pick("gradverify_batched", "gradverify_batched"))
         shrinking = pick("gradverify_max_shrinking_seconds", "gradverify_max_shrinking_seconds")
         self.max_shrinking_seconds = MAX_SHRINKING_SECONDS if shrinking is None else float(shrinking)
+        self.replace = pick("gradverify_replace", "gradverify_replace")
+        if self.replace is not None and self.replace not in MODES:
+            raise pytest.UsageError(
+                f"gradverify_replace: expected one of {list(MODES)}; found {self.replace!r}. Fix: set it to one of them"
+            )
         self.records: list[dict[str, Any]] = []
+        self.rerouting = contextlib.ExitStack()
+        self.patched: list[str] = []
 
 
 _settings_key = pytest.StashKey[_Settings]()
@@ -118,6 +143,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         settings.previous_profile = hypothesis_settings.default
         load_profile(settings.profile)
+    if settings.replace:
+        # (before collection: the suite's own imports of the peers see the drop-ins)
+        settings.patched = settings.rerouting.enter_context(rerouted(settings.replace))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -142,8 +170,11 @@ def _record_environment(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Give Hypothesis back the settings it had before --gradverify-profile."""
+    """Give Hypothesis back the settings it had before --gradverify-profile,
+    and the frameworks their own checkers."""
     settings = config.stash.get(_settings_key, None)
+    if settings is not None:
+        settings.rerouting.close()
     previous = getattr(settings, "previous_profile", None)
     if previous is not None:
         from hypothesis import settings as hypothesis_settings
@@ -158,6 +189,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"gradverify: seed {s.seed}, max_examples {s.max_examples}"
         + (f", profile {s.profile}" if s.profile else "")
         + (f", report {s.report}" if s.report else "")
+        + (f", {s.replace}: {', '.join(s.patched) or 'no gradient checker installed'}" if s.replace else "")
     )
 
 
@@ -225,7 +257,7 @@ def _raise_if_failed(res: Any) -> Any:
 def _record(nodeid: str, kind: str, res: Any) -> dict[str, Any]:
     """A JSON-ready record of one gv.check (``kind`` "check") or gv.verify call."""
 
-    check = res if kind == "check" else res.result
+    check = res.result if kind == "verify" else res
     worst = check.errors[0] if check is not None and check.errors else None
     ratio = res.worst_ratio
     if worst is not None and worst.error is not None and worst.bound:
@@ -284,10 +316,29 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     item.stash[_results_key] = records
 
     def observer(kind: str, result: Any) -> None:
-        records.append(_record(item.nodeid, kind, result))
+        if kind == "compare":
+            _compared(records, item.nodeid, result)
+        else:
+            records.append(_record(item.nodeid, kind, result))
 
     with _observe.observing_results(observer):
         return (yield)
+
+
+def _compared(records: list[dict[str, Any]], nodeid: str, pair: dict[str, Any]) -> None:
+    """Both checkers' verdicts on one call, joined to the drop-in's record
+    (or a record of their own where the drop-in raised before checking)."""
+    last = records[-1] if records else None
+    if last is not None and last["call"] == pair["peer"] and "peer_ok" not in last:
+        last.update(pair)
+        last["ok"] = pair["gradverify_ok"]
+        return
+    records.append(
+        {"nodeid": nodeid, "call": pair["peer"], "function": pair["function"], "backend": None, "seed": None,
+         "ok": pair["gradverify_ok"], "inconclusive": 0, "worst_ratio": 0.0, "pair": None, "values": {},
+         "where": pair["gradverify_said"], "error": None, "bound": None, "counterexample": None, "npz": None,
+         "reproduce": None, "report": pair["gradverify_said"], **pair}
+    )  # fmt: skip
 
 
 _attempts_key = pytest.StashKey[list[str]]()
@@ -330,6 +381,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         npz = next((r["npz"] for r in failed if r["npz"]), None)
         if npz:
             item.user_properties.append(("gradverify_counterexample", npz))
+        for r in (r for r in recs if "peer_ok" in r):
+            verdicts = (
+                f"{who} {'passed' if ok else 'failed'}"
+                for who, ok in (("original", r["peer_ok"]), ("gradverify", r["gradverify_ok"]))
+            )
+            item.user_properties.append(("gradverify_compare", f"{r['call']} {r['function']}: {', '.join(verdicts)}"))
     outcome = yield
     if call.when in ("setup", "call"):
         report = outcome.get_result()
@@ -380,10 +437,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.section("gradverify")
     shown = [r for r in failed if r.get("test_failed", True)]
+    peers = Counter(r["call"] for r in _SESSION_RECORDS if r["call"] not in ("check", "verify"))
     tr.write_line(
         f"{len(_SESSION_RECORDS)} gradient check(s) in {len({r['nodeid'] for r in _SESSION_RECORDS})} test(s), "
-        f"{len(failed)} failed" + (f" ({len(shown)} in failing tests)" if len(shown) != len(failed) else "")
+        f"{len(failed)} failed"
+        + (f" ({len(shown)} in failing tests)" if len(shown) != len(failed) else "")
+        + (f"; of them {', '.join(f'{n} {k}' for k, n in sorted(peers.items()))} through the drop-ins" if peers else "")
     )
+    _comparison(tr, [r for r in _SESSION_RECORDS if "peer_ok" in r])
     for r in shown:
         tr.write_line(f"FAILED {r['nodeid']}: {r['function']} [{r['backend']}] seed {r['seed']}")
         if r["counterexample"]:
@@ -398,6 +459,32 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"    inputs: {r['npz']}")
         if r.get("reproduce_test"):
             tr.write_line(f"    reproduce: {r['reproduce_test']}")
+
+
+def _comparison(tr: Any, pairs: list[dict[str, Any]]) -> None:
+    """--gradverify-replace=compare: the calls where the two checkers disagree, and their times."""
+    if not pairs:
+        return
+    differ = [r for r in pairs if r["peer_ok"] != r["gradverify_ok"]]
+    peer_time = sum(r["peer_seconds"] for r in pairs)
+    gv_time = sum(r["gradverify_seconds"] for r in pairs)
+    tr.write_line(
+        f"compare: {len(pairs)} call(s), {len(differ)} verdict(s) differ; time: original {peer_time:.2f} s, "
+        f"gradverify {gv_time:.2f} s ({gv_time / peer_time if peer_time else float('nan'):.2f}x)"
+    )
+    if differ:
+        tr.write_line("  test | function | original | gradverify")
+    for r in differ:
+        original = "passed" if r["peer_ok"] else f"failed ({r['peer_said']})"
+        ours = "passed" if r["gradverify_ok"] else f"failed ({_finding_of(r)})"
+        tr.write_line(f"  {r['nodeid']} | {r['call']}: {r['function']} | {original} | {ours}")
+
+
+def _finding_of(record: dict[str, Any]) -> str:
+    if record.get("pair") and record.get("error") is not None:
+        return f"{record['pair']}: |error| {record['error']:.3g} > bound {record['bound']:.3g}"
+    said = record.get("where") or record.get("gradverify_said") or ""
+    return said.splitlines()[0][:200] if said else "see the report"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

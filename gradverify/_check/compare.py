@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import fd, tolerance as tol, xp as _xp
+from . import fd, suite, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
 from .judge import Judge
@@ -37,10 +37,8 @@ class Comparisons(Judge):
         modes = self.modes
         jvp_ok = self.jvp_fd() if modes.jvps else False
         vjp_ok = self.vjp_fd(jvp_ok) if modes.vjps else True
-        adjoint = bool(modes.jvps and modes.vjps and jvp_ok and vjp_ok)
-        if adjoint:
-            # the sharper test (its bound is AD rounding alone); when either
-            # mode failed against FD it would only repeat that
+        if adjoint := bool(modes.jvps and modes.vjps and jvp_ok and vjp_ok):
+            # the sharper test (its bound is AD rounding alone); after a failure against FD, a repeat
             self.adjoint()
         low = LowPrecision(self.ctx, self.ad, modes, self.bounds)
         if modes.low_jvps and jvp_ok:
@@ -49,12 +47,13 @@ class Comparisons(Judge):
             low.compare("VJP")
         # last: the excuses and measurements may have made elements unreliable
         inconclusive(self.oracle, self.ctx.report, adjoint)
+        suite.said(self.ctx.report, self.ctx.options.suite, self.covered)
 
     # -- JVP against FD ---------------------------------------------------------------------
     def jvp_fd(self) -> bool:
         def excuses(w: ElementWorst) -> tuple[Disagreement, Sequence[Excuse]]:
             b = w.direction
-            excess = lambda: self._violation(self.modes.jvps[b], self.oracle.refs[b], self.bounds.jvp(b))  # noqa: E731
+            excess = lambda: self._violation(self.modes.jvps[b], self.oracle.refs[b], self.bounds.jvp(b), b)  # noqa: E731
             return Disagreement(b, excess), (self.unmeasured, self.on_grid, self.finer_step, self.wide_noise)
 
         worst = self._until_unexcused(self._worst_jvp, excuses)
@@ -86,7 +85,7 @@ class Comparisons(Judge):
                 kink=kink,
                 count=f"{worst.count} element(s)",
                 where=where,
-                bound_reason=self._bound_reason(kink),
+                bound_reason=self.suite_reason(self._bound_reason(kink), fdv),
             )
         )
         return False
@@ -111,7 +110,7 @@ class Comparisons(Judge):
                     continue  # every element well within its bound: nothing over it
             elif _xp.any_(usable):
                 self.closeness.note(_xp.fmax(ratio, where=usable))
-            viol = self._violation(jv, ref, t)
+            viol = self._violation(jv, ref, t, b)
             over = viol > 0
             bad = _xp.count(over)
             count += bad
@@ -217,7 +216,7 @@ class Comparisons(Judge):
                 kink=kink,
                 count=f"{worst.count} Jacobian element(s)",
                 where=f"full Jacobian, row {out_idx}",
-                bound_reason=self._bound_reason(kink),
+                bound_reason=self.suite_reason(self._bound_reason(kink), worst.fd),
             )
         )
         return False
@@ -241,6 +240,7 @@ class Comparisons(Judge):
         with np.errstate(all="ignore"):
             over = np.maximum((value - err) / s - ad, ad - (value + err) / s) - T
             ratio = np.abs(ad - value / s) / (T + err / s + 1e-300)
+            over = self.beyond_suite(np.where(usable, over, -np.inf), ad, value / s, ("VJP", -1))
         seen = ratio[usable]
         seen = seen[np.isfinite(seen)]
         if seen.size:

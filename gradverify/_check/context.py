@@ -4,6 +4,7 @@ and the context every stage after the probes works in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .evaluate import Evaluator
 from .findings import Closeness, Findings
@@ -25,6 +26,31 @@ class Options:
     k: int  #: random directions
     vectorise: bool = True  #: a full Jacobian's rows and columns in one vmap call each
     batched: bool = False  #: the modes under vmap too (see batched)
+    #: a migrated suite's own (atol, rtol): an AD value within atol + rtol |FD|
+    #: of finite differences is never a mismatch (see Judge.suite_floor)
+    suite: tuple[float, float] | None = None
+    #: two evaluations of fn differing by at most this are not nondeterminism errors
+    nondet_tol: float = 0.0
+
+    def reproduce(self, label: str, nargs: int, wrt: Any, order: int) -> str:
+        """The ``gv.check`` call that repeats a check with these options."""
+        argnames = ", ".join(f"arg{i}" for i in range(nargs))
+        opts = [f"seed={self.seed}"]
+        for key, value, default in (
+            ("wrt", wrt, None),
+            ("order", order, 1),
+            ("rtol", self.rtol, None),
+            ("atol", self.atol, None),
+            ("full", self.full, None),
+            ("directions", self.k, 2),
+            ("vectorise", self.vectorise, True),
+            ("batched", self.batched, False),
+            ("suite_tol", self.suite, None),
+            ("nondet_tol", self.nondet_tol, 0.0),
+        ):
+            if value != default:
+                opts.append(f"{key}={value!r}")
+        return f"gv.check({label}, {argnames}, {', '.join(opts)})"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class Judge:
         # (each excuse keeps which directions it has looked at: one set per check)
         self.unmeasured, self.all_unmeasured = Unmeasured(), AllUnmeasured()
         self.on_grid, self.finer_step, self.wide_noise = OnGrid(), FinerStep(), WideNoise()
+        #: (pair, direction) -> elements beyond the model's bound that the
+        #: suite's tolerance covers (the last look at each counts)
+        self.covered: dict[tuple[str, int], int] = {}
 
     @functools.cached_property
     def lhs(self) -> list[list[float]]:
@@ -68,12 +71,43 @@ class Judge:
                 return worst
             self.closeness.restore(mark)
 
-    def _violation(self, ad: np.ndarray, ref: fd.Reference, ad_tol: np.ndarray) -> np.ndarray:
+    def _violation(self, ad: np.ndarray, ref: fd.Reference, ad_tol: np.ndarray, b: int | None = None) -> np.ndarray:
         """By how much ``ad`` lies outside the reference interval widened by its
-        rounding bound (positive: a mismatch); -inf where nothing is compared."""
+        rounding bound (positive: a mismatch); -inf where nothing is compared.
+        With a suite's tolerance (along direction ``b``), only what lies
+        outside both is over."""
         xp = _xp.ns(ad)
         over = xp.abs(ad - ref.value) - ref.err - ad_tol
-        return over if ref.all_smooth else xp.where(self.oracle.usable(ref), over, -xp.inf)
+        over = over if ref.all_smooth else xp.where(self.oracle.usable(ref), over, -xp.inf)
+        if b is None or not self.probes.full:
+            return over  # (a random direction's disagreement is judged where it is located: suite.said)
+        return self.beyond_suite(over, ad, ref.value, ("JVP", b), float(self.probes.scale[b]))
+
+    def beyond_suite(self, over: np.ndarray, ad: np.ndarray, fd: np.ndarray, key: tuple[str, int], scale: float = 1.0):
+        """``over`` (by how much AD lies beyond gradverify's bound: positive,
+        a mismatch) where it lies beyond the suite's tolerance too; the
+        elements that tolerance covers counted under ``key``."""
+        if self.ctx.options.suite is None:
+            return over
+        xp = _xp.ns(over)
+        within = xp.abs(ad - fd) - self.suite_floor(fd, scale)
+        self.covered[key] = _xp.count((over > 0) & (within <= 0))
+        return xp.minimum(over, within)
+
+    def suite_floor(self, value: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        """The suite's own tolerance of AD values against FD ``value``,
+        atol + rtol |FD| per Jacobian element (a column scaled by ``scale``:
+        its atol too)."""
+        atol, rtol = self.ctx.options.suite or (0.0, 0.0)
+        return atol * scale + rtol * _xp.ns(value).abs(value)
+
+    def suite_reason(self, reason: str, value: float) -> str:
+        """``reason`` and, under a suite's tolerance, that the value lies beyond it too."""
+        if self.ctx.options.suite is None:
+            return reason
+        atol, rtol = self.ctx.options.suite
+        limit = float(self.suite_floor(np.asarray(value)))
+        return f"{reason}; and beyond the suite's own tolerance atol {atol:g} + rtol {rtol:g} x |FD| = {limit:.3g}"
 
     def _bound_reason(self, kink: bool) -> str:
         return fd_bound_reason(kink, self.bounds.ad_reason(), self.ctx.precision.name)

@@ -39,8 +39,8 @@ from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
-from .unchecked import unchecked
-from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options
+from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
+from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_tolerances
 from .views.base import Layer, View, compose
 from .views.complex import Complex
 from .views.held import Held
@@ -65,6 +65,8 @@ def check(
     vectorise: bool = True,
     batched: bool = False,
     allow_unchecked: bool = False,
+    suite_tol: tuple[float, float] | None = None,
+    nondet_tol: float = 0.0,
 ) -> CheckResult:
     """Check the derivatives of ``fn`` at ``args``: forward mode (JVP), reverse
     mode (VJP) and finite differences (FD) cross-checked, within bounds from a
@@ -102,6 +104,13 @@ def check(
             be taken, or the point gave nothing to compare) is a failure with
             a ``nothing_checked`` error; True makes it a warning (an audit of
             an operator documented to have no derivative).
+        suite_tol: ``(atol, rtol)`` of a suite migrated from another checker:
+            an AD value within ``atol + rtol * |FD|`` of finite differences
+            is never a mismatch, even beyond gradverify's bound (a warning
+            says where the suite's tolerance decided); one beyond both is
+            (docs/migrating.md, "Tolerances").
+        nondet_tol: two evaluations of fn at the point that differ by at
+            most this are a nondeterminism warning, not an error.
 
     Returns:
         A :class:`gradverify.CheckResult`: ``ok`` is False iff an error-level
@@ -127,15 +136,15 @@ def check(
         raise ArgumentTypeError(
             explain("allow_unchecked", "True or False", repr(allow_unchecked), "e.g. allow_unchecked=True")
         )
+    suite = validate_tolerances(suite_tol, nondet_tol)
     asked = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
-    options = Options(
-        seed=int(seed), rtol=rtol, atol=atol, full=full, k=int(directions), vectorise=vectorise, batched=batched
-    )
+    options = Options(int(seed), rtol, atol, full, int(directions), vectorise, batched, suite, float(nondet_tol))
     with _observe.call(
         "check",
         fn,
         args,
-        {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched},
+        {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched}
+        | ({"suite_tol": suite, "nondet_tol": nondet_tol} if suite or nondet_tol else {}),
     ) as outermost:
         result = unchecked(run(fn, args, wrt, order, name, options), allow_unchecked)
     if outermost:
@@ -248,8 +257,16 @@ def _check_real(
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
+        empty = [i for i in wrt_t if xp.size(ev.values[i]) == 0]  # (nothing to check in them)
+        wrt_t = tuple(i for i in wrt_t if i not in empty)
         ev.wrt = wrt_t
-        outcome = _run_stages(ev, options, order)
+        outcome = _run_stages(ev, options, order) if wrt_t else _Outcome([], strategy=NOTHING_TO_DIFFERENTIATE)
+        if empty:
+            outcome.notes.append("an empty argument has nothing to check in it: held as a constant (see inputs)")
+        if not wrt_t:
+            outcome.findings.append(
+                Finding(Kind.NOTHING_COMPARED, WARNING, "nothing compared: every argument to differentiate is empty")
+            )
         if outcome.unshaped is not None:
             return outcome.unshaped
         if reached is not None:
@@ -281,7 +298,7 @@ def _check_real(
         strategy=outcome.strategy,
         modes=dict(outcome.modes),
         evaluations=dict(ev.counts),
-        reproduce=_reproduce(label, len(args), wrt, order, options),
+        reproduce=options.reproduce(label, len(args), wrt, order),
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
@@ -446,7 +463,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             outcome.unshaped = primal
             return outcome
         outcome.output = primal.summary
-        _primal.repeat(ev, primal, report)
+        _primal.repeat(ev, primal, report, options.nondet_tol)
         if not xp.any_(primal.finite):
             # ok (no error was found) but inconclusive, and said so in the verdict line
             empty = xp.size(primal.values) == 0
@@ -574,21 +591,3 @@ def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
     if kind == "vjp":
         return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
     return ev.backend.jvp_function(ev.fn, ev.wrt, arg)
-
-
-def _reproduce(label: str, nargs: int, wrt: Any, order: int, options: Options) -> str:
-    argnames = ", ".join(f"arg{i}" for i in range(nargs))
-    opts = [f"seed={options.seed}"]
-    for key, value, default in (
-        ("wrt", wrt, None),
-        ("order", order, 1),
-        ("rtol", options.rtol, None),
-        ("atol", options.atol, None),
-        ("full", options.full, None),
-        ("directions", options.k, 2),
-        ("vectorise", options.vectorise, True),
-        ("batched", options.batched, False),
-    ):
-        if value != default:
-            opts.append(f"{key}={value!r}")
-    return f"gv.check({label}, {argnames}, {', '.join(opts)})"

@@ -132,14 +132,15 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
     return Primal(out_dtype, shape, values, finite, all_finite, summary("output", out1, out_dtype, True), out1)
 
 
-def repeat(ev: Evaluator, primal: Primal, report: Findings) -> None:
-    """fn once more at the point: two different answers are nondeterminism."""
+def repeat(ev: Evaluator, primal: Primal, report: Findings, tolerated: float = 0.0) -> None:
+    """fn once more at the point: two different answers are nondeterminism
+    (an error beyond rounding noise and ``tolerated``, a warning within)."""
     out2, _, _ = ev.primal_raw()
     if not _xp.equal(primal.raw, out2):
-        _nondeterminism(primal.raw, out2, primal.dtype, report)
+        _nondeterminism(primal.raw, out2, primal.dtype, report, tolerated)
 
 
-def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings) -> None:
+def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings, tolerated: float = 0.0) -> None:
     a, b = _xp.flat(_xp.as64(out1)), _xp.flat(_xp.as64(out2))
     xp = _xp.ns(a)
     d = xp.abs(a - b)
@@ -149,7 +150,7 @@ def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings) -> N
     largest = float(d[k])
     scale = _xp.fmax(a)
     noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
-    level = ERROR if largest > noise else WARNING
+    level = ERROR if largest > max(noise, tolerated) else WARNING
     report.add(
         Kind.NONDETERMINISM,
         level,
@@ -161,7 +162,9 @@ def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings) -> N
         bound=noise,
         bound_reason=f"{tol.ad_rounding(out_dtype):g} u({out_dtype}) x max|output|: beyond rounding noise"
         if level == ERROR
-        else "within rounding noise",
+        else "within rounding noise"
+        if largest <= noise
+        else f"within the tolerated nondeterminism {tolerated:g}",
     )
 
 

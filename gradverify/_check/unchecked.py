@@ -6,7 +6,10 @@ import dataclasses
 
 from .._result import ERROR, WARNING, CheckResult, Finding, Kind
 
-__all__ = ["unchecked"]
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "unchecked"]
+
+#: What a check whose every argument to differentiate is empty says it ran.
+NOTHING_TO_DIFFERENTIATE = "not run (nothing to differentiate)"
 
 
 def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
@@ -19,7 +22,10 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
     modes = [m for m in ("JVP", "VJP") if result.modes.get(m) == "checked"]
     if len(modes) == 2 or (modes and not result.by_kind(Kind.NOTHING_COMPARED)):
         return result
-    if result.by_kind(Kind.NOTHING_COMPARED):
+    if result.strategy == NOTHING_TO_DIFFERENTIATE:
+        why = "every argument to differentiate is empty"
+        fix = "check fn at a point with at least one element"
+    elif result.by_kind(Kind.NOTHING_COMPARED):
         why = "the point gave nothing to compare (see the nothing_compared finding)"
         fix = "check fn at another point"
     elif not modes and result.backend == "numpy":

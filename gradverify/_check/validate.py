@@ -12,7 +12,15 @@ from .._errors import ArgumentTypeError, ArgumentValueError, explain
 from ..backends import Backend
 from . import xp
 
-__all__ = ["function_name", "resolve_wrt", "validate_arrays", "validate_fn", "validate_options", "validate_readable"]
+__all__ = [
+    "function_name",
+    "resolve_wrt",
+    "validate_arrays",
+    "validate_fn",
+    "validate_options",
+    "validate_readable",
+    "validate_tolerances",
+]
 
 
 def validate_fn(fn: Any) -> None:
@@ -38,16 +46,7 @@ def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
 
 def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> None:
     for i, (a, v) in enumerate(zip(args, values)):
-        if xp.size(v) == 0:
-            raise ArgumentValueError(
-                explain(
-                    f"argument {i}",
-                    "a non-empty array",
-                    f"an empty array of shape {tuple(v.shape)}",
-                    "check fn at a point with at least one element",
-                )
-            )
-        if backend.is_floating(a) and not xp.all_finite(v):
+        if xp.size(v) and backend.is_floating(a) and not xp.all_finite(v):
             bad = ~xp.finite(v)
             if xp.any_(bad):
                 k = int(xp.nonzero(bad, limit=1)[0])
@@ -139,3 +138,22 @@ def function_name(fn: Callable) -> str:
         return f"{owner.__name__}.{fn.__name__}"  # e.g. MyFunction.apply of an autograd.Function
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return (name or type(fn).__name__).rpartition("<locals>.")[2]
+
+
+def validate_tolerances(suite_tol: Any, nondet_tol: Any) -> tuple[float, float] | None:
+    """A migrated suite's ``(atol, rtol)`` as floats (None where not given),
+    after checking both it and ``nondet_tol``."""
+    if not isinstance(nondet_tol, (int, float)) or isinstance(nondet_tol, bool) or not nondet_tol >= 0:
+        raise ArgumentValueError(explain("nondet_tol", "a number >= 0", repr(nondet_tol), "e.g. nondet_tol=1e-7"))
+    if suite_tol is None:
+        return None
+    try:
+        atol, rtol = (float(t) for t in suite_tol)
+        ok = atol >= 0 and rtol >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ArgumentValueError(
+            explain("suite_tol", "a pair (atol, rtol) of numbers >= 0", repr(suite_tol), "e.g. suite_tol=(1e-5, 1e-3)")
+        )
+    return atol, rtol

@@ -238,11 +238,25 @@ def test_nonfinite_entries_are_held_not_refused(backend, bad):
     np.testing.assert_array_equal(np.asarray(x.detach() if hasattr(x, "detach") else x), before)
 
 
-def test_empty_array_error(backend):
-    with pytest.raises(
-        gv.ArgumentValueError, match=r"argument 0: expected a non-empty array; found an empty array of shape \(0, 3\)"
-    ):
-        gv.check(lambda a: a, make(backend, np.zeros((0, 3))))
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((0, 3), "float64"), ((2, 0, 4), "float32"), ((2, 0, 0), "complex128"), ((1000, 0, 0), "complex128")],
+)
+def test_an_empty_argument_has_nothing_to_check_and_the_others_are_checked(backend, shape, dtype):
+    """Empty alone: nothing compared, not a pass (the caller's shape in the
+    summary, whatever view the check took of it). Beside others: held as a
+    constant, the others checked - a wrong rule there still caught."""
+    empty = make(backend, np.zeros(shape, dtype=dtype))
+    r = gv.check(lambda a: a * 2, empty)
+    assert not r.ok and "every argument to differentiate is empty" in r.by_kind(gv.Kind.NOTHING_CHECKED)[0].message
+    assert gv.check(lambda a: a * 2, empty, allow_unchecked=True).ok
+    assert f"{'x'.join(map(str, shape))}" in str(r).split("inputs:")[1].splitlines()[0]
+    sq = gv.Rule(lambda e, a: a * a, jvp=lambda p, t: 2 * p[1] * t[1], vjp=lambda p, g: (None, 2 * p[1] * g))
+    wrong = gv.Rule(lambda e, a: a * a, jvp=lambda p, t: 3 * p[1] * t[1], vjp=lambda p, g: (None, 3 * p[1] * g))
+    x = np.linspace(-1.0, 1.0, 4)
+    held = np.zeros(shape, dtype=dtype)
+    assert gv.check(sq, held, x).ok
+    assert not gv.check(wrong, held, x).ok
 
 
 @pytest.mark.parametrize("other", [1.5, [1.0, 2.0], None, "x"])

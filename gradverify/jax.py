@@ -1,0 +1,162 @@
+"""``check_grads``, ``check_jvp`` and ``check_vjp`` with jax's signatures, checked by gradverify.
+
+Switch a suite by its import line::
+
+    from gradverify.jax import check_grads  # was: from jax.test_util import check_grads
+
+Arguments are pytrees as in jax (numpy arrays and Python scalars among the
+leaves are taken as jax arrays); a failure raises ``AssertionError`` with
+gradverify's report, as jax's do. What each keyword maps to is in
+docs/migrating.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _observe
+from ._check.pipeline import check
+from ._result import CheckResult
+from ._rule import Rule
+
+__all__ = ["check_grads", "check_jvp", "check_vjp"]
+
+#: jax's modes by gradverify's names.
+_MODES = {"fwd": "JVP", "rev": "VJP"}
+
+
+def check_grads(
+    f: Callable[..., Any],
+    args: Sequence[Any],
+    order: int,
+    modes: Sequence[str] = ("fwd", "rev"),
+    atol: Any = None,
+    rtol: Any = None,
+    eps: float | None = None,
+) -> None:
+    """``jax.test_util.check_grads``, checked by gradverify: forward mode,
+    reverse mode and finite differences cross-checked with a rounding model,
+    to ``order``. ``modes`` are the modes required (a required mode that is
+    unavailable fails; each mode f has is checked either way); ``atol`` and
+    ``rtol`` (numbers, or dicts by dtype, jax's defaults by dtype otherwise)
+    are the suite's tolerance: an element within it of finite differences
+    never fails, one beyond both it and gradverify's bound does. gradverify
+    chooses its own steps (``eps``). Raises AssertionError on failure."""
+    unknown = [m for m in modes if m not in _MODES]
+    if unknown:
+        raise ValueError(f"modes must be a sequence of 'fwd' and 'rev'; found {unknown!r}")
+    args = _as_jax(args)
+    required = [_MODES[m] for m in modes]
+    if order >= 2:
+        required += [f"{a} of {b}" for b in required for a in required]
+    result = _checked(
+        "check_grads", f, args, order=int(order), suite_tol=_suite(args, atol, rtol), allow_unchecked=_empty(args)
+    )
+    _judge(result, required, "check_grads", "")
+
+
+def check_jvp(
+    f: Callable[..., Any],
+    f_jvp: Callable[..., Any],
+    args: Sequence[Any],
+    atol: Any = None,
+    rtol: Any = None,
+    eps: float = 1e-4,
+    err_msg: str = "",
+) -> None:
+    """``jax.test_util.check_jvp``: ``f_jvp(primals, tangents)`` returning
+    ``(f(*primals), tangent_out)`` (e.g. ``functools.partial(jax.jvp, f)``),
+    checked against finite differences of ``f`` by gradverify."""
+    args = _as_jax(args)
+    rule = Rule(f, jvp=lambda p, t: f_jvp(tuple(p), tuple(_zero_if_none(t, p)))[1])
+    result = _checked("check_jvp", rule, args, suite_tol=_suite(args, atol, rtol), allow_unchecked=_empty(args))
+    _judge(result, ["JVP"], "check_jvp", err_msg)
+
+
+def check_vjp(
+    f: Callable[..., Any],
+    f_vjp: Callable[..., Any],
+    args: Sequence[Any],
+    atol: Any = None,
+    rtol: Any = None,
+    eps: float = 1e-4,
+    err_msg: str = "",
+) -> None:
+    """``jax.test_util.check_vjp``: ``f_vjp(*primals)`` returning
+    ``(f(*primals), vjp_fun)`` with ``vjp_fun(cotangent)`` a tuple of input
+    cotangents (e.g. ``functools.partial(jax.vjp, f)``), checked against
+    finite differences of ``f`` by gradverify."""
+    args = _as_jax(args)
+    rule = Rule(f, vjp=lambda p, g: tuple(f_vjp(*p)[1](g)))
+    result = _checked("check_vjp", rule, args, suite_tol=_suite(args, atol, rtol), allow_unchecked=_empty(args))
+    _judge(result, ["VJP"], "check_vjp", err_msg)
+
+
+def _checked(peer: str, f: Any, args: tuple[Any, ...], **options: Any) -> CheckResult:
+    """gv.check of f at args, offered to observers as a call of ``peer``."""
+    with _observe.call(peer, f, args, options) as outermost:
+        result = check(f, *args, **options)
+    if outermost:
+        _observe.finished(peer, result)
+    return result
+
+
+def _judge(result: CheckResult, required: Sequence[str], peer: str, err_msg: str) -> None:
+    missing = [m for m in required if result.modes.get(m) != "checked"]
+    if result.ok and (not missing or result.strategy.startswith("not run")):
+        return
+    head = f"{err_msg}\n" if err_msg else ""
+    if result.ok:
+        said = ", ".join(f"{m} {result.modes.get(m, 'not run')}" for m in missing)
+        raise AssertionError(f"{head}gradverify ({peer}): modes required but not checked: {said}\n{result}")
+    raise AssertionError(f"{head}gradverify ({peer}): the derivatives are wrong or could not be checked\n{result}")
+
+
+def _as_jax(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The arguments with numpy arrays and Python scalars among their leaves as jax arrays."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, (np.ndarray, np.generic, float, int, complex)) and not isinstance(x, bool):
+            return jnp.asarray(x)
+        return x
+
+    return tuple(jax.tree_util.tree_map(leaf, tuple(args)))
+
+
+def _floating(args: tuple[Any, ...]) -> list[np.dtype]:
+    return [
+        np.dtype(x.dtype)
+        for x in jax.tree_util.tree_leaves(args)
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+
+
+def _suite(args: tuple[Any, ...], atol: Any, rtol: Any) -> tuple[float, float]:
+    """jax's tolerance for these arguments: a number, a dict by dtype merged
+    over jax's defaults, or the defaults; the widest over the floating leaves."""
+    from jax._src import public_test_util as ptu  # (jax's own defaults, by dtype)
+
+    def resolve(tol: Any, dtype: np.dtype) -> float:
+        merged = ptu._merge_tolerance(tol, ptu.default_gradient_tolerance)
+        return float(ptu.tolerance(dtype, merged))
+
+    dtypes = _floating(args) or [np.dtype(np.float32)]
+    return max(resolve(atol, d) for d in dtypes), max(resolve(rtol, d) for d in dtypes)
+
+
+def _empty(args: tuple[Any, ...]) -> bool:
+    """Whether every floating leaf is empty (jax's checker passes: nothing to check)."""
+    sizes = [
+        int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(args) if hasattr(x, "dtype") and hasattr(x, "shape")
+    ]
+    return bool(sizes) and not any(sizes)
+
+
+def _zero_if_none(tangents: Sequence[Any], primals: Sequence[Any]) -> list[Any]:
+    # (gradverify passes None for an argument without a tangent: jax wants a zero of float0)
+    return [t if t is not None else np.zeros(np.shape(p), dtype=jax.dtypes.float0) for t, p in zip(tangents, primals)]

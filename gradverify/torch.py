@@ -1,0 +1,190 @@
+"""``gradcheck`` and ``gradgradcheck`` with torch's signatures, checked by gradverify.
+
+Switch a suite by its import line::
+
+    from gradverify.torch import gradcheck, gradgradcheck  # was: from torch.autograd import ...
+
+As in torch, the inputs that are tensors requiring grad are differentiated
+(at any depth of a list or tuple) and everything else is a constant; the
+call returns ``True`` or raises :class:`GradcheckError` - an instance of
+torch's own ``torch.autograd.gradcheck.GradcheckError``, so an ``except``
+written for torch's catches it - carrying gradverify's report
+(``error.result``), or returns ``False`` with ``raise_exception=False``.
+What each keyword maps to is in docs/migrating.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradcheck is also the function's name)
+
+from . import _observe
+from ._check.pipeline import check
+from ._result import CheckResult
+from .backends.trees import flatten
+
+__all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
+
+_TorchGradcheckError: type[RuntimeError] = sys.modules["torch.autograd.gradcheck"].GradcheckError
+
+
+class GradcheckError(_TorchGradcheckError):  # type: ignore[misc, valid-type]
+    """torch's ``GradcheckError``, with gradverify's report as ``result``."""
+
+    def __init__(self, message: str, result: CheckResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def gradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    *,
+    eps: float = 1e-06,
+    atol: float = 1e-05,
+    rtol: float = 0.001,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_batched_forward_grad: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
+    fast_mode: bool = False,
+    masked: bool | None = None,
+) -> bool:
+    """``torch.autograd.gradcheck``, checked by gradverify: forward mode,
+    reverse mode and finite differences cross-checked with a rounding model.
+
+    ``atol``/``rtol`` are the suite's tolerance: an element within it of
+    finite differences never fails, one beyond both it and gradverify's
+    bound does. ``check_forward_ad`` / ``check_backward_ad`` say which modes
+    are required (an unavailable required mode fails; each mode fn has is
+    checked either way). ``nondet_tol`` tolerates nondeterminism up to it;
+    ``check_batched_grad`` and ``check_batched_forward_grad`` check the
+    modes under vmap (``batched=True``). gradverify chooses its own steps
+    (``eps``) and between the full Jacobian and random directions by size
+    (``fast_mode``); gradient dtypes are always checked
+    (``check_grad_dtypes``); sparse inputs are checked as their specified
+    values (``masked``); ``check_undefined_grad`` is not checked (torch's
+    gradcheck checks a backward given undefined output gradients).
+    """
+    if not check_forward_ad and not check_backward_ad:
+        raise ValueError("Expected at least one of check_forward_ad or check_backward_ad to be True")
+    required = ("JVP",) * check_forward_ad + ("VJP",) * check_backward_ad
+    return _run(
+        func, inputs, 1, required, atol, rtol, nondet_tol, check_batched_grad or check_batched_forward_grad,
+        raise_exception, "gradcheck",
+    )  # fmt: skip
+
+
+def gradgradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    grad_outputs: Any = None,
+    *,
+    eps: float = 1e-06,
+    atol: float = 1e-05,
+    rtol: float = 0.001,
+    gen_non_contig_grad_outputs: bool = False,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_fwd_over_rev: bool = False,
+    check_rev_over_rev: bool = True,
+    fast_mode: bool = False,
+    masked: bool = False,
+) -> bool:
+    """``torch.autograd.gradgradcheck``, checked by gradverify at order 2:
+    the derivatives of the VJP (and of the JVP where fn has one) checked
+    like first-order ones, on gradverify's own random cotangents
+    (``grad_outputs`` and ``gen_non_contig_grad_outputs`` are not used).
+    ``check_rev_over_rev`` / ``check_fwd_over_rev`` say which second-order
+    modes are required; the other keywords as in :func:`gradcheck`.
+    """
+    if not check_fwd_over_rev and not check_rev_over_rev:
+        raise ValueError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+    required = ("JVP of VJP",) * check_fwd_over_rev + ("VJP of VJP",) * check_rev_over_rev
+    return _run(func, inputs, 2, required, atol, rtol, nondet_tol, check_batched_grad, raise_exception, "gradgradcheck")
+
+
+def _run(
+    func: Callable[..., Any],
+    inputs: Any,
+    order: int,
+    required: Sequence[str],
+    atol: float,
+    rtol: float,
+    nondet_tol: float,
+    batched: bool,
+    raise_exception: bool,
+    peer: str,
+) -> bool:
+    args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    wrt = _requiring_grad(args)
+    if not wrt:
+        raise ValueError(
+            f"{peer} expects at least one input tensor to require gradient, but none of them have requires_grad=True."
+        )
+    empty = all(_leaf(args, name).numel() == 0 for name in wrt)
+    options = {
+        "wrt": wrt,
+        "order": order,
+        "suite_tol": (float(atol), float(rtol)),
+        "nondet_tol": float(nondet_tol),
+        "batched": bool(batched),
+        "allow_unchecked": empty,  # (torch: an empty input has nothing to check, and passes)
+    }
+    with _observe.call(peer, func, args, options) as outermost:
+        result = check(func, *args, **options)
+    if outermost:
+        _observe.finished(peer, result)
+    missing = [m for m in required if result.modes.get(m) != "checked"]
+    if result.ok and (empty or not missing):
+        return True
+    if not result.ok:
+        message = f"gradverify ({peer}): the derivatives are wrong or could not be checked\n{result}"
+    else:
+        message = (
+            f"gradverify ({peer}): {', '.join(missing)} required (the check_* keywords) but "
+            + ", ".join(f"{m} {result.modes.get(m, 'not run')}" for m in missing)
+            + f"\n{result}"
+        )
+    if raise_exception:
+        raise GradcheckError(message, result)
+    return False
+
+
+def _requiring_grad(args: tuple[Any, ...]) -> list[str]:
+    """The names of the leaves torch's gradcheck differentiates: tensors
+    requiring grad, at any depth of the arguments' lists and tuples."""
+    names = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            if a.requires_grad:
+                names.append(f"arg{i}")
+        elif isinstance(a, (list, tuple, dict)):
+            flat = flatten(a)
+            names += [
+                f"arg{i}{p}" for p, v in zip(flat.paths, flat.leaves) if isinstance(v, torch.Tensor) and v.requires_grad
+            ]
+    return names
+
+
+def _leaf(args: tuple[Any, ...], name: str) -> Any:
+    for i, a in enumerate(args):
+        if name == f"arg{i}":
+            return a
+        if isinstance(a, (list, tuple, dict)):
+            flat = flatten(a)
+            for p, v in zip(flat.paths, flat.leaves):
+                if name == f"arg{i}{p}":
+                    return v
+    raise KeyError(name)

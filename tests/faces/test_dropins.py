@@ -1,0 +1,207 @@
+"""The drop-ins: ``gradverify.torch.gradcheck``/``gradgradcheck`` and
+``gradverify.jax.check_grads``/``check_jvp``/``check_vjp`` keep their peers'
+signatures and honour each keyword (or its documented substitute)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+from gradverify import _observe
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+from gradverify.jax import check_grads, check_jvp, check_vjp  # noqa: E402
+from gradverify.torch import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
+
+TorchGradcheckError = sys.modules["torch.autograd.gradcheck"].GradcheckError
+
+
+def _same_signature(ours, theirs) -> None:
+    a, b = inspect.signature(ours).parameters, inspect.signature(theirs).parameters
+    assert [(p.name, p.kind, p.default) for p in a.values()] == [(p.name, p.kind, p.default) for p in b.values()]
+
+
+def test_the_signatures_are_the_peers_own() -> None:
+    import jax.test_util
+
+    _same_signature(gradcheck, torch.autograd.gradcheck)
+    _same_signature(gradgradcheck, torch.autograd.gradgradcheck)
+    _same_signature(check_grads, jax.test_util.check_grads)
+    _same_signature(check_jvp, jax.test_util.check_jvp)
+    _same_signature(check_vjp, jax.test_util.check_vjp)
+
+
+def _sin(scale: float = 1.0, jvp: bool = False, detach: bool = False):
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(x)
+            ctx.x = x
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            (x,) = ctx.saved_tensors
+            c = x.cos().detach() if detach else x.cos()
+            return scale * g * c
+
+    if jvp:
+        Sin.jvp = staticmethod(lambda ctx, t: t * ctx.x.cos())  # type: ignore[attr-defined]
+    return Sin.apply
+
+
+def _x(n: int = 5, dtype=torch.float64) -> torch.Tensor:
+    return torch.linspace(-1, 1, n, dtype=dtype).requires_grad_()
+
+
+def test_gradcheck_returns_true_raises_torchs_error_or_returns_false() -> None:
+    assert gradcheck(_sin(), (_x(),)) is True
+    assert gradcheck(_sin(), _x()) is True  # (one tensor, as torch takes it)
+    with pytest.raises(TorchGradcheckError) as caught:
+        gradcheck(_sin(2.0), (_x(),))
+    assert isinstance(caught.value, GradcheckError) and not caught.value.result.ok
+    assert "gradverify FAILED: Sin.apply" in str(caught.value)
+    assert gradcheck(_sin(2.0), (_x(),), raise_exception=False) is False
+
+
+def test_only_tensors_requiring_grad_are_differentiated_at_any_depth() -> None:
+    seen = []
+    with _observe.observing(lambda kind, fn, inputs, options: seen.append(options["wrt"])):
+        a, b = _x(3), torch.linspace(0, 1, 3, dtype=torch.float64)
+        assert gradcheck(lambda xs, k, none: xs[0] * xs[1] * k, ([a, b.requires_grad_()], 3, None))
+        assert gradcheck(lambda x, w: x * w, (_x(3), torch.ones(3, dtype=torch.float64)))
+    assert seen == [["arg0[0]", "arg0[1]"], ["arg0"]]
+    with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
+        gradcheck(lambda x: x * 2, (torch.ones(3, dtype=torch.float64),))
+
+
+def test_the_modes_asked_for_are_required() -> None:
+    assert gradcheck(_sin(), (_x(),))  # (backward only: torch's default checks no forward mode)
+    with pytest.raises(GradcheckError, match="JVP required"):
+        gradcheck(_sin(), (_x(),), check_forward_ad=True)
+    assert gradcheck(_sin(jvp=True), (_x(),), check_forward_ad=True)
+    with pytest.raises(ValueError, match="at least one of check_forward_ad or check_backward_ad"):
+        gradcheck(_sin(), (_x(),), check_forward_ad=False, check_backward_ad=False)
+
+
+def test_the_suites_tolerance_is_never_made_stricter() -> None:
+    off = _sin(1 + 1e-4)  # a rule off by 1e-4 relative: a bug to gradverify's bound
+    assert not gv.check(off, _x().detach()).ok
+    assert gradcheck(off, (_x(),))  # within torch's default rtol 1e-3: the suite asked for that
+    with pytest.raises(GradcheckError):
+        gradcheck(off, (_x(),), rtol=1e-6, atol=1e-9)
+    passed = gv.check(off, _x().detach(), suite_tol=(1e-5, 1e-3))
+    assert passed.ok and "within the suite's own tolerance" in str(passed)
+    failed = gv.check(_sin(2.0), _x().detach(), suite_tol=(1e-5, 1e-3))
+    assert "beyond the suite's own tolerance" in failed.errors[0].bound_reason
+    # large inputs (random directions): judged at the element the disagreement is located at
+    big = torch.linspace(-1, 1, 300, dtype=torch.float64).requires_grad_()
+    assert gradcheck(off, (big,))
+    with pytest.raises(GradcheckError):
+        gradcheck(off, (big,), rtol=1e-6, atol=1e-9)
+
+
+def test_nondet_tol_tolerates_nondeterminism_up_to_it() -> None:
+    g = torch.Generator().manual_seed(0)
+
+    def noisy(x):  # type: ignore[no-untyped-def]
+        return x.sin() + 1e-10 * torch.rand(x.shape, generator=g, dtype=x.dtype)
+
+    with pytest.raises(GradcheckError, match="nondeterminism"):
+        gradcheck(noisy, (_x(),))
+    seen = []
+    with _observe.observing_results(lambda kind, r: seen.append(r)):
+        gradcheck(noisy, (_x(),), nondet_tol=1e-6, raise_exception=False)
+    assert not seen[0].by_kind(gv.Kind.NONDETERMINISM)[0].level == gv.Level.ERROR
+
+
+def test_batched_keywords_check_under_vmap() -> None:
+    seen = []
+    with _observe.observing(lambda kind, fn, inputs, options: seen.append(options["batched"])):
+        gradcheck(torch.sin, (_x(),), check_batched_grad=True)
+        gradcheck(torch.sin, (_x(),), check_batched_forward_grad=True)
+        gradcheck(torch.sin, (_x(),))
+    assert seen == [True, True, False]
+
+
+def test_empty_inputs_pass_as_in_torch() -> None:
+    for shape, dtype in (((2, 0, 4), torch.float64), ((2, 0, 0), torch.complex128), ((0,), torch.float32)):
+        assert gradcheck(lambda x: x * 2, (torch.zeros(shape, dtype=dtype, requires_grad=True),))
+    # one empty, one not: the other is checked
+    assert gradcheck(lambda e, x: x.sin() + e.sum(), (torch.zeros(0, requires_grad=True, dtype=torch.float64), _x()))
+    with pytest.raises(GradcheckError):
+        gradcheck(lambda e, x: _sin(2.0)(x) + e.sum(), (torch.zeros(0, requires_grad=True, dtype=torch.float64), _x()))
+
+
+def test_gradgradcheck_catches_a_backward_that_is_not_differentiable() -> None:
+    assert gradgradcheck(_sin(), (_x(),))
+    with pytest.raises(TorchGradcheckError, match="gradgradcheck"):
+        gradgradcheck(_sin(detach=True), (_x(),))
+    assert gradgradcheck(_sin(detach=True), (_x(),), raise_exception=False) is False
+
+
+def test_check_grads_takes_pytrees_numpy_and_scalars() -> None:
+    with jax.enable_x64(True):
+        params = {"w": np.linspace(-1, 1, 6).reshape(2, 3), "b": np.zeros(2)}
+        check_grads(lambda p, x, k: jnp.tanh(p["w"] @ x + p["b"]) * k, (params, np.linspace(0, 1, 3), 2.0), order=2)
+
+
+def _wrong_vjp():
+    @jax.custom_vjp
+    def f(x):  # type: ignore[no-untyped-def]
+        return jnp.sin(x)
+
+    f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (2 * g * jnp.cos(x),))
+    return f
+
+
+def test_check_grads_modes_and_failures_raise_assertion_error() -> None:
+    with jax.enable_x64(True):
+        x = (np.linspace(-1, 1, 4),)
+
+        @jax.custom_vjp
+        def right(x):  # type: ignore[no-untyped-def]
+            return jnp.sin(x)
+
+        right.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x),))
+        check_grads(right, x, 1, modes=["rev"])  # (jax has no forward mode of a custom_vjp: not asked)
+        with pytest.raises(AssertionError, match="required but not checked: JVP"):
+            check_grads(right, x, 1, modes=["fwd"])
+        with pytest.raises(AssertionError, match="the derivatives are wrong"):
+            check_grads(_wrong_vjp(), x, 1, modes=["rev"])
+        with pytest.raises(ValueError, match="'fwd' and 'rev'"):
+            check_grads(right, x, 1, modes=["reverse"])
+
+
+def test_check_grads_tolerances_by_dtype() -> None:
+    with jax.enable_x64(True):
+
+        @jax.custom_vjp
+        def off(x):  # type: ignore[no-untyped-def]
+            return jnp.sin(x)
+
+        off.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x) * (1 + 1e-4),))
+        x = (np.linspace(-1, 1, 4),)
+        with pytest.raises(AssertionError):  # jax's float64 default, 1e-5: beyond it
+            check_grads(off, x, 1, modes=["rev"])
+        check_grads(off, x, 1, modes=["rev"], atol=1e-3, rtol=1e-3)
+        check_grads(off, x, 1, modes=["rev"], atol={np.dtype(np.float64): 1e-3}, rtol={np.dtype(np.float64): 1e-3})
+
+
+def test_check_jvp_and_check_vjp_judge_the_users_own_rules() -> None:
+    with jax.enable_x64(True):
+        x = (np.linspace(-1, 1, 4),)
+        check_jvp(jnp.sin, functools.partial(jax.jvp, jnp.sin), x)
+        check_vjp(jnp.sin, functools.partial(jax.vjp, jnp.sin), x)
+        with pytest.raises(AssertionError, match="my rule"):
+            check_jvp(jnp.sin, lambda p, t: (jnp.sin(p[0]), 2 * t[0] * jnp.cos(p[0])), x, err_msg="my rule")
+        with pytest.raises(AssertionError):
+            check_vjp(jnp.sin, lambda x: (jnp.sin(x), lambda g: (2 * g * jnp.cos(x),)), x)
