@@ -114,17 +114,32 @@ class _Settings:
         self.batched = bool(pick("gradverify_batched", "gradverify_batched"))
         shrinking = pick("gradverify_max_shrinking_seconds", "gradverify_max_shrinking_seconds")
         self.max_shrinking_seconds = MAX_SHRINKING_SECONDS if shrinking is None else float(shrinking)
-        self.replace = pick("gradverify_replace", "gradverify_replace")
-        if self.replace is not None and self.replace not in MODES:
-            raise pytest.UsageError(
-                f"gradverify_replace: expected one of {list(MODES)}; found {self.replace!r}. Fix: set it to one of them"
-            )
+        self.replace = _replace_mode(config)
         self.records: list[dict[str, Any]] = []
-        self.rerouting = contextlib.ExitStack()
-        self.patched: list[str] = []
 
 
 _settings_key = pytest.StashKey[_Settings]()
+_rerouting_key = pytest.StashKey[tuple[contextlib.ExitStack, list[str]]]()
+
+
+def _replace_mode(config: pytest.Config) -> str | None:
+    mode = config.known_args_namespace.gradverify_replace or config.getini("gradverify_replace") or None
+    if mode is not None and mode not in MODES:
+        raise pytest.UsageError(
+            f"gradverify_replace: expected one of {list(MODES)}; found {mode!r}. Fix: set it to one of them"
+        )
+    return mode
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """--gradverify-replace patches the peers before the first conftest is
+    imported, so that every ``from torch.autograd import gradcheck`` of the
+    suite - its conftests' and helpers' too - binds the drop-in."""
+    mode = _replace_mode(early_config)
+    if mode is not None:
+        stack = contextlib.ExitStack()
+        early_config.stash[_rerouting_key] = (stack, stack.enter_context(rerouted(mode)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -143,9 +158,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
         settings.previous_profile = hypothesis_settings.default
         load_profile(settings.profile)
-    if settings.replace:
-        # (before collection: the suite's own imports of the peers see the drop-ins)
-        settings.patched = settings.rerouting.enter_context(rerouted(settings.replace))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -172,9 +184,10 @@ def _record_environment(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Give Hypothesis back the settings it had before --gradverify-profile,
     and the frameworks their own checkers."""
+    stack, _ = config.stash.get(_rerouting_key, (None, None))
+    if stack is not None:
+        stack.close()
     settings = config.stash.get(_settings_key, None)
-    if settings is not None:
-        settings.rerouting.close()
     previous = getattr(settings, "previous_profile", None)
     if previous is not None:
         from hypothesis import settings as hypothesis_settings
@@ -189,8 +202,12 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"gradverify: seed {s.seed}, max_examples {s.max_examples}"
         + (f", profile {s.profile}" if s.profile else "")
         + (f", report {s.report}" if s.report else "")
-        + (f", {s.replace}: {', '.join(s.patched) or 'no gradient checker installed'}" if s.replace else "")
+        + (f", {s.replace}: {', '.join(_patched(config)) or 'no gradient checker installed'}" if s.replace else "")
     )
+
+
+def _patched(config: pytest.Config) -> list[str]:
+    return config.stash.get(_rerouting_key, (None, []))[1]
 
 
 def seed_key(item: pytest.Item) -> str:

@@ -2,12 +2,21 @@
 have just accepted: within the rounding model it is fine; beyond it but
 within the low-precision limit a ``precision`` warning (rounding of the
 low-precision run, measured); beyond the limit an error - a low-precision
-code path that computes something else."""
+code path that computes something else.
+
+Only where fn itself computes the same function in both precisions: where
+its low-precision output is off its float64 output beyond that limit (eig's
+eigenvalues in another order, an SVD's signs, a sort's ties, an argmax),
+the two runs differentiate different functions, and their derivatives are
+not compared there (a ``precision`` warning says so: inconclusive, not a
+bug of the rule)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from .._result import WARNING, Kind
 from . import tolerance as tol, xp as _xp
 from .bounds import Bounds
 from .context import Context
@@ -29,6 +38,9 @@ class LowPrecision:
         """``mode`` ("JVP" or "VJP") in the arguments' precision against float64."""
         modes, probes, bounds, prec = self.modes, self.ctx.probes, self.bounds, self.ctx.precision
         worst: PrecisionWorst | None = None
+        differ = self.differ()
+        if differ is not None and (mode == "VJP" or bool(_xp.ns(differ).all(differ))):
+            return  # (every cotangent mixes every output: nothing left to compare)
         for key, low, ref, dtype in self._items(mode):
             if dtype not in tol.LOW_PRECISION_LIMIT:
                 continue
@@ -46,6 +58,8 @@ class LowPrecision:
             diff = xp.abs(low - ref)
             if not _xp.size(diff):
                 continue
+            if differ is not None:  # (JVP: output elements where the two precisions compute one function)
+                diff = xp.where(differ, 0.0, diff)
             if _xp.any_(diff > limit):
                 # A point within the low-precision rounding of a kink may take
                 # either side's derivative: no error where the float64 AD just
@@ -77,6 +91,40 @@ class LowPrecision:
                 worst = candidate
         if worst is not None:
             self._report(mode, worst)
+
+    @functools.cached_property
+    def _differ(self) -> Any:
+        primal, prec = self.ctx.primal, self.ctx.precision
+        if prec.oracle != "float64" or primal.dtype not in tol.LOW_PRECISION_LIMIT:
+            return None
+        xp = _xp.ns(primal.values)
+        effective = prec.float32_as if primal.dtype == "float32" else primal.dtype
+        limit = tol.LOW_PRECISION_LIMIT[effective] * (xp.abs(prec.f0) + prec.f0_scale) + self.terms_floor(effective)
+        with _xp.quiet():
+            differ = (xp.abs(primal.values - prec.f0) > limit) & primal.finite
+        n = _xp.count(differ)
+        if not n:
+            return None
+        i = _xp.argmax(differ)
+        self.ctx.report.add(
+            Kind.PRECISION,
+            WARNING,
+            f"fn computes a different function in {primal.dtype} than in float64 at {n} output element(s), e.g. "
+            f"output {unravel(i, primal.shape)}: {float(primal.values[i]):.6g} against {float(prec.f0[i]):.6g} "
+            "(eigenvalues in another order, an SVD's signs, a sort's ties, an argmax: another code path); the "
+            f"{primal.dtype} derivatives are not compared with float64's "
+            + ("there" if n < _xp.size(differ) else "at all")
+            + " (inconclusive there; the float64 ones were judged against finite differences)",
+            output_index=unravel(i, primal.shape),
+            values={primal.dtype: float(primal.values[i]), "float64": float(prec.f0[i])},
+        )
+        return differ
+
+    def differ(self) -> Any:
+        """The output elements where fn's low-precision output is off its
+        float64 output beyond the low-precision limit (said once, as a
+        warning), or None where it computes the same function everywhere."""
+        return self._differ
 
     def _items(self, mode: str) -> list[tuple[Any, Any, Any, str]]:
         """(key, low-precision values, float64 values, dtype) per direction

@@ -317,10 +317,14 @@ def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
 #: What a framework (or a rule) raises for a derivative it does not have:
 #: "gradient with respect to a and b not supported" (jax's betainc), "the
 #: derivative for 'self' is not implemented" (torch), "does not support
-#: automatic differentiation for outputs with complex dtype".
+#: automatic differentiation for outputs with complex dtype"; "transpose_solve
+#: required for backwards mode automatic differentiation" (jax's
+#: custom_linear_solve); "Reverse-mode differentiation does not work for
+#: lax.while_loop"; "Pure callbacks do not support JVP".
 _MISSING_RULE = re.compile(
     r"\bnot (?:yet )?(?:supported|implemented)\b|does not support (?:automatic differentiation|forward AD)"
-    r"|\bno (?:derivative|differentiation|gradient) rule\b",
+    r"|\bno (?:derivative|differentiation|gradient) rule\b|\brequired for (?:backwards?|reverse)[- ]mode\b"
+    r"|\b(?:reverse|forward)-mode differentiation does not work\b|\bdo(?:es)? not support (?:JVP|VJP)\b",
     re.IGNORECASE,
 )
 

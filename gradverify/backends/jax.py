@@ -263,7 +263,9 @@ class JaxBackend(Backend):
         return jvp_of_fn
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
-        return jnp.concatenate([jnp.ravel(p) for p in parts])
+        # (in the widest dtype among them, cast explicitly: strict promotion allows no implicit one)
+        widest = max((jnp.dtype(p.dtype) for p in parts), key=lambda d: d.itemsize)
+        return jnp.concatenate([jnp.ravel(p).astype(widest) for p in parts])
 
 
 def _forward_mode_refused(fn: Callable) -> None:

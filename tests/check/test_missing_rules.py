@@ -105,3 +105,33 @@ def test_jax_betainc_is_checked_in_x_and_says_a_and_b_have_no_rule():
             assert "Betainc gradient with respect to a and b not supported" in f.message
         # what it says works: the same check restricted by wrt= has nothing to say
         assert not gv.check(jax.scipy.special.betainc, a, b, x, wrt=2).findings
+
+
+def test_a_mode_a_framework_refuses_in_its_own_words_is_unavailable_not_an_error():
+    """Frameworks word a missing rule many ways: jax's custom_linear_solve
+    without transpose_solve ("required for backwards mode"), a while_loop
+    ("Reverse-mode differentiation does not work"), a pure callback ("do not
+    support JVP"). Each is mode_unavailable, and the other mode is checked."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    with jax.enable_x64(True):
+        m = jnp.array([[2.0, 0.5], [0.3, 1.5]])
+
+        def solve(b):
+            return jax.lax.custom_linear_solve(lambda v: m @ v, b, lambda mv, r: jnp.linalg.solve(m, r))
+
+        r = gv.check(solve, jnp.array([1.0, -0.5]))
+        assert r.ok and r.modes["JVP"] == "checked" and r.modes["VJP"] == "unavailable", str(r)
+        assert "required for backwards mode" in _unavailable(r, "VJP")[0].message
+
+        def loop(x):
+            return jax.lax.while_loop(lambda c: c[1] < 3, lambda c: (jnp.sin(c[0]), c[1] + 1), (x, 0))[0]
+
+        r = gv.check(loop, jnp.array([0.3, 0.9]))
+        assert r.ok and r.modes["VJP"] == "unavailable", str(r)
+
+        def callback(x):
+            return jax.pure_callback(lambda a: a * a, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+        r = gv.check(callback, jnp.array([0.3, 0.9]), allow_unchecked=True)
+        assert r.ok and not r.errors and r.modes["JVP"] == "unavailable", str(r)
