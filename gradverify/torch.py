@@ -15,6 +15,7 @@ What each keyword maps to is in docs/migrating.md.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +25,8 @@ import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradc
 
 from . import _observe
 from ._check.pipeline import check
-from ._result import CheckResult
+from ._check.unchecked import empty_allowed
+from ._result import CheckResult, Kind
 from .backends.trees import flatten
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
@@ -133,17 +135,18 @@ def _run(
         raise ValueError(
             f"{peer} expects at least one input tensor to require gradient, but none of them have requires_grad=True."
         )
-    empty = all(_leaf(args, name).numel() == 0 for name in wrt)
+    func = _differentiable_outputs(func, args)
     options = {
         "wrt": wrt,
         "order": order,
         "suite_tol": (float(atol), float(rtol)),
         "nondet_tol": float(nondet_tol),
         "batched": bool(batched),
-        "allow_unchecked": empty,  # (torch: an empty input has nothing to check, and passes)
     }
     with _observe.call(peer, func, args, options) as outermost:
-        result = check(func, *args, **options)
+        # (torch passes an empty input or output: nothing to check)
+        result = empty_allowed(check(func, *args, **options))
+    empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
     if outermost:
         _observe.finished(peer, result)
     missing = [m for m in required if result.modes.get(m) != "checked"]
@@ -178,13 +181,22 @@ def _requiring_grad(args: tuple[Any, ...]) -> list[str]:
     return names
 
 
-def _leaf(args: tuple[Any, ...], name: str) -> Any:
-    for i, a in enumerate(args):
-        if name == f"arg{i}":
-            return a
-        if isinstance(a, (list, tuple, dict)):
-            flat = flatten(a)
-            for p, v in zip(flat.paths, flat.leaves):
-                if name == f"arg{i}{p}":
-                    return v
-    raise KeyError(name)
+def _differentiable_outputs(func: Callable[..., Any], args: tuple[Any, ...]) -> Callable[..., Any]:
+    """func, or where some of its tensor outputs do not require grad at the
+    caller's inputs (an index, a threshold returned detached), func with
+    those left out: torch's gradcheck checks only the differentiable outputs
+    (one call of func at the inputs decides which)."""
+    with torch.enable_grad():
+        out = func(*args)
+    if isinstance(out, torch.Tensor) or not isinstance(out, (tuple, list)):
+        return func
+    keep = [k for k, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not keep or len(keep) == len(out):
+        return func  # (none differentiable: torch then expects every numerical derivative to be 0)
+
+    @functools.wraps(func)
+    def differentiable(*a: Any) -> Any:
+        out = func(*a)
+        return tuple(out[k] for k in keep)
+
+    return differentiable

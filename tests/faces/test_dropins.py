@@ -135,6 +135,11 @@ def test_batched_keywords_check_under_vmap() -> None:
 def test_empty_inputs_pass_as_in_torch() -> None:
     for shape, dtype in (((2, 0, 4), torch.float64), ((2, 0, 0), torch.complex128), ((0,), torch.float32)):
         assert gradcheck(lambda x: x * 2, (torch.zeros(shape, dtype=dtype, requires_grad=True),))
+    # an empty output (a match set with no match) passes too; gv.check itself says it compared nothing
+    assert gradcheck(lambda x: x[x > 10] * 2, (_x(),))
+    assert not gv.check(lambda x: x[x > 10] * 2, _x().detach()).ok
+    with jax.enable_x64(True):
+        check_grads(lambda a: a[:0] * 2, (np.linspace(0.0, 1.0, 3),), 1)
     # one empty, one not: the other is checked
     assert gradcheck(lambda e, x: x.sin() + e.sum(), (torch.zeros(0, requires_grad=True, dtype=torch.float64), _x()))
     with pytest.raises(GradcheckError):
@@ -205,3 +210,17 @@ def test_check_jvp_and_check_vjp_judge_the_users_own_rules() -> None:
             check_jvp(jnp.sin, lambda p, t: (jnp.sin(p[0]), 2 * t[0] * jnp.cos(p[0])), x, err_msg="my rule")
         with pytest.raises(AssertionError):
             check_vjp(jnp.sin, lambda x: (jnp.sin(x), lambda g: (2 * g * jnp.cos(x),)), x)
+
+
+def test_outputs_that_do_not_require_grad_are_left_out_as_torch_does() -> None:
+    """torch's gradcheck checks the outputs that require grad: a threshold
+    returned detached is not differentiable by declaration. gv.check itself
+    compares it, and says its derivative is not 0."""
+
+    def with_threshold(x):  # type: ignore[no-untyped-def]
+        return x.sin(), (x.max() * 0.5).detach()
+
+    assert gradcheck(with_threshold, (_x(),))
+    assert not gv.check(with_threshold, _x().detach()).ok
+    with pytest.raises(GradcheckError):  # (the differentiable outputs are still checked)
+        gradcheck(lambda x: (_sin(2.0)(x), (x.max() * 0.5).detach()), (_x(),))
