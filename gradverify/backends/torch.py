@@ -290,11 +290,9 @@ def _pullback(
     return inputs, grads
 
 
-def _leaves_outside(out: Any, inputs: Sequence[Any]) -> list[Any]:
-    """The leaf tensors of out's graph (its ``AccumulateGrad`` nodes) that
-    are none of ``inputs``, in the order a walk from out meets them."""
-    given = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
-    found: list[Any] = []
+def _nodes(out: Any, forward: bool = False) -> Iterator[Any]:
+    """Each node of out's graph once, depth first from out (``forward``: a
+    node's inputs in their own order, else the last first)."""
     seen: set[int] = set()
     stack = [out.grad_fn]
     while stack:
@@ -302,11 +300,17 @@ def _leaves_outside(out: Any, inputs: Sequence[Any]) -> list[Any]:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        variable = getattr(node, "variable", None)  # (AccumulateGrad: a leaf)
-        if isinstance(variable, torch.Tensor) and id(variable) not in given:
-            found.append(variable)
-        stack.extend(n for n, _ in reversed(node.next_functions))
-    return found
+        yield node
+        edges = [n for n, _ in node.next_functions]
+        stack.extend(edges[::-1] if forward else edges)
+
+
+def _leaves_outside(out: Any, inputs: Sequence[Any]) -> list[Any]:
+    """The leaf tensors of out's graph (its ``AccumulateGrad`` nodes) that
+    are none of ``inputs``, in the order a walk from out meets them."""
+    given = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+    leaves = (getattr(node, "variable", None) for node in _nodes(out, forward=True))  # (AccumulateGrad: a leaf)
+    return [v for v in leaves if isinstance(v, torch.Tensor) and id(v) not in given]
 
 
 def gradient_structure(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> list[dict[str, Any]]:
@@ -326,17 +330,11 @@ def gradient_structure(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) ->
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         return []
     found: list[dict[str, Any]] = []
-    handles = []
-    seen: set[int] = set()
-    stack = [out.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
-            handles.append(node.register_prehook(_reader(node, found, leaves)))
-        stack.extend(n for n, _ in node.next_functions)
+    handles = [
+        node.register_prehook(_reader(node, found, leaves))
+        for node in _nodes(out)
+        if isinstance(node, torch.autograd.function.BackwardCFunction)
+    ]
     if not handles:
         return []
     cotangent = torch.where(torch.isfinite(out.detach()), torch.ones_like(out), 0) if out.is_floating_point() else None
