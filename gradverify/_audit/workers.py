@@ -251,9 +251,24 @@ def _supervised(
                 yield _lost(task, current, *lost)
                 if current is not None:  # (the rest of the task, from the next sample)
                     queue.appendleft((task, {**done, current: True}, tries.get(task, 0)))
+    except KeyboardInterrupt:
+        yield from _finished(slots)  # (records sent before the interrupt are kept)
+        raise
     finally:
         for s in slots:
             s.stop(kill=True)
+
+
+def _finished(slots: Sequence[_Slot]) -> Iterator[dict[str, Any]]:
+    """The records the workers sent that were not yet read."""
+    for s in slots:
+        try:
+            while s.conn.poll():
+                what, value = s.conn.recv()
+                if what == "record":
+                    yield value
+        except (EOFError, OSError):
+            continue
 
 
 def _on_dask(
@@ -313,14 +328,26 @@ def run_tasks(
     """Run the tasks (each with the sample indices already done); every record, as it came."""
     check_options(workers, timeout)
     stream = _on_dask(work, scheduler, timeout) if scheduler else _supervised(work, workers, timeout)
-    records = []
+    records: list[dict[str, Any]] = []
+
+    def take(rec: dict[str, Any]) -> None:
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+
     try:
         for rec in stream:
-            records.append(rec)
-            if on_record is not None:
-                on_record(rec)
+            take(rec)
     except KeyboardInterrupt:
-        stream.close()
+        try:  # (what finished before the interrupt is kept, wherever the interrupt came)
+            rec = stream.throw(KeyboardInterrupt)
+            while True:
+                take(rec)
+                rec = next(stream)
+        except (KeyboardInterrupt, StopIteration):
+            pass
+        finally:
+            stream.close()
         raise Interrupted(records) from None
     return records
 
