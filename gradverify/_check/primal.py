@@ -179,6 +179,8 @@ def choose(ev: Evaluator, primal: Primal) -> Precision:
     oracle, name, reason, f0 = None, primal.dtype, "", primal.values
     if float_dtypes == {"float64"} and primal.dtype == "float64":
         name = "float64"
+    elif refused := ev.backend.float64_refused():
+        reason = refused
     else:
         try:
             # (no mutation or nondeterminism to look for here: a compiled fn serves)

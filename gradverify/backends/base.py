@@ -177,6 +177,11 @@ class Backend:
         """Context in which arrays of ``dtype_name`` can be made and used."""
         yield
 
+    def float64_refused(self) -> str | None:
+        """Why fn must not be evaluated in float64 here (the check then keeps
+        the arguments' precision); None when it may."""
+        return None
+
     def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         """Settings in force that make float32 arithmetic of ``args`` coarser than
         IEEE float32: (what, in words; the precision float32 products then

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import gc
 import hashlib
 import re
 import weakref
@@ -131,19 +132,32 @@ class JaxBackend(Backend):
         # Jacobian's columns and rows, the stencil's points) are stacked along
         # new batch sizes - one whole-function compilation costs less than
         # those. Under jax.disable_jit() nothing is compiled.
-        if placed:
-            with self.working():
+        with _no_leaked_traces(collect=True):
+            if placed:
+                with self.working():
+                    yield
+            elif small and not jax.config.jax_disable_jit:
+                with compiling():
+                    yield
+            else:
                 yield
-        elif small and not jax.config.jax_disable_jit:
-            with compiling():
-                yield
-        else:
-            yield
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:
         with jax.enable_x64(dtype_name in _WIDE or _USER_X64.get(jax.config.jax_enable_x64)):
             yield
+
+    def float64_refused(self) -> str | None:
+        # jax caches the conversion of a numpy array by the array alone, not
+        # by the x64 mode, for as long as a trace holds the converted value:
+        # fn's numpy constants traced in float64 keep int64 in the caller's
+        # x64-off runs, and the other way round. Standard promotion mixes the
+        # two; strict promotion refuses them, so fn stays in its own mode.
+        if _USER_X64.get(jax.config.jax_enable_x64):
+            return None
+        if jax.config.jax_numpy_dtype_promotion == "strict":
+            return "jax runs with strict dtype promotion and x64 off: fn is not evaluated in float64"
+        return None
 
     def reduced_precision(self, args: Sequence[Any]) -> list[tuple[str, str]]:
         if not any(a.dtype == jnp.float32 for a in args):
@@ -187,9 +201,10 @@ class JaxBackend(Backend):
         host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
         ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
         try:
-            if form in ("primal", "primal_flat"):
-                return getattr(entry, form)(*host)
-            return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
+            with _no_leaked_traces():
+                if form in ("primal", "primal_flat"):
+                    return getattr(entry, form)(*host)
+                return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
         except Exception:
             return None
 
@@ -290,6 +305,47 @@ def _primals(fn: Callable, args: tuple, points: tuple, wrt: tuple[int, ...]) -> 
 
 def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
     return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
+
+
+#: Whether a leaked trace was released since the last collection.
+_RELEASED = [False]
+
+
+@contextlib.contextmanager
+def _no_leaked_traces(collect: bool = False) -> Iterator[None]:
+    """Release the jit traces that raised during a check.
+
+    A jit trace that raises leaves its frame alive: jax registers a
+    ``weakref.finalize`` on each constant's tracer whose callback is bound to
+    the trace, whose frame holds the tracer - a cycle rooted in the finalize
+    registry. The frame holds fn's numpy constants as jax canonicalized them,
+    and jax caches that canonicalization by the numpy array alone, not by the
+    x64 mode: a constant canonicalized in a failed float64 trace (int64)
+    would stay int64 in the caller's later x64-off code (an int32/int64
+    promotion error under strict promotion, an int64 array elsewhere). Every
+    trace of the check has ended when it does, so a trace's finalizer still
+    registered then belongs to a leaked frame: detached, the cycle is garbage.
+    Around each compiled call (whose trace may raise) and around the check
+    (fn's eager JVP and VJP trace the jitted functions fn calls), which
+    collects the garbage: until the exception that ended a trace is dropped
+    its traceback still holds the frame."""
+    registry = getattr(weakref.finalize, "_registry", None)
+    before = set(registry) if isinstance(registry, dict) else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            leaked = [
+                f
+                for f, info in list(registry.items())
+                if f not in before and type(getattr(info.func, "__self__", None)).__name__ == "DynamicJaxprTrace"
+            ]
+            for f in leaked:
+                f.detach()
+            _RELEASED[0] |= bool(leaked)
+        if collect and _RELEASED[0]:
+            _RELEASED[0] = False
+            gc.collect()
 
 
 def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
@@ -549,7 +605,8 @@ def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any
     if entry is None or not entry.ok[kind]:
         return eager()
     try:
-        return getattr(entry, attribute or kind)(*args)
+        with _no_leaked_traces():
+            return getattr(entry, attribute or kind)(*args)
     except Exception:
         # either fn cannot be traced or it raises: the eager run tells which
         out = eager()
