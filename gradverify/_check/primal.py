@@ -169,30 +169,52 @@ def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings, tole
 
 
 def choose(ev: Evaluator, primal: Primal) -> Precision:
-    """The oracle's precision: float64 when fn accepts float64 inputs (whatever
-    the arguments' own), else the arguments'. Low-precision AD is then run in
+    """The oracle's precision: fn on float64 inputs where it accepts them
+    (whatever the arguments' own), else on float32 inputs where an argument
+    is coarser than that, else fn as called. A run serves when its output is
+    at least as fine as the native one (fn may cast to a fixed dtype): its
+    output's dtype is the finite differences' precision, and no FD step is
+    rounded to an argument's coarser spacing. Low-precision AD is then run in
     float64 too: that run is what FD judges (a wrong rule is wrong there as
     well), the native run is compared with it (rounding, or a low-precision
     code path)."""
     float_dtypes = {ev.dtypes[i] for i in range(len(ev.dtypes)) if ev.floating[i]}
     native_u = max(tol.unit_roundoff(d) for d in float_dtypes | {primal.dtype})
-    oracle, name, reason, f0 = None, primal.dtype, "", primal.values
+    # fn as called: its steps are the coarsest differentiated argument's or its output's
+    coarsest = max([primal.dtype, *(ev.dtypes[i] for i in ev.wrt)], key=tol.unit_roundoff)
+    oracle, name, reason, f0 = None, coarsest, "", primal.values
     if float_dtypes == {"float64"} and primal.dtype == "float64":
-        name = "float64"
-    elif refused := ev.backend.float64_refused():
+        return _precision(ev, primal, None, "float64", "", f0, native_u)
+    candidates = []
+    refused = ev.backend.float64_refused()
+    if refused:
         reason = refused
     else:
+        candidates.append("float64")
+    if any(tol.unit_roundoff(d) > tol.unit_roundoff("float32") for d in float_dtypes):
+        candidates.append("float32")
+    said = []
+    for candidate in candidates:
         try:
             # (no mutation or nondeterminism to look for here: a compiled fn serves)
-            out64, dt = ev.primal_compiled("float64") or ev.primal_raw("float64")[:2]
-            ok = dt == "float64" and tuple(out64.shape) == primal.shape
-            why = f"fn returned {dt} for float64 inputs"
+            out, dt = ev.primal_compiled(candidate) or ev.primal_raw(candidate)[:2]
         except CallFailed as e:
-            ok, why = False, f"fn raised {type(e.exc).__name__} on float64 inputs"
-        if ok:
-            oracle, name, f0 = "float64", "float64", _xp.flat(_xp.as64(out64))
-        else:
-            reason = why
+            said.append(f"fn raised {type(e.exc).__name__} on {candidate} inputs")
+            continue
+        if tuple(out.shape) != primal.shape or dt not in tol.UNIT_ROUNDOFF or tol.unit_roundoff(dt) > native_u:
+            said.append(f"fn returned {dt} for {candidate} inputs")
+            continue
+        oracle, name, f0 = candidate, dt, _xp.flat(_xp.as64(out))
+        if dt != candidate:
+            said.append(f"fn returns {dt} for {candidate} inputs")
+        break
+    reason = "; ".join([reason, *said] if reason else said)
+    return _precision(ev, primal, oracle, name, reason, f0, native_u)
+
+
+def _precision(
+    ev: Evaluator, primal: Primal, oracle: str | None, name: str, reason: str, f0: Any, native_u: float
+) -> Precision:
     native_ad = frozenset({primal.dtype} | {ev.dtypes[i] for i in ev.wrt})
     reduced = ev.backend.reduced_precision(ev.originals)
     u_oracle = tol.unit_roundoff(name)

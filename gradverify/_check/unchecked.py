@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from .._result import ERROR, WARNING, CheckResult, Finding, Kind
 
@@ -46,16 +47,29 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
     return dataclasses.replace(result, findings=(finding, *result.findings))
 
 
-def empty_allowed(result: CheckResult) -> CheckResult:
+def empty_allowed(result: CheckResult, all_nan: Callable[[], bool] | None = None) -> CheckResult:
     """``result`` with its ``nothing_checked`` error a warning where there was
     nothing to check at all - every argument to differentiate empty, or fn's
-    output empty - as the drop-ins' peers pass such a call."""
+    output empty - as the drop-ins' peers pass such a call; with ``all_nan``
+    (whether fn's output is NaN at every element, asked only where nothing
+    was compared because it is not finite) also there, for a peer that
+    compares NaN as equal to NaN."""
+    if not any(f.kind == Kind.NOTHING_CHECKED and f.level == ERROR for f in result.findings):
+        return result
     empty = result.strategy == NOTHING_TO_DIFFERENTIATE or (
         result.output is not None and any(d == 0 for d in result.output.shape)
     )
-    if not empty or not any(f.kind == Kind.NOTHING_CHECKED and f.level == ERROR for f in result.findings):
+    if empty:
+        said = "allowed: the checker this call was written for passes an empty check"
+    elif (
+        all_nan is not None
+        and result.by_kind(Kind.NONFINITE_OUTPUT)
+        and result.by_kind(Kind.NOTHING_COMPARED)
+        and all_nan()
+    ):
+        said = "allowed: fn's output is NaN at every element, which the checker this call was written for passes"
+    else:
         return result
-    said = "allowed: the checker this call was written for passes an empty check"
     findings = tuple(
         dataclasses.replace(f, level=WARNING, message=f.message.replace("not a pass", said))
         if f.kind == Kind.NOTHING_CHECKED

@@ -146,6 +146,30 @@ def test_empty_inputs_pass_as_in_torch() -> None:
         gradcheck(lambda e, x: _sin(2.0)(x) + e.sum(), (torch.zeros(0, requires_grad=True, dtype=torch.float64), _x()))
 
 
+def test_an_output_nan_everywhere_passes_check_grads_as_in_jax_and_nowhere_else() -> None:
+    """jax's comparison takes NaN as equal to NaN: acos off its domain passes
+    its check_grads; gv.check says nothing was compared, and so does
+    gradcheck's drop-in (torch compares NaN as unequal)."""
+    from jax.test_util import check_grads as jax_check_grads
+
+    x = (np.float32(-1.083),)
+    jax_check_grads(jax.lax.acos, x, 2, ["fwd", "rev"])  # (the peer passes it)
+    check_grads(jax.lax.acos, x, 2, ["fwd", "rev"])
+    assert not gv.check(jax.lax.acos, jnp.asarray(x[0])).ok
+    # NaN at some elements only: the others are compared, a wrong rule there is caught
+    partly = (np.array([-1.083, 0.25, 0.5], np.float32),)
+    check_grads(jax.lax.acos, partly, 1)
+    wrong = jax.custom_jvp(jax.lax.acos)
+    wrong.defjvp(lambda p, t: (jax.lax.acos(p[0]), 2.0 * t[0]))
+    with pytest.raises(AssertionError, match="the derivatives are wrong"):
+        check_grads(wrong, partly, 1, modes=["fwd"])
+    # inf everywhere is no pass: FD of inf is NaN, the derivative is not
+    with pytest.raises(AssertionError):
+        check_grads(jnp.log, (np.zeros(2, np.float32),), 1)
+    with pytest.raises(GradcheckError):
+        gradcheck(torch.acos, (torch.tensor([-1.083], dtype=torch.float64, requires_grad=True),))
+
+
 def test_gradgradcheck_catches_a_backward_that_is_not_differentiable() -> None:
     assert gradgradcheck(_sin(), (_x(),))
     with pytest.raises(TorchGradcheckError, match="gradgradcheck"):
