@@ -13,6 +13,9 @@ over its passes; a disagreement that survives them all is a finding.
   narrower than the step): FD cannot decide there.
 * ``WideNoise``: noise seen only at wider spacings could tilt the slope by as
   much as the disagreement: FD has nothing left to convict.
+* ``Nearby``: at a kink of a full Jacobian's column, the pieces that meet
+  there may be more than the two along the column: take the derivatives of
+  fn at points around it into the kink's interval.
 
 An excuse never passes an element: it widens a bound or marks the element
 unreliable, with its reason. It replaces the oracle's reference rather than
@@ -36,6 +39,7 @@ __all__ = [
     "Disagreement",
     "Excuse",
     "FinerStep",
+    "Nearby",
     "OnGrid",
     "OncePerDirection",
     "Unmeasured",
@@ -269,6 +273,154 @@ class FinerStep(OncePerDirection):
             )
         oracle.refs[b] = ref
         return bool(moved or replaced)
+
+
+class Nearby(Excuse):
+    """Where kinks of several variables meet (bilinear sampling exactly on
+    pixel edges, moved by a parameter that moves every sample), the pieces
+    adjacent to the point are more than the two a column's one-sided
+    derivatives see: moving x_j alone sends some samples one way and others
+    the other (and may even leave the column smooth), while AD takes each
+    sample's piece by its own rule (floor: as if each had moved up) - the
+    gradient of a piece adjacent to the point along another direction. A
+    limiting gradient lies in the hull of the limits of fn's gradient at
+    points approaching x (Clarke's generalized Jacobian), so at a point where
+    finite differences found a kink, a full Jacobian column's disagreeing
+    elements take in those limits along directions around x (see
+    ``directions``):
+    the column's derivative measured at two distances (NEARBY and NEARBY / 8
+    steps along each input) and extrapolated to the point, so that on a
+    smooth function the limit is the derivative at x itself (the hull does
+    not grow) and across a kink it is the adjacent piece's. Host arrays (a
+    full Jacobian is a small check). Done once per element; returns whether
+    any interval grew."""
+
+    #: Directions probed around x (antithetic pairs: half Gaussian, half random signs).
+    PROBES = 32
+    #: How far the outer probe lies from x, in FD steps along each input.
+    NEARBY = 64.0
+    #: The inner probe's distance is NEARBY / SHRINK.
+    SHRINK = 8.0
+    #: Up to this many inputs, every input and every pair is probed too.
+    SPARSE = 8
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[int, int]] = set()  # (column, element) looked at
+        self.hulls: dict[int, tuple[tuple[np.ndarray, np.ndarray], int]] = {}  # column -> its limits' hull
+
+    def _hull(self, oracle: Oracle, b: int) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+        """The hull (lo, hi per element of column b) of the limits of fn's
+        derivative along the directions probed (+-inf where none was smooth),
+        and how many directions were probed. All of the column's elements at
+        once: each probe evaluates fn whole."""
+        probes, p = oracle.probes, oracle.precision
+        x, cs = probes.x, np.asarray(probes.cs, dtype=float)
+        directions = self.directions(x.size, np.random.default_rng([probes.seed, b]))
+        every = np.arange(_xp.size(oracle.f0))
+        lo, hi = np.full(every.size, np.inf), np.full(every.size, -np.inf)
+        for r in directions:
+            outer = self._derivative(oracle, x + self.NEARBY * p.h * cs * r, b, every)
+            inner = self._derivative(oracle, x + (self.NEARBY / self.SHRINK) * p.h * cs * r, b, every)
+            if outer is None or inner is None:
+                continue
+            (d1, e1, ok1), (d2, e2, ok2) = outer, inner
+            # the limit at x along r: linear in the distance on a smooth piece
+            slope = (d1 - d2) / (self.SHRINK - 1.0)
+            limit, err = d2 - slope, e2 + e1 / (self.SHRINK - 1.0) + np.abs(slope)
+            ok = ok1 & ok2 & np.isfinite(limit) & np.isfinite(err)
+            lo = np.where(ok, np.minimum(lo, limit - err), lo)
+            hi = np.where(ok, np.maximum(hi, limit + err), hi)
+        return (lo, hi), len(directions)
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        probes = oracle.probes
+        if not probes.full or not _xp.on_host(probes.x):
+            return False
+        if not any(not r.all_smooth and bool(np.any(np.asarray(r.status) == fd.KINK)) for r in oracle.refs):
+            return False  # (no kink at this point: fn is smooth around it, its pieces are one)
+        b, ref = case.b, oracle.measured(case.b)
+        with _xp.quiet():
+            idx = np.asarray(_xp.nonzero((case.excess > 0) & (ref.status <= fd.KINK)))
+        # (each element once: a full Jacobian's rows come to a column one at a time)
+        idx = np.array([i for i in idx.tolist() if (b, i) not in self.seen], dtype=np.int64)
+        self.seen.update((b, i) for i in idx.tolist())
+        if not idx.size:
+            return False
+        if b not in self.hulls:
+            self.hulls[b] = self._hull(oracle, b)
+        found, count = self.hulls[b]
+        lo = np.minimum(np.asarray(ref.lo)[idx], found[0][idx])
+        hi = np.maximum(np.asarray(ref.hi)[idx], found[1][idx])
+        before = np.asarray(ref.hi)[idx] - np.asarray(ref.lo)[idx]
+        grown = hi - lo > before * (1 + 1e-9)
+        if not grown.any():
+            return False
+        at, lo, hi = idx[grown], lo[grown], hi[grown]
+        shape = tuple(ref.value.shape)
+        value, err = _xp.copy(_xp.flat(ref.value)), _xp.copy(_xp.flat(ref.err))
+        status = _xp.copy(_xp.flat(ref.status))
+        value[at], err[at], status[at] = (lo + hi) / 2, (hi - lo) / 2, fd.KINK
+        reasons = dict(ref.reasons or {})
+        for k, i in enumerate(at[:3].tolist()):
+            reasons[int(i)] = (
+                f"kinks of several variables meet here: the limits of fn's derivative from {count} "
+                f"directions around the point span [{probes.unscale(b, float(lo[k])):.6g}, "
+                f"{probes.unscale(b, float(hi[k])):.6g}]"
+            )
+        oracle.refs[b] = dataclasses.replace(
+            ref,
+            value=value.reshape(shape),
+            err=err.reshape(shape),
+            status=status.reshape(shape),
+            reasons=reasons,
+            all_smooth=False,
+        )
+        return True
+
+    def directions(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The directions probed, antithetic pairs: on at most SPARSE inputs
+        every one and every pair of them (a piece is often entered by moving
+        a few inputs together - a translation moves every sample the same
+        way - where a random direction in all of them rarely enters it), and
+        PROBES random ones, half Gaussian and half random signs."""
+        half = self.PROBES // 2
+        found = [rng.standard_normal((half // 2, n)), rng.choice([-1.0, 1.0], (half - half // 2, n))]
+        if n <= self.SPARSE:
+            eye = np.eye(n)
+            found.append(eye)
+            found.extend(eye[k] + sign * eye[k + 1 :] for k in range(n - 1) for sign in (1.0, -1.0))
+        directions = np.concatenate(found)
+        return np.concatenate([directions, -directions])
+
+    @staticmethod
+    def _derivative(oracle: Oracle, y: np.ndarray, b: int, idx: np.ndarray) -> tuple | None:
+        """Column b's elements ``idx`` at the flat point y: (value, error
+        bound, smooth), per unit of x_b; None where fn is not finite there."""
+        p, probes = oracle.precision, oracle.probes
+        c = float(probes.cs[b])
+        f_y = _xp.take(_xp.flat(oracle.at_point(y)), idx)
+
+        def line(t: float) -> np.ndarray:
+            moved = y.copy()
+            moved[b] += t * c
+            return _xp.take(_xp.flat(oracle.at_point(moved)), idx)
+
+        there = fd.reference(
+            fd.Problem.of(
+                fd.Line(line),
+                f_y,
+                p.h,
+                p.floor,
+                p.u_oracle,
+                0.0,
+                ladder=False,
+                f0_scale=p.f0_scale,
+                inputs=probes.inputs_max,
+                point=oracle.terms(c, column=True),
+            )
+        )
+        smooth = np.asarray(there.status) == fd.SMOOTH
+        return np.asarray(there.value) / c, np.asarray(there.err) / c, smooth
 
 
 class WideNoise(Excuse):

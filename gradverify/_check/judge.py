@@ -15,7 +15,7 @@ import numpy as np
 from . import fd, tolerance as tol, xp as _xp
 from .bounds import Bounds
 from .context import Context
-from .excuses import AllUnmeasured, Disagreement, Excuse, FinerStep, OnGrid, Unmeasured, WideNoise
+from .excuses import AllUnmeasured, Disagreement, Excuse, FinerStep, Nearby, OnGrid, Unmeasured, WideNoise
 from .locate import Localiser
 from .messages import fd_bound_reason, projection_mismatch
 from .modes import AD, Modes
@@ -39,6 +39,7 @@ class Judge:
         # (each excuse keeps which directions it has looked at: one set per check)
         self.unmeasured, self.all_unmeasured = Unmeasured(), AllUnmeasured()
         self.on_grid, self.finer_step, self.wide_noise = OnGrid(), FinerStep(), WideNoise()
+        self.nearby = Nearby()
         #: (pair, direction) -> elements beyond the model's bound that the
         #: suite's tolerance covers (the last look at each counts)
         self.covered: dict[tuple[str, int], int] = {}

@@ -235,6 +235,11 @@ def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> Non
             continue
         b = next(k for k, c in enumerate(counts) if c)
         i = int(_xp.nonzero(masks[b], limit=1)[0])
+        if status == fd.KINK:  # (a kink where several meet, if any: its reason says more)
+            b, i = next(
+                ((k, j) for k, r in enumerate(oracle.refs) for j in sorted(r.reasons or {}) if bool(masks[k][j])),
+                (b, i),
+            )
         r = oracle.refs[b]
         where, arg, idx = probes.where(b, i, primal.shape)
         values = {}
@@ -250,7 +255,7 @@ def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> Non
             for m in masks[1:]:
                 union = union | m
             count = _xp.count(union)
-        reason = None
+        reason = (r.reasons or {}).get(int(i)) if status == fd.KINK else None
         if status == fd.UNRELIABLE:
             reason = (r.reasons or {}).get(int(i)) or (
                 "the estimates did not settle as the step shrank: a feature of fn smaller than the step "
@@ -261,7 +266,11 @@ def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> Non
             INFO if status == fd.KINK else WARNING,
             f"{what} at {count} element(s), e.g. {where}: inconclusive there; "
             + (
-                "AD values are accepted between the one-sided derivatives"
+                (
+                    "AD values are accepted between the derivatives of the pieces that meet there"
+                    if reason
+                    else "AD values are accepted between the one-sided derivatives"
+                )
                 if status == fd.KINK
                 else "those elements are not compared"
             ),

@@ -80,6 +80,10 @@ class Oracle:
             return fd.Line(at)
         return fd.Line(at, lambda ts: self._many(_rows_along(x, [w], [[t * k for t in ts]]), len(ts)))
 
+    def at_point(self, y: np.ndarray) -> Any:
+        """fn at the flat host point ``y`` (a fresh array) in the oracle precision."""
+        return self.ev.primal(self.probes.flat.split(y), self.precision.oracle, flat=True)
+
     def _at(self, write: Callable[[Any], Any]) -> Any:
         """fn at the flat point ``write(out)`` makes: written into the
         oracle's buffer on large arrays (out=None: a fresh array). fn may
