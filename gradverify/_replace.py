@@ -7,6 +7,8 @@
 gradverify's drop-ins for the session. ``compare`` runs both checkers on
 each call, keeps the original's verdict for the test's outcome, and offers
 each pair of verdicts and times to the observers as a ``compare`` event.
+``record`` runs the original alone and offers what each call was made with
+(see ``_record``) as a ``record`` event, its point saved beside the records.
 
 A name bound before the session started (``from torch.autograd import
 gradcheck`` in a module imported earlier, e.g. by a conftest) keeps the
@@ -24,14 +26,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from . import _observe
+from . import _observe, _record
 
 __all__ = ["MODES", "PEERS", "rerouted"]
 
 #: The switch's modes.
-MODES = ("replace", "compare")
+MODES = ("replace", "compare", "record")
 
 #: (the framework's module, the function's name there, the drop-in's module).
 PEERS = (
@@ -45,10 +48,11 @@ PEERS = (
 
 
 @contextlib.contextmanager
-def rerouted(mode: str) -> Iterator[list[str]]:
-    """Within it, the peers' functions are the drop-ins (``replace``) or run
-    beside them (``compare``); yields the names patched. Frameworks that are
-    not installed are left alone."""
+def rerouted(mode: str, directory: Path | None = None) -> Iterator[list[str]]:
+    """Within it, the peers' functions are the drop-ins (``replace``), run
+    beside them (``compare``) or recorded (``record``: each call's point
+    saved under ``directory``); yields the names patched. Frameworks that
+    are not installed are left alone."""
     if mode not in MODES:
         raise ValueError(f"--gradverify-replace: expected one of {MODES}; found {mode!r}")
     patched: list[tuple[Any, str, Any]] = []
@@ -62,7 +66,12 @@ def rerouted(mode: str) -> Iterator[list[str]]:
             if original is None or getattr(original, "__gradverify_peer__", False):
                 continue
             dropin = getattr(importlib.import_module(dropin_module), name)
-            replacement = _compared(original, dropin, name) if mode == "compare" else _replaced(dropin, name)
+            if mode == "record":
+                replacement = _recorded(original, name, directory)
+            elif mode == "compare":
+                replacement = _compared(original, dropin, name)
+            else:
+                replacement = _replaced(dropin, name)
             setattr(module, name, replacement)
             patched.append((module, name, original))
         yield [f"{m.__name__}.{n}" for m, n, _ in patched]
@@ -118,6 +127,38 @@ def _compared(original: Callable[..., Any], dropin: Callable[..., Any], name: st
                 "gradverify_seconds": gv_seconds,
             },
         )
+        if raised is not None:
+            raise raised
+        return value
+
+    call.__gradverify_peer__ = True  # type: ignore[attr-defined]
+    return call
+
+
+def _recorded(original: Callable[..., Any], name: str, directory: Path | None) -> Callable[..., Any]:
+    """The original on the call, and what the call was made with as a ``record`` event."""
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_inside, "original", False):  # (torch's gradgradcheck calls its gradcheck)
+            return original(*args, **kwargs)
+        try:
+            record = _record.described(name, original, args, kwargs, directory)
+        except Exception as e:  # noqa: BLE001 -- a call that cannot be described still runs, and says why
+            fn = args[0] if args else kwargs.get("func", kwargs.get("f"))
+            record = {"peer": name, "function": {"path": None, "name": _name_of(fn), "why": _first_line(e)}}
+        start = time.perf_counter()
+        _inside.original = True
+        try:
+            value, raised = original(*args, **kwargs), None
+        except Exception as e:  # noqa: BLE001 -- the original's verdict, raised again below
+            value, raised = None, e
+        finally:
+            _inside.original = False
+        record["seconds"] = time.perf_counter() - start
+        record["verdict"] = "passed" if raised is None and value is not False else "failed"
+        record["said"] = None if raised is None else _first_line(raised)
+        _observe.finished("record", record)
         if raised is not None:
             raise raised
         return value

@@ -23,7 +23,10 @@
   ``torch.autograd.gradcheck`` / ``gradgradcheck`` and
   ``jax.test_util.check_grads`` calls routed through gradverify's drop-ins
   (``=compare``: both run, the original's verdict kept, and a table of the
-  calls where they disagree, with both checkers' total time, at the end).
+  calls where they disagree, with both checkers' total time, at the end;
+  ``=record``: the originals run, and what each call was made with is
+  written to ``calls-*.jsonl`` in the report directory - ``gradverify-records``
+  by default - with its point in ``points/``, for ``gradverify write``).
 
 Loading the plugin imports neither torch nor jax (nor Hypothesis): the
 strategies (which import Hypothesis, ~90 ms) load only where a test asks
@@ -81,7 +84,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         choices=MODES,
         help="route the suite's gradcheck/gradgradcheck/check_grads calls through gradverify "
-        "(compare: run both, keep the original's verdict, table the disagreements)",
+        "(compare: run both, keep the original's verdict, table the disagreements; "
+        "record: run the original, write what each call was made with to the report directory, "
+        f"{RECORDS!r} by default)",
     )
     parser.addini("gradverify_seed", "base seed (default 0)", default="0")
     parser.addini("gradverify_max_examples", "examples per gradverify.verify (default 100)", default="")
@@ -93,7 +98,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
     )
     parser.addini("gradverify_batched", "check the JVP and VJP under vmap too (true/false)", type="bool", default=False)
-    parser.addini("gradverify_replace", "route gradcheck/check_grads calls through gradverify: replace or compare")
+    parser.addini(
+        "gradverify_replace", "route gradcheck/check_grads calls through gradverify: replace, compare or record"
+    )
 
 
 class _Settings:
@@ -138,8 +145,41 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     suite - its conftests' and helpers' too - binds the drop-in."""
     mode = _replace_mode(early_config)
     if mode is not None:
+        directory = _records_dir(early_config) if mode == "record" else None
+        if directory is not None and not hasattr(early_config, "workerinput"):
+            _fresh_records(directory)  # (an xdist controller starts its workers after this)
         stack = contextlib.ExitStack()
-        early_config.stash[_rerouting_key] = (stack, stack.enter_context(rerouted(mode)))
+        early_config.stash[_rerouting_key] = (stack, stack.enter_context(rerouted(mode, directory)))
+
+
+#: Where ``--gradverify-replace=record`` writes without ``--gradverify-report``.
+RECORDS = "gradverify-records"
+
+
+def _records_dir(config: pytest.Config) -> Path:
+    given = config.known_args_namespace.gradverify_report or config.getini("gradverify_report") or RECORDS
+    return Path(given).resolve()
+
+
+def _fresh_records(directory: Path) -> None:
+    """The record directory without an earlier session's calls and points."""
+    for old in directory.glob("calls-*.jsonl"):
+        old.unlink()
+    points = directory / "points"
+    if points.is_dir():
+        for old in points.glob("*.npz"):
+            old.unlink()
+
+
+def _write_record(directory: Path, nodeid: str, record: dict[str, Any]) -> None:
+    """One call's record, a line of this process's ``calls-*.jsonl`` (written
+    as the call ends: a session cut short keeps what it recorded)."""
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(directory / f"calls-{worker}.jsonl", "a", encoding="utf-8") as f:
+        f.write(_io.to_json({"nodeid": nodeid, **record}, indent=None) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -335,6 +375,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     def observer(kind: str, result: Any) -> None:
         if kind == "compare":
             _compared(records, item.nodeid, result)
+        elif kind == "record":
+            _write_record(_records_dir(item.config), item.nodeid, result)
         else:
             records.append(_record(item.nodeid, kind, result))
 
@@ -448,6 +490,8 @@ _SESSION_RECORDS: list[dict[str, Any]] = []
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
+    if config.stash[_settings_key].replace == "record":
+        _recorded(terminalreporter, _records_dir(config))
     failed = [r for r in _SESSION_RECORDS if not r["ok"]]
     if not _SESSION_RECORDS:
         return
@@ -476,6 +520,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"    inputs: {r['npz']}")
         if r.get("reproduce_test"):
             tr.write_line(f"    reproduce: {r['reproduce_test']}")
+
+
+def _recorded(tr: Any, directory: Path) -> None:
+    """--gradverify-replace=record: how many calls of how many functions were written, and where."""
+    import json
+
+    calls = [json.loads(line) for f in sorted(directory.glob("calls-*.jsonl")) for line in f.read_text().splitlines()]
+    tr.section("gradverify")
+    functions = {(c["function"].get("path") or c["function"].get("name")) for c in calls}
+    importable = {c["function"]["path"] for c in calls if c["function"].get("path")}
+    tr.write_line(
+        f"record: {len(calls)} checker call(s) of {len(functions)} function(s) ({len(importable)} importable) "
+        f"in {directory}"
+    )
 
 
 def _comparison(tr: Any, pairs: list[dict[str, Any]]) -> None:

@@ -169,3 +169,60 @@ def test_the_frameworks_get_their_own_checkers_back(pytester):
     bad = pytester.runpytest("--gradverify-replace=both", "-p", "no:cacheprovider")
     assert bad.ret != 0
     bad.stderr.fnmatch_lines(["*--gradverify-replace*invalid choice*"])
+
+
+def _calls(directory):
+    return [json.loads(line) for f in sorted(directory.glob("calls-*.jsonl")) for line in f.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_record_keeps_the_originals_verdicts_and_writes_each_call(pytester, workers):
+    import numpy as np
+
+    pytester.makepyfile(test_torch=SUITE_TORCH, test_jax=SUITE_JAX)
+    pytester.makeconftest(CONFTEST)
+    stale = pytester.path / "gradverify-records" / "calls-gw9.jsonl"
+    stale.parent.mkdir()
+    stale.write_text('{"stale": true}\n')  # (an earlier session's: not counted again)
+    args = ["--gradverify-replace=record", "-p", "no:cacheprovider"] + (["-n", str(workers)] if workers else [])
+    result = pytester.runpytest_subprocess(*args)
+    outcomes = {
+        "test_float32_at_float64_tolerances": "failed",  # (the original's false alarm: its verdict is kept)
+        "test_wrong_rule": "failed",
+        "test_wrong_rev": "failed",
+    }
+    result.assert_outcomes(passed=3, failed=len(outcomes))
+    directory = pytester.path / "gradverify-records"
+    calls = _calls(directory)
+    assert not stale.exists()
+    by_test = {c["nodeid"].split("::")[-1]: c for c in calls}
+    assert set(by_test) == {
+        "test_right_rule", "test_wrong_rule", "test_gradgradcheck_with_constants",
+        "test_float32_at_float64_tolerances", "test_right_pytree", "test_wrong_rev",
+    }  # fmt: skip
+    result.stdout.fnmatch_lines([f"record: 6 checker call(s) of * function(s) (* importable) in {directory}"])
+    assert {k for k, c in by_test.items() if c["verdict"] == "failed"} == set(outcomes)
+    # the function: importable where it is, and why not where not
+    wrong = by_test["test_wrong_rev"]
+    assert wrong["function"] == {"path": "test_jax:wrong", "name": "wrong"}
+    assert by_test["test_wrong_rule"]["function"]["why"].startswith("defined inside rule (a closure)")
+    assert by_test["test_gradgradcheck_with_constants"]["function"]["why"] == "a lambda"
+    # the arguments by path: what is differentiated, shapes, dtypes, ranges; the options and order
+    constants = by_test["test_gradgradcheck_with_constants"]
+    assert [(a["path"], a["kind"], a.get("shape"), a["differentiated"]) for a in constants["arguments"]] == [
+        ("[0]", "array", [1, 5], True),
+        ("[1]", "array", [5, 3], False),
+        ("[2]", "scalar", None, False),
+    ]
+    assert constants["peer"] == "gradgradcheck" and constants["options"]["order"] == 2
+    tree = by_test["test_right_pytree"]
+    assert [a["path"] for a in tree["arguments"]] == ["[0]['b']", "[0]['w']", "[1]"]
+    assert tree["arguments"][0]["zeros"] == 2 and tree["arguments"][1]["min"] == -1.0
+    assert tree["options"] == {"order": 2}
+    assert wrong["options"] == {"order": 1, "modes": ["rev"]}
+    assert by_test["test_wrong_rule"]["options"] == {"atol": 1e-6, "order": 1}
+    assert by_test["test_float32_at_float64_tolerances"]["options"]["fast_mode"] is True
+    # the point, exactly as called
+    saved = np.load(directory / tree["point"])
+    np.testing.assert_array_equal(saved["[0]['w']"], np.linspace(-1, 1, 6).reshape(2, 3))
+    assert saved["[0]['w']"].dtype == np.float64

@@ -1,0 +1,265 @@
+"""A suite's gradient-checker call, as data: ``pytest
+--gradverify-replace=record`` writes one record for each call of
+``gradcheck`` / ``gradgradcheck`` / ``check_grads`` the suite makes (the
+call still runs, with its own verdict), and ``gradverify write`` turns the
+records into property-based tests.
+
+A record says what was checked and how:
+
+* ``function``: its importable path (``module:qualname``; a torch
+  ``Function``'s ``apply`` as ``module:Class.apply``; an ``nn.Module`` as
+  its class, with its ``extra_repr`` as what can be read of how it was
+  built), or ``path: None`` and why not (a lambda, a closure in a test, a
+  ``functools.partial``, an object the module does not hold under that
+  name);
+* ``arguments``: every leaf of the arguments, flattened with the
+  framework's own pytree utility, by its path: kind, shape, dtype, device,
+  whether the checker differentiates it (torch: a floating tensor that
+  requires grad; jax: every inexact leaf), its finite range, and its value
+  where it is a Python scalar;
+* ``options``: the keywords the call passed (tolerances, eps, modes,
+  fast_mode, ...) and its order;
+* ``point``: the ``.npz`` beside the records holding every array leaf (by
+  path), so that the point can be given back as an ``@example``; ``None``
+  with the reason where a leaf is too large to keep.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MAX_SAVED", "described", "function_of", "leaves_of"]
+
+#: Elements of all array leaves together above which a call's point is not saved.
+MAX_SAVED = 1 << 20
+
+_counter = itertools.count()
+_lock = threading.Lock()
+
+
+def described(
+    peer: str, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], directory: Path | None
+) -> dict[str, Any]:
+    """The record of one call of ``peer`` (the original checker, whose
+    signature names the arguments), its point saved under ``directory``."""
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    given = dict(bound.arguments)
+    framework = "jax" if peer == "check_grads" else "torch"
+    fn = given.pop("func" if framework == "torch" else "f")
+    inputs = given.pop("inputs" if framework == "torch" else "args")
+    if framework == "torch" and not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)  # (gradcheck takes a lone tensor too)
+    options = {k: _plain(v) for k, v in given.items() if k != "grad_outputs"}
+    if framework == "jax":
+        options["order"] = int(given.get("order", 1))
+    else:
+        options["order"] = 2 if peer == "gradgradcheck" else 1
+    leaves = leaves_of(framework, inputs)
+    record: dict[str, Any] = {
+        "peer": peer,
+        "framework": framework,
+        "function": function_of(fn),
+        "structure": _structure(framework, inputs),
+        "arguments": [meta for meta, _ in leaves],
+        "options": options,
+        "point": None,
+    }
+    if directory is not None:
+        record["point"], record["point_missing"] = _saved(leaves, directory)
+    return record
+
+
+def function_of(fn: Any) -> dict[str, Any]:
+    """Where ``fn`` can be imported from (``path``), or why it cannot (``why``)."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    owner = getattr(fn, "__self__", None)
+    if inspect.isclass(owner) and getattr(fn, "__name__", "") == "apply" and _is_torch_function(owner):
+        path = _importable(owner)
+        if path is None:
+            return {"path": None, "name": f"{owner.__qualname__}.apply", "why": _why_not(owner)}
+        return {"path": f"{path}.apply", "name": f"{owner.__qualname__}.apply", "kind": "autograd.Function"}
+    if _is_module(fn):
+        cls = type(fn)
+        path = _importable(cls)
+        built = _extra_repr(fn)
+        out = {"name": cls.__qualname__, "kind": "nn.Module", "built": built}
+        return {**out, "path": path} if path else {**out, "path": None, "why": _why_not(cls)}
+    if type(fn).__name__ == "partial":
+        return {"path": None, "name": f"partial({function_of(fn.func).get('name')})", "why": "a functools.partial"}
+    path = _importable(fn)
+    if path is not None:
+        return {"path": path, "name": name}
+    return {"path": None, "name": name, "why": _why_not(fn)}
+
+
+def leaves_of(framework: str, inputs: Any) -> list[tuple[dict[str, Any], Any]]:
+    """(what a leaf is, the leaf itself) for every leaf of ``inputs``, by path."""
+    if framework == "torch":
+        from torch.utils._pytree import keystr, tree_flatten_with_path
+    else:
+        from jax.tree_util import keystr, tree_flatten_with_path
+    out = []
+    for path, leaf in tree_flatten_with_path(tuple(inputs))[0]:
+        out.append((_leaf(framework, keystr(path), leaf), leaf))
+    return out
+
+
+def _structure(framework: str, inputs: Any) -> str:
+    if framework == "torch":
+        from torch.utils._pytree import tree_structure
+    else:
+        from jax.tree_util import tree_structure
+    return str(tree_structure(tuple(inputs)))
+
+
+def _leaf(framework: str, path: str, leaf: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"path": path, "type": type(leaf).__name__}
+    if leaf is None:
+        return {**meta, "kind": "none", "differentiated": False}
+    if isinstance(leaf, (bool, int, float, complex)):
+        inexact = isinstance(leaf, (float, complex)) and not isinstance(leaf, bool)
+        value = leaf if not isinstance(leaf, complex) else [leaf.real, leaf.imag]
+        return {**meta, "kind": "scalar", "value": value, "differentiated": framework == "jax" and inexact}
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if shape is None or dtype is None:
+        return {**meta, "kind": "other", "differentiated": False}
+    meta.update(kind="array", shape=[int(d) for d in shape], dtype=str(dtype).replace("torch.", ""))
+    if framework == "torch":
+        import torch
+
+        if not isinstance(leaf, torch.Tensor):
+            return {**meta, "differentiated": False, **_range(np.asarray(leaf))}
+        meta["device"] = str(leaf.device)
+        meta["differentiated"] = bool(leaf.requires_grad) and (leaf.is_floating_point() or leaf.is_complex())
+        meta["layout"] = str(leaf.layout).replace("torch.", "")
+        if leaf.layout != torch.strided:
+            return meta
+        host = leaf.detach().resolve_conj().resolve_neg().cpu()
+        host = host.float() if host.dtype == torch.bfloat16 else host
+        return {**meta, **_range(host.numpy())}
+    import jax.numpy as jnp
+
+    devices = getattr(leaf, "devices", None)
+    meta["device"] = ",".join(sorted(str(d) for d in devices())) if callable(devices) else "cpu"
+    meta["differentiated"] = bool(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
+    return {**meta, **_range(np.asarray(leaf))}
+
+
+def _range(a: np.ndarray) -> dict[str, Any]:
+    """The finite range of a host array (real and imaginary parts of a complex one)."""
+    if a.dtype.kind == "c":
+        a = np.stack([a.real, a.imag])
+    if a.dtype.kind not in "fiub" or a.size == 0:
+        return {}
+    values = a.astype(np.float64, copy=False)
+    finite = values[np.isfinite(values)]
+    out: dict[str, Any] = {"nonfinite": int(values.size - finite.size)}
+    if finite.size:
+        out.update(min=float(finite.min()), max=float(finite.max()))
+        out["zeros"] = int((finite == 0).sum())
+    return out
+
+
+def _saved(leaves: list[tuple[dict[str, Any], Any]], directory: Path) -> tuple[str | None, str | None]:
+    """Every array leaf of the point in one ``.npz`` (keyed by leaf path),
+    its name relative to ``directory``; or None and why."""
+    arrays = {}
+    total = 0
+    for meta, leaf in leaves:
+        if meta["kind"] != "array":
+            continue
+        if meta.get("layout", "strided") != "strided":
+            return None, f"{meta['path']} is a {meta['layout']} tensor"
+        host = _host(leaf)
+        total += host.size
+        if total > MAX_SAVED:
+            return None, f"more than {MAX_SAVED} elements in all"
+        arrays[meta["path"] or "()"] = host
+    with _lock:
+        k = next(_counter)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"points/{worker}-{os.getpid()}-{k:05d}.npz"
+    target = directory / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as f:
+        np.savez(f, **arrays)
+    return name, None
+
+
+def _host(leaf: Any) -> np.ndarray:
+    if "torch" in sys.modules and isinstance(leaf, sys.modules["torch"].Tensor):
+        t = leaf.detach().resolve_conj().resolve_neg().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            return t.float().numpy()  # (numpy has no bfloat16: the dtype is in the record)
+        return t.numpy()
+    return np.asarray(leaf)
+
+
+def _plain(v: Any) -> Any:
+    """A keyword's value as JSON can hold it (its repr otherwise)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else repr(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, type) or hasattr(v, "dtype") and not hasattr(v, "shape"):
+        return str(getattr(v, "__name__", v))
+    return repr(v)
+
+
+def _importable(obj: Any) -> str | None:
+    """``module:qualname`` where importing it gives ``obj`` itself."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    found = sys.modules.get(module)
+    if found is None:
+        return None
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def _why_not(obj: Any) -> str:
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or ""
+    if "<lambda>" in qualname:
+        return "a lambda"
+    if "<locals>" in qualname:
+        return f"defined inside {qualname.split('.<locals>')[0]} (a closure): not importable"
+    module = getattr(obj, "__module__", None)
+    if module is None:
+        return f"{type(obj).__name__} has no module"
+    return f"{module} does not hold it as {qualname}"
+
+
+def _is_torch_function(cls: type) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and issubclass(cls, torch.autograd.Function)
+
+
+def _is_module(fn: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(fn, torch.nn.Module)
+
+
+def _extra_repr(module: Any) -> str | None:
+    try:
+        return module.extra_repr() or None
+    except Exception:  # noqa: BLE001 -- what can be read of it, or nothing
+        return None
