@@ -54,13 +54,7 @@ class Comparisons(Judge):
         def excuses(w: ElementWorst) -> tuple[Disagreement, Sequence[Excuse]]:
             b = w.direction
             excess = lambda: self._violation(self.modes.jvps[b], self.oracle.refs[b], self.bounds.jvp(b), b)  # noqa: E731
-            return Disagreement(b, excess), (
-                self.unmeasured,
-                self.on_grid,
-                self.finer_step,
-                self.nearby,
-                self.wide_noise,
-            )
+            return Disagreement(b, excess), (*self.column_excuses, self.wide_noise)
 
         worst = self._until_unexcused(self._worst_jvp, excuses)
         if worst is None:
@@ -200,7 +194,7 @@ class Comparisons(Judge):
                 e[w.row] = abs(w.ad - w.fd) - w.bound
                 return _xp.like(e, self.oracle.refs[w.column].value)
 
-            passes = (self.unmeasured, self.on_grid, self.finer_step, self.nearby)
+            passes = self.column_excuses
             return Disagreement(w.column, excess), passes if w.kink else (*passes, self.wide_noise)
 
         worst = self._until_unexcused(self._worst_jacobian_element, excuses)

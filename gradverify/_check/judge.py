@@ -40,6 +40,8 @@ class Judge:
         self.unmeasured, self.all_unmeasured = Unmeasured(), AllUnmeasured()
         self.on_grid, self.finer_step, self.wide_noise = OnGrid(), FinerStep(), WideNoise()
         self.nearby = Nearby()
+        #: What a column's disagreement is re-examined with before the wide noise (in order).
+        self.column_excuses = (self.unmeasured, self.on_grid, self.finer_step, self.nearby)
         #: (pair, direction) -> elements beyond the model's bound that the
         #: suite's tolerance covers (the last look at each counts)
         self.covered: dict[tuple[str, int], int] = {}

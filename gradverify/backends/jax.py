@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import gc
 import hashlib
 import re
 import weakref
@@ -41,6 +40,7 @@ from jax._src import config as jax_config
 from .._errors import ModeUnavailable
 from . import jax_sparse
 from .base import Backend, HostArrays, Wrt, on_wrt
+from .jax_traces import no_leaked_traces as _no_leaked_traces
 from .session import compiling, compiling_primal, session_cache, session_kinds
 
 __all__ = ["Compiled", "JaxBackend", "compiled"]
@@ -305,47 +305,6 @@ def _primals(fn: Callable, args: tuple, points: tuple, wrt: tuple[int, ...]) -> 
 
 def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
     return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
-
-
-#: Whether a leaked trace was released since the last collection.
-_RELEASED = [False]
-
-
-@contextlib.contextmanager
-def _no_leaked_traces(collect: bool = False) -> Iterator[None]:
-    """Release the jit traces that raised during a check.
-
-    A jit trace that raises leaves its frame alive: jax registers a
-    ``weakref.finalize`` on each constant's tracer whose callback is bound to
-    the trace, whose frame holds the tracer - a cycle rooted in the finalize
-    registry. The frame holds fn's numpy constants as jax canonicalized them,
-    and jax caches that canonicalization by the numpy array alone, not by the
-    x64 mode: a constant canonicalized in a failed float64 trace (int64)
-    would stay int64 in the caller's later x64-off code (an int32/int64
-    promotion error under strict promotion, an int64 array elsewhere). Every
-    trace of the check has ended when it does, so a trace's finalizer still
-    registered then belongs to a leaked frame: detached, the cycle is garbage.
-    Around each compiled call (whose trace may raise) and around the check
-    (fn's eager JVP and VJP trace the jitted functions fn calls), which
-    collects the garbage: until the exception that ended a trace is dropped
-    its traceback still holds the frame."""
-    registry = getattr(weakref.finalize, "_registry", None)
-    before = set(registry) if isinstance(registry, dict) else None
-    try:
-        yield
-    finally:
-        if before is not None:
-            leaked = [
-                f
-                for f, info in list(registry.items())
-                if f not in before and type(getattr(info.func, "__self__", None)).__name__ == "DynamicJaxprTrace"
-            ]
-            for f in leaked:
-                f.detach()
-            _RELEASED[0] |= bool(leaked)
-        if collect and _RELEASED[0]:
-            _RELEASED[0] = False
-            gc.collect()
 
 
 def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
