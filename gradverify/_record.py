@@ -144,9 +144,7 @@ def _leaf(framework: str, path: str, leaf: Any) -> dict[str, Any]:
         meta["layout"] = str(leaf.layout).replace("torch.", "")
         if leaf.layout != torch.strided:
             return meta
-        host = leaf.detach().resolve_conj().resolve_neg().cpu()
-        host = host.float() if host.dtype == torch.bfloat16 else host
-        return {**meta, **_range(host.numpy())}
+        return {**meta, **_range(_host(leaf))}
     import jax.numpy as jnp
 
     devices = getattr(leaf, "devices", None)

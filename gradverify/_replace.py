@@ -92,6 +92,21 @@ def _replaced(dropin: Callable[..., Any], name: str) -> Callable[..., Any]:
 _inside = threading.local()
 
 
+def _original(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple:
+    """The original checker on the call: (its value, what it raised, seconds).
+    Calls it makes of the peers meanwhile (torch's gradgradcheck calls its
+    gradcheck) are the original's own."""
+    start = time.perf_counter()
+    _inside.original = True
+    try:
+        value, raised = original(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 -- the original's verdict, raised again by the caller
+        value, raised = None, e
+    finally:
+        _inside.original = False
+    return value, raised, time.perf_counter() - start
+
+
 def _compared(original: Callable[..., Any], dropin: Callable[..., Any], name: str) -> Callable[..., Any]:
     """Both checkers on the call; the original's outcome is the call's."""
 
@@ -99,15 +114,7 @@ def _compared(original: Callable[..., Any], dropin: Callable[..., Any], name: st
     def call(*args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "original", False):  # (torch's gradgradcheck calls its gradcheck: the original's)
             return original(*args, **kwargs)
-        start = time.perf_counter()
-        _inside.original = True
-        try:
-            value, raised = original(*args, **kwargs), None
-        except Exception as e:  # noqa: BLE001 -- the original's verdict, raised again below
-            value, raised = None, e
-        finally:
-            _inside.original = False
-        peer_seconds = time.perf_counter() - start
+        value, raised, peer_seconds = _original(original, args, kwargs)
         start = time.perf_counter()
         try:
             ours, ours_raised = dropin(*args, **kwargs), None
@@ -147,15 +154,7 @@ def _recorded(original: Callable[..., Any], name: str, directory: Path | None) -
         except Exception as e:  # noqa: BLE001 -- a call that cannot be described still runs, and says why
             fn = args[0] if args else kwargs.get("func", kwargs.get("f"))
             record = {"peer": name, "function": {"path": None, "name": _name_of(fn), "why": _first_line(e)}}
-        start = time.perf_counter()
-        _inside.original = True
-        try:
-            value, raised = original(*args, **kwargs), None
-        except Exception as e:  # noqa: BLE001 -- the original's verdict, raised again below
-            value, raised = None, e
-        finally:
-            _inside.original = False
-        record["seconds"] = time.perf_counter() - start
+        value, raised, record["seconds"] = _original(original, args, kwargs)
         record["verdict"] = "passed" if raised is None and value is not False else "failed"
         record["said"] = None if raised is None else _first_line(raised)
         _observe.finished("record", record)

@@ -198,20 +198,7 @@ class FinerStep(OncePerDirection):
                 return v
 
             f0_at = _xp.take(oracle.f0, at)
-            fine = fd.reference(
-                fd.Problem.of(
-                    fd.Line(level),
-                    f0_at,
-                    p.h / shrink,
-                    p.floor,
-                    p.u_oracle,
-                    0.0,
-                    ladder=False,
-                    f0_scale=p.f0_scale,
-                    inputs=probes.inputs_max,
-                    point=terms,
-                )
-            )
+            fine = _at_step(oracle, level, f0_at, p.h / shrink, terms)
             # fn's grid does not shrink with the step: a level where a quantised
             # fn looks flat still carries the rounding to the grid a coarser
             # one showed (a slope error of up to its spacing over the step)
@@ -405,20 +392,7 @@ class Nearby(Excuse):
             moved[b] += t * c
             return _xp.take(_xp.flat(oracle.at_point(moved)), idx)
 
-        there = fd.reference(
-            fd.Problem.of(
-                fd.Line(line),
-                f_y,
-                p.h,
-                p.floor,
-                p.u_oracle,
-                0.0,
-                ladder=False,
-                f0_scale=p.f0_scale,
-                inputs=probes.inputs_max,
-                point=oracle.terms(c, column=True),
-            )
-        )
+        there = _at_step(oracle, line, f_y, p.h, oracle.terms(c, column=True))
         smooth = np.asarray(there.status) == fd.SMOOTH
         return np.asarray(there.value) / c, np.asarray(there.err) / c, smooth
 
@@ -506,6 +480,25 @@ class WideNoise(Excuse):
             ),
         )
         return True
+
+
+def _at_step(oracle: Oracle, F: Callable[[float], Any], f0: Any, h: float, point: float) -> fd.Reference:
+    """The estimate of F'(0) at step h alone (no ladder), with the oracle's
+    precision and the point's magnitude ``point`` for the rounding model."""
+    p = oracle.precision
+    problem = fd.Problem.of(
+        fd.Line(F),
+        f0,
+        h,
+        p.floor,
+        p.u_oracle,
+        0.0,
+        ladder=False,
+        f0_scale=p.f0_scale,
+        inputs=oracle.probes.inputs_max,
+        point=point,
+    )
+    return fd.reference(problem)
 
 
 def _noise_bound(ref: fd.Reference, h: float) -> np.ndarray:
