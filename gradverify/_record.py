@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_SAVED", "described", "function_of", "leaves_of"]
+__all__ = ["MAX_SAVED", "described", "function_of", "leaves_of", "skeleton_of"]
 
 #: Elements of all array leaves together above which a call's point is not saved.
 MAX_SAVED = 1 << 20
@@ -69,6 +69,7 @@ def described(
         "framework": framework,
         "function": function_of(fn),
         "structure": _structure(framework, inputs),
+        "skeleton": skeleton_of(framework, inputs),
         "arguments": [meta for meta, _ in leaves],
         "options": options,
         "point": None,
@@ -92,6 +93,9 @@ def function_of(fn: Any) -> dict[str, Any]:
         path = _importable(cls)
         built = _extra_repr(fn)
         out = {"name": cls.__qualname__, "kind": "nn.Module", "built": built}
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in fn.parameters()})
+        if dtypes:
+            out["dtype"] = dtypes[0] if len(dtypes) == 1 else dtypes
         return {**out, "path": path} if path else {**out, "path": None, "why": _why_not(cls)}
     if type(fn).__name__ == "partial":
         return {"path": None, "name": f"partial({function_of(fn.func).get('name')})", "why": "a functools.partial"}
@@ -119,6 +123,50 @@ def _structure(framework: str, inputs: Any) -> str:
     else:
         from jax.tree_util import tree_structure
     return str(tree_structure(tuple(inputs)))
+
+
+def skeleton_of(framework: str, inputs: Any) -> list[Any]:
+    """The arguments' tree as JSON, read from the framework's own tree spec:
+    ``["leaf"]``, ``["none"]``, ``["tuple", children]``, ``["list",
+    children]``, ``["dict", keys, children]``, ``["namedtuple", path or
+    None, fields, children]``, or ``["custom", type name]`` for a node that
+    cannot be written back as source."""
+    if framework == "torch":
+        from torch.utils._pytree import tree_structure
+
+        spec = tree_structure(tuple(inputs))
+
+        def node(s: Any) -> tuple[Any, Any, list[Any]]:
+            if s.is_leaf():
+                return None, None, []
+            return s.type, s.context, [s.child(i) for i in range(s.num_children)]
+    else:
+        from jax.tree_util import tree_structure
+
+        spec = tree_structure(tuple(inputs))
+
+        def node(s: Any) -> tuple[Any, Any, list[Any]]:
+            data = s.node_data()
+            if data is None:
+                return None, None, []
+            return data[0], data[1], list(s.children())
+
+    def walk(s: Any) -> list[Any]:
+        kind, context, children = node(s)
+        if kind is None:
+            return ["leaf"]
+        if kind is type(None):
+            return ["none"]
+        if kind in (tuple, list):
+            return [kind.__name__, [walk(c) for c in children]]
+        if kind is dict:
+            return ["dict", [_plain(k) for k in context], [walk(c) for c in children]]
+        cls = context if inspect.isclass(context) else kind  # (torch holds a namedtuple's class as context)
+        if inspect.isclass(cls) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            return ["namedtuple", _importable(cls), list(cls._fields), [walk(c) for c in children]]
+        return ["custom", getattr(cls, "__qualname__", str(cls))]
+
+    return walk(spec)
 
 
 def _leaf(framework: str, path: str, leaf: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,7 @@ def verify(
     report_dir: str | os.PathLike[str] | None = None,
     max_shrinks: int | None = None,
     max_shrinking_seconds: float | None = MAX_SHRINKING_SECONDS,
+    examples: Sequence[tuple[Any, ...]] = (),
     **check_options: Any,
 ) -> VerifyResult:
     """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` and
@@ -131,6 +132,9 @@ def verify(
             first failure (None: Hypothesis's own limit, minutes). Either
             budget spent, the smallest counterexample found so far is the
             result, and the report says shrinking was cut.
+        examples: argument tuples checked first, in order, before any
+            generated input (Hypothesis's ``@example``; a failing one is
+            reported as it is, unshrunk).
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
             ``name``, ``vectorise``, ``batched``, ``suite_tol``, ``nondet_tol``,
@@ -154,10 +158,9 @@ def verify(
         >>> gv.verify(sq, st.tuples(arrays("numpy", shape=(3,))), max_examples=10).ok
         False
     """
-    from hypothesis import given, seed as hypothesis_seed, target
+    from hypothesis import example as explicit, given, seed as hypothesis_seed, target
 
-    _validate(fn, args_strategy, max_examples, seed)
-    _validate_budget(max_shrinks, max_shrinking_seconds)
+    examples = _validate(fn, args_strategy, max_examples, seed, examples, max_shrinks, max_shrinking_seconds)
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
     state = _State(max_shrinks=max_shrinks, max_seconds=max_shrinking_seconds)
 
@@ -165,15 +168,7 @@ def verify(
     @hypothesis_seed(int(seed))
     @given(args_strategy)
     def prop(args: Any) -> None:
-        if not isinstance(args, tuple):
-            raise ArgumentTypeError(
-                explain(
-                    "verify(args_strategy)",
-                    "a strategy that yields a tuple of positional arguments",
-                    f"it yielded {type(args).__name__}",
-                    "wrap it: st.tuples(strategy) or strategy.map(lambda a: (a,))",
-                )
-            )
+        _yielded_tuple(args)
         # Over the shrink budget the failures seen fail again (Hypothesis
         # replays its smallest) and anything else passes unchecked. Every
         # failure is raised here, so that Hypothesis sees one bug.
@@ -181,6 +176,8 @@ def verify(
         if _key(args) in state.failing if over else _judge(args):
             raise _Failed
 
+    for args in reversed(examples):  # (the decorator nearest the test runs last)
+        prop = explicit(args)(prop)
     allowed = bool(check_options.pop("allow_unchecked", False))
 
     def _judge(args: Any) -> bool:
@@ -218,6 +215,18 @@ def verify(
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+def _yielded_tuple(args: Any) -> None:
+    if not isinstance(args, tuple):
+        raise ArgumentTypeError(
+            explain(
+                "verify(args_strategy)",
+                "a strategy that yields a tuple of positional arguments",
+                f"it yielded {type(args).__name__}",
+                "wrap it: st.tuples(strategy) or strategy.map(lambda a: (a,))",
+            )
+        )
 
 
 def _none_compared(result: VerifyResult, state: _State, allowed: bool) -> VerifyResult:
@@ -259,7 +268,16 @@ def _settings(max_examples: int, database: Any) -> Any:
     )
 
 
-def _validate(fn: Any, args_strategy: Any, max_examples: Any, seed: Any) -> None:
+def _validate(
+    fn: Any,
+    args_strategy: Any,
+    max_examples: Any,
+    seed: Any,
+    examples: Any,
+    max_shrinks: Any,
+    max_shrinking_seconds: Any,
+) -> list[tuple[Any, ...]]:
+    """verify's arguments checked; the examples as a list."""
     from hypothesis.strategies import SearchStrategy
 
     if not callable(fn):
@@ -278,6 +296,26 @@ def _validate(fn: Any, args_strategy: Any, max_examples: Any, seed: Any) -> None
             raise ArgumentValueError(
                 explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
             )
+    _validate_budget(max_shrinks, max_shrinking_seconds)
+    return _validate_examples(examples)
+
+
+def _validate_examples(examples: Any) -> list[tuple[Any, ...]]:
+    if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence):
+        raise ArgumentTypeError(
+            explain("verify(examples)", "a list of argument tuples", type(examples).__name__, "e.g. examples=[(x, b)]")
+        )
+    for k, args in enumerate(examples):
+        if not isinstance(args, tuple):
+            raise ArgumentTypeError(
+                explain(
+                    f"verify(examples[{k}])",
+                    "a tuple of positional arguments, as the strategy yields",
+                    type(args).__name__,
+                    "wrap a lone argument: examples=[(x,)]",
+                )
+            )
+    return list(examples)
 
 
 def _validate_budget(max_shrinks: Any, max_shrinking_seconds: Any) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from . import _io, ops
 from ._audit import command as _audit_command
-from ._errors import UsageError
+from ._errors import ArgumentValueError, UsageError
 from ._sweep import cases as _sweep, distribute, reports as _reports
 from ._sweep.cases import EXAMPLES, NORMS
 from ._sweep.reports import FORMATS
@@ -118,11 +118,41 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--strategy", metavar="MODULE:NAME")
     tr.add_argument("--report", metavar="DIR", default=None, help="write triage-rerun.md/.json/.html here")
     _audit_command.add_parser(sub)
+    w = sub.add_parser(
+        "write",
+        help="write property-based tests from recorded checker calls, or from a package's custom rules",
+        description="Write one pytest module of property-based gradient tests: from the calls a suite made "
+        "(record them with pytest --gradverify-replace=record), or from the autograd.Functions, custom_jvp / "
+        "custom_vjp functions and modules a package defines (shapes read from jaxtyping annotations).",
+        epilog="examples:\n  pytest --gradverify-replace=record && gradverify write gradverify-records "
+        "-o tests/test_gradients_properties.py\n  gradverify write mylib -o tests/test_mylib_properties.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("target", metavar="RECORDS|PACKAGE", help="a records directory (or calls-*.jsonl), or a package")
+    w.add_argument(
+        "-o", "--output", metavar="FILE", default="tests/test_gradients_properties.py",
+        help="the module to write (default: tests/test_gradients_properties.py)",
+    )  # fmt: skip
+    w.add_argument("--max-examples", type=int, default=25, help="drawn inputs per written test (default: 25)")
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
     r.add_argument("--output", metavar="PATH", help="default: next to FILE, report.<format>")
     return p
+
+
+# -- write ------------------------------------------------------------------------------------
+def _write(args: argparse.Namespace) -> int:
+    from ._write import write  # (the command's other parts do not need it)
+
+    if args.max_examples < 1:
+        raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}. Fix: e.g. --max-examples 25")
+    try:
+        written = write(args.target, args.output, args.max_examples)
+    except ArgumentValueError as e:
+        raise _Usage(str(e)) from None
+    print(written.summary())
+    return 0
 
 
 # -- check ------------------------------------------------------------------------------------
@@ -523,6 +553,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _audit_command.main(args, "gradverify " + " ".join(sys.argv[1:] if argv is None else argv))
         if args.command == "triage":
             return _junit_command(args) if args.mode == "junit" else _rerun_command(args)
+        if args.command == "write":
+            return _write(args)
         return _report(args)
     except (_Usage, UsageError) as e:
         print(f"gradverify: {e}", file=sys.stderr)

@@ -9,7 +9,7 @@ order, each importing only those below it and itself:
     base      the vocabulary (top-level private modules) and ``backends/``
     _check    one check, its stages and finite differences
     _verify   gv.verify over the check
-    _sweep, _triage, _audit   the tools, peers that never import each other
+    _sweep, _triage, _audit, _write   the tools, peers that never import each other
     faces     the command, the plugin, the public namespace
 
 ARCHITECTURE.md draws the same picture."""
@@ -26,7 +26,7 @@ PACKAGE = Path(gradverify.__file__).parent
 #: the companion packages, installed inside gradverify from their own folders
 COMPANIONS = {"ops": Path(ops.__file__).parent, "strategies": Path(strategies.__file__).parent}
 ORDER = ("base", "_check", "_verify", "companions", "tools", "faces")
-TOOLS = ("_sweep", "_triage", "_audit")
+TOOLS = ("_sweep", "_triage", "_audit", "_write")
 MAX_TOP_LEVEL = 14
 MAX_FILE_LINES, MAX_CLASS_LINES, MAX_FUNCTION_LINES = 600, 300, 120
 

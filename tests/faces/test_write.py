@@ -1,0 +1,229 @@
+"""``gradverify write`` from records made in this process (as the plugin's
+record mode makes them): what is written, exactly and readably; what is
+refused, with why; and ``gv.verify(examples=...)``, which replays points."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+from gradverify._errors import ArgumentTypeError, ArgumentValueError
+from gradverify._record import described
+from gradverify._write import write
+from gradverify._write.records import MAX_VARIANTS, grouped, widened
+from gradverify._write.source import WIDTH, Call, laid_out, literal
+
+torch = pytest.importorskip("torch")
+
+
+class Cube(torch.autograd.Function):
+    """y = x^3 * w, a right rule."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x**3 * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return 3 * x**2 * w * g, x**3 * g
+
+
+class CubeOffByOneWhereLarge(torch.autograd.Function):
+    """The same with dx wrong only where |x| > 1.2 (past the recorded points)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x**3 * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return torch.where(x.abs() > 1.2, 4 * x**2 * w, 3 * x**2 * w) * g, x**3 * g
+
+
+def _recorded(tmp_path, calls):
+    """Records of gradcheck calls [(fn, inputs, kwargs)], as the record mode writes them."""
+    directory = tmp_path / "records"
+    directory.mkdir()
+    lines = []
+    for k, (fn, inputs, kwargs) in enumerate(calls):
+        record = described("gradcheck", torch.autograd.gradcheck, (fn, inputs), kwargs, directory)
+        lines.append(json.dumps({"nodeid": f"tests/test_x.py::test_{k}", **record}))
+    (directory / "calls-main.jsonl").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def _import(path):
+    spec = importlib.util.spec_from_file_location(f"written_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _x(*shape, lo=-1.0, hi=1.0, dtype=torch.float64):
+    n = math.prod(shape)
+    return torch.linspace(lo, hi, n, dtype=dtype).reshape(shape).requires_grad_()
+
+
+def test_ranges_are_widened_to_signs_and_zeros_never_recorded():
+    assert widened(0.0, 0.0) == (-1.5, 1.5)  # a bias recorded at 0 is drawn off it
+    assert widened(-2.0, 2.0) == (-3.0, 3.0)
+    assert widened(-0.1, 3.33) == (-5.0, 5.0)
+    assert widened(0.25, 4.0) == (0.12, 8.0)  # a positive range stays positive (a log, a scale)
+    assert widened(-4.0, -0.25) == (-8.0, -0.12)
+    for lo, hi in [(1e-7, 3e-7), (-9.9e5, -2.0), (0.3, 0.3)]:
+        a, b = widened(lo, hi)
+        assert a < b and a <= lo and b >= hi and (a > 0) == (lo > 0) and (b < 0) == (hi < 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_values_are_written_exactly(dtype):
+    x = torch.randn(50, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(getattr(torch, dtype))
+    x[3], x[4] = math.inf, math.nan
+    source = laid_out(literal(x.double().tolist()), 0)
+    back = torch.tensor(eval(source, {"math": math}), dtype=getattr(torch, dtype))  # noqa: S307 -- our own output
+    assert torch.equal(back.nan_to_num(0.0), x.nan_to_num(0.0)) and back[4].isnan()
+
+
+def test_long_source_is_laid_out_within_the_width():
+    expr = Call("st.tuples(", [Call("arrays(", [f'"torch", "float64", ({k}, 3)', "min_value=-1.5"]) for k in range(9)])
+    text = laid_out(expr, 4)
+    assert max(len(line) for line in text.splitlines()) + 4 <= WIDTH
+    assert eval(text.replace("st.tuples", "tuple_").replace("arrays", "tuple_"), {"tuple_": lambda *a, **k: a})  # noqa: S307
+
+
+def test_recorded_calls_are_written_with_their_shapes_examples_and_tolerances(tmp_path):
+    calls = [
+        (Cube.apply, (_x(4, 3), _x(3, lo=0.5, hi=2.0)), {"atol": 1e-6}),
+        (Cube.apply, (_x(2, 5), _x(5, lo=0.5, hi=2.0)), {"rtol": 1e-2}),
+        (Cube.apply, (_x(2, 5), _x(5, lo=0.5, hi=2.0)), {}),  # (the same point again: one example)
+    ]
+    out = tmp_path / "tests" / "test_props.py"
+    written = write(_recorded(tmp_path, calls), out)
+    text = out.read_text()
+    assert written.tests == ["test_cube_apply: Cube.apply (3 call(s), 2 example(s))"]
+    # two layouts; x symmetric and wider, w kept positive; the widest tolerances; both leaves differentiated
+    assert 'arrays("torch", "float64", (4, 3), min_value=-1.5, max_value=1.5)' in text
+    assert 'arrays("torch", "float64", (5,), min_value=0.25, max_value=4.0)' in text
+    assert "suite_tol=(1e-05, 0.01)" in text and 'wrt=["arg0", "arg1"]' in text
+    module = _import(out)
+    examples = module.cube_apply_examples()
+    assert [tuple(e[0].shape) for e in examples] == [(4, 3), (2, 5)]
+    assert torch.equal(examples[0][0], _x(4, 3).detach()) and examples[0][0].dtype == torch.float64
+    strategy = module.cube_apply_args()
+    from hypothesis import find
+
+    find(strategy, lambda a: a[0].shape == (2, 5) and (a[1] != 1).all())  # (both layouts drawn)
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", str(out)], capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_a_rule_right_at_the_recorded_points_is_caught_at_drawn_ones(tmp_path):
+    calls = [(CubeOffByOneWhereLarge.apply, (_x(3), _x(3, lo=0.5, hi=1.0)), {})]
+    assert torch.autograd.gradcheck(*calls[0][:2])  # (the fixed point passes: |x| <= 1 there)
+    out = tmp_path / "test_props.py"
+    write(_recorded(tmp_path, calls), out)
+    module = _import(out)
+    args = module.cube_off_by_one_where_large_apply_args()
+    res = gv.verify(
+        CubeOffByOneWhereLarge.apply,
+        args,
+        examples=module.cube_off_by_one_where_large_apply_examples(),
+        max_examples=30,
+    )
+    assert not res.ok and res.examples_run > 1
+    assert (res.counterexample[0].abs() > 1.2).any()
+    assert gv.verify(Cube.apply, args, max_examples=10).ok
+
+
+def test_what_cannot_be_written_is_listed_with_why(tmp_path):
+    scale = 2.0
+    calls = [
+        (lambda x: x * 2, (_x(3),), {}),
+        (lambda x, w: Cube.apply(x, w) * scale, (_x(3), _x(3)), {}),
+        (Cube.apply, (_x(3).detach(), _x(3).detach().requires_grad_(False)), {"raise_exception": False}),
+    ]
+
+    def closure(x):
+        return x * scale
+
+    calls.append((closure, (_x(3),), {}))
+    records = [json.loads(line) for line in (_recorded(tmp_path, calls) / "calls-main.jsonl").read_text().splitlines()]
+    subjects, unwritten = grouped(records)
+    assert subjects == []
+    why = sorted(u.why for u in unwritten)
+    assert why == [
+        "a lambda",
+        "defined inside test_what_cannot_be_written_is_listed_with_why (a closure): not importable",
+        "no argument is differentiated",
+    ]
+
+
+def test_variants_beyond_the_limit_are_not_drawn(tmp_path):
+    calls = [(Cube.apply, (_x(k + 1), _x(k + 1)), {}) for k in range(MAX_VARIANTS + 2)]
+    out = tmp_path / "t.py"
+    written = write(_recorded(tmp_path, calls), out)
+    assert f"({MAX_VARIANTS + 2} call(s), {MAX_VARIANTS + 2} example(s))" in written.tests[0]
+    text = out.read_text()
+    assert f"({MAX_VARIANTS},)" in text and f"({MAX_VARIANTS + 1},)" not in text.split("def cube_apply_examples")[0]
+
+
+def test_large_points_are_read_back_from_a_copy_beside_the_module(tmp_path):
+    calls = [(Cube.apply, (_x(6, 7, dtype=torch.float32), _x(7, dtype=torch.float32)), {})]
+    records = _recorded(tmp_path, calls)
+    out = tmp_path / "out" / "test_big.py"
+    write(records, out)
+    assert "recorded(" in out.read_text() and (tmp_path / "out" / "test_big_points").is_dir()
+    import shutil
+
+    shutil.rmtree(records)  # (the written module needs only its own copy)
+    ((x, w),) = _import(out).cube_apply_examples()
+    assert torch.equal(x, _x(6, 7, dtype=torch.float32).detach()) and x.dtype == torch.float32
+
+
+def test_bad_records_are_refused_with_how_to_make_them(tmp_path):
+    with pytest.raises(ArgumentValueError, match="record a suite first: pytest --gradverify-replace=record"):
+        write(tmp_path, tmp_path / "t.py")
+    (tmp_path / "calls-main.jsonl").write_text('{"function": \n')
+    with pytest.raises(ArgumentValueError, match=r"calls-main.jsonl:1: .*record the suite again"):
+        write(tmp_path, tmp_path / "t.py")
+    assert not (tmp_path / "t.py").exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "gradverify.cli", "write", str(tmp_path / "nothing-here"), "-o", str(tmp_path / "t.py")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no such file or package" in done.stderr
+
+
+def _sq(x):
+    return x * x
+
+
+def test_verify_replays_examples_first_and_reports_a_failing_one_unshrunk():
+    from hypothesis import strategies as st
+
+    from gradverify.strategies import arrays
+
+    wrong_far = gv.Rule(_sq, vjp=lambda p, g: (np.where(np.abs(p[0]) > 5, 2.5, 2.0) * p[0] * g,))
+    small = st.tuples(arrays("numpy", shape=(3,), min_value=-1, max_value=1))
+    point = (np.array([1.0, 2.0, 6.0]),)
+    res = gv.verify(wrong_far, small, max_examples=10, examples=[(np.array([0.5, 0.5, 0.5]),), point])
+    assert not res.ok and res.examples_run == 2
+    assert np.array_equal(res.counterexample[0], point[0])
+    assert gv.verify(wrong_far, small, max_examples=10, examples=[(np.array([1.0, 2.0, 3.0]),)]).ok
+    with pytest.raises(ArgumentTypeError, match=r"verify\(examples\[0\]\).*wrap a lone argument"):
+        gv.verify(wrong_far, small, examples=[np.ones(3)])
+    with pytest.raises(ArgumentTypeError, match=r"verify\(examples\)"):
+        gv.verify(wrong_far, small, examples=(np.ones(3),)[0])
