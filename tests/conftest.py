@@ -25,6 +25,21 @@ def pytest_configure(config):
             sys.modules["torch"].set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _standard_promotion(request):
+    """Tests marked ``standard_promotion`` run jax with standard dtype
+    promotion: their subject is the float64 oracle, which gradverify
+    withholds under strict promotion with x64 off (see
+    tests/backends/test_jax_strict_promotion.py for that mode)."""
+    if request.node.get_closest_marker("standard_promotion") is None or importlib.util.find_spec("jax") is None:
+        yield
+        return
+    import jax
+
+    with jax.numpy_dtype_promotion("standard"):
+        yield
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return request.param

@@ -162,6 +162,7 @@ def test_a_check_that_repeats_an_earlier_one_compiles_nothing():
     assert again.to_dict() == first.to_dict()
 
 
+@pytest.mark.standard_promotion
 def test_a_check_traces_fn_once_per_precision_and_transforms_that_trace():
     """fn's Python runs once per check and precision under jit's tracer: its
     JVP, VJP and batches of evaluations are jax's transformations of that

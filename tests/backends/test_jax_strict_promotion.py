@@ -72,3 +72,22 @@ def test_a_trace_that_raises_in_float64_leaves_nothing_behind():
         r = gv.check(fn, src)
         assert r.ok and "TypeError on float64 inputs" in str(r), r
         assert jnp.asarray(index).dtype == jnp.int32
+
+
+def test_with_float32_differences_only_a_check_says_what_it_resolves_and_full_finds_the_element():
+    """Under strict promotion with x64 off fn stays in float32, so FD does:
+    one flipped element among 100 is below the float32 noise of a random
+    direction's sum, and the report says so; full=True names the element."""
+    from tests._helpers import flipped_tanh_bias
+
+    rng = np.random.default_rng(11)
+    x = jnp.asarray(rng.standard_normal((10, 10)).astype(np.float32))
+    b = jnp.asarray(rng.standard_normal(10).astype(np.float32))
+    fn = flipped_tanh_bias("jax", 10, 37)
+    with jax.numpy_dtype_promotion("strict"):
+        directional = gv.check(fn, x, b)
+        full = gv.check(fn, x, b, full=True)
+    assert directional.oracle_dtype == "float32"
+    assert any("resolved only above the float32 noise" in n and "full=True" in n for n in directional.notes)
+    assert not full.ok and full.by_kind(gv.Kind.MISMATCH)[0].input_index == (3, 7)
+    assert not any("resolved only above" in n for n in full.notes)

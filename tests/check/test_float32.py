@@ -11,6 +11,7 @@ import gradverify as gv
 from .._helpers import flipped_tanh_bias, make
 
 
+@pytest.mark.standard_promotion
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_flipped_element_caught_in_float32(backend):
     rng = np.random.default_rng(11)
@@ -42,6 +43,7 @@ def test_saturated_tanh_is_no_false_alarm():
     assert not gv.check(wrong, np.array([-5.0])).ok
 
 
+@pytest.mark.standard_promotion
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_a_cast_to_a_finer_dtype_is_judged_with_float64_inputs(framework):
     """fn that returns float32 whatever its inputs (a cast from bfloat16):

@@ -80,6 +80,7 @@ def cases():
         yield "jax", name
 
 
+@pytest.mark.standard_promotion
 @pytest.mark.parametrize("shape", [(4, 5), (64, 32)], ids=["full", "directional"])
 @pytest.mark.parametrize("backend,name", list(cases()))
 def test_correct_float32_activation_of_x_plus_b_passes(backend, name, shape):

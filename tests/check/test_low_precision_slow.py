@@ -35,6 +35,7 @@ def act(backend, name):
     return {"gelu": jax.nn.gelu, "tanh": jax.numpy.tanh, "silu": jax.nn.silu}[name]
 
 
+@pytest.mark.standard_promotion
 @pytest.mark.parametrize("shape", [(3, 4), (300, 40)], ids=["full", "directional"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backend", ["torch", "jax"])

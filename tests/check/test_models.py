@@ -175,6 +175,7 @@ def test_an_equinox_module_as_fn_checks_its_parameters() -> None:
     assert not r.ok and {f.input_name for f in r.errors} == {"model.layers[0].weight"}, str(r)
 
 
+@pytest.mark.standard_promotion
 # (nnx.BatchNorm keeps its statistics in float32 whatever param_dtype is; updating them
 # from float64 batches is jax's scatter FutureWarning - flax's, not the check's)
 @pytest.mark.filterwarnings("ignore:scatter inputs have incompatible types:FutureWarning")
