@@ -173,6 +173,8 @@ def _leaf(framework: str, path: str, leaf: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"path": path, "type": type(leaf).__name__}
     if leaf is None:
         return {**meta, "kind": "none", "differentiated": False}
+    if isinstance(leaf, str):
+        return {**meta, "kind": "scalar", "value": leaf, "differentiated": False}
     if isinstance(leaf, (bool, int, float, complex)):
         inexact = isinstance(leaf, (float, complex)) and not isinstance(leaf, bool)
         value = leaf if not isinstance(leaf, complex) else [leaf.real, leaf.imag]

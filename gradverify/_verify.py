@@ -169,11 +169,15 @@ def verify(
     @given(args_strategy)
     def prop(args: Any) -> None:
         _yielded_tuple(args)
-        # Over the shrink budget the failures seen fail again (Hypothesis
-        # replays its smallest) and anything else passes unchecked. Every
-        # failure is raised here, so that Hypothesis sees one bug.
-        over = state.failing_seen and state.spent()
-        if _key(args) in state.failing if over else _judge(args):
+        # An input seen failing fails again without a second check, so a
+        # nondeterministic fn does not make Hypothesis's replay flaky; over
+        # the shrink budget anything else passes unchecked. Every failure is
+        # raised here, so that Hypothesis sees one bug.
+        over, key = state.failing_seen and state.spent(), _key(args)
+        seen = state.failing.get(key)
+        if seen is not None:
+            state.last = seen
+        if seen is not None or (not over and _judge(args)):
             raise _Failed
 
     for args in reversed(examples):  # (the decorator nearest the test runs last)
@@ -200,7 +204,7 @@ def verify(
             state.started = time.monotonic()
         state.failing_seen = True
         state.last = (args, res)
-        state.failing.add(_key(args))
+        state.failing[_key(args)] = state.last
         return True
 
     options, outermost = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}, False
@@ -427,7 +431,8 @@ class _State:
     max_seconds: float | None = None
     started: float = 0.0  # when the first failure was seen (time.monotonic)
     cut: str | None = None  # which budget stopped shrinking
-    failing: set[bytes] = dataclasses.field(default_factory=set)  # the failing inputs seen (_key)
+    # the failing inputs seen (by _key), with their checks
+    failing: dict[bytes, tuple[tuple[Any, ...], CheckResult]] = dataclasses.field(default_factory=dict)
     unchecked: CheckResult | None = None  # the last example that compared nothing (inconclusive there)
 
     def spent(self) -> bool:

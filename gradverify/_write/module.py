@@ -12,6 +12,9 @@ from pathlib import Path
 from .records import Unwritten
 from .source import Source
 
+#: The line length isort (and ruff's isort rule) wraps imports at by default.
+IMPORT_WIDTH = 88
+
 __all__ = ["RECORDED", "Written", "assemble", "finish", "header"]
 
 
@@ -132,17 +135,32 @@ def _sorted_imports(imports: set[str]) -> str:
     for line in [i for i in imports if i.startswith("from ")]:
         imports.discard(line)
         module_, _, names = line[5:].partition(" import ")
-        merged.setdefault(module_, set()).update(n.strip() for n in names.split(","))
+        for name in (n.strip() for n in names.split(",")):
+            if " as " in name:  # (an alias stands in a statement of its own, as isort writes it)
+                imports.add(f"from {module_} import {name}")
+            else:
+                merged.setdefault(module_, set()).add(name)
     imports |= {f"from {m} import {', '.join(sorted(n, key=_by_type))}" for m, n in merged.items()}
     out = []
     for g in range(3):
-        chosen = sorted((i for i in imports if group(i) == g), key=lambda i: (i.startswith("from "), module(i), i))
+        chosen = sorted(
+            (i for i in imports if group(i) == g), key=lambda i: (i.startswith("from "), module(i), " as " not in i, i)
+        )
         if chosen:
-            out.append("\n".join(chosen))
+            out.append("\n".join(_wrapped(i) for i in chosen))
     return "\n\n".join(out) + "\n"
 
 
-def _by_type(name: str) -> tuple[int, str]:
+def _wrapped(line: str) -> str:
+    """An import longer than isort's default line (88) split one name a line."""
+    if len(line) <= IMPORT_WIDTH or not line.startswith("from "):
+        return line
+    head, _, names = line.partition(" import ")
+    return f"{head} import (\n" + "".join(f"    {n},\n" for n in names.split(", ")) + ")"
+
+
+def _by_type(name: str) -> tuple[int, str, str]:
     """isort's order of imported names: constants, classes, then the rest."""
     local = name.split(" as ")[0]
-    return (0 if local.isupper() and len(local) > 1 else 1 if local[:1].isupper() else 2, local)
+    kind = 0 if local.isupper() and len(local) > 1 else 1 if local[:1].isupper() else 2
+    return kind, local.lower(), local

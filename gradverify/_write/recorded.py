@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import importlib
+import inspect
 import textwrap
 from typing import Any
 
@@ -37,7 +39,7 @@ def written(subject: Subject, source: Source) -> Test | Unwritten:
     why = _why_not(subject)
     if why:
         return Unwritten(subject.name, why, subject.tests)
-    test = source.name(f"test_{snake(subject.name)}", subject.path + repr(subject.built))
+    test = source.name(f"test_{snake(subject.name)}", f"{subject.path} {subject.built!r} {id(subject)}")
     stem = test.removeprefix("test_")
     fn = source.function(subject.path)
     jax = subject.framework == "jax"
@@ -110,10 +112,32 @@ def _why_not(subject: Subject) -> str | None:
             if leaf["kind"] == "array" and not leaf.get("differentiated") and point_leaf(call, leaf["path"]) is None:
                 why = call.get("point_missing") or "its file is gone"
                 return f"the constant argument {leaf['path']} was not saved ({why}), so it cannot be held"
-    if subject.kind == "nn.Module" and subject.built and _arguments(subject.built) is None:
-        return f"how the {subject.name} was built cannot be read back (extra_repr: {subject.built!r})"
+    if subject.kind == "nn.Module":
+        return _unbuildable(subject)
     if subject.kind == "nn.Module" and isinstance(subject.calls[0]["function"].get("dtype"), list):
         return f"the {subject.name}'s parameters mix dtypes"
+    return None
+
+
+def _unbuildable(subject: Subject) -> str | None:
+    """Why the module cannot be built again from its extra_repr (None if it can):
+    the text must read as literal arguments its class's constructor takes."""
+    said = f"how the {subject.name} was built cannot be read back (extra_repr: {subject.built or 'empty'!r})"
+    if subject.built and _arguments(subject.built) is None:
+        return said
+    try:
+        module, qualname = subject.path.split(":", 1)
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        call = ast.parse(f"f({subject.built or ''})", mode="eval").body
+        args = [ast.literal_eval(a) for a in call.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        inspect.signature(cls).bind(*args, **kwargs)
+    except TypeError as e:
+        return f"{said}: {e}"
+    except Exception as e:  # noqa: BLE001 -- the class does not import here: said, not written
+        return f"{subject.path} does not import: {type(e).__name__}: {e}"
     return None
 
 

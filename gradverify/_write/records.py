@@ -120,7 +120,7 @@ def load(source: str | Path) -> list[dict[str, Any]]:
 def grouped(records: list[dict[str, Any]]) -> tuple[list[Subject], list[Unwritten]]:
     """The subjects to write, in the order first recorded, and the
     functions that cannot be written, with why."""
-    subjects: dict[tuple[str, str, str | None], Subject] = {}
+    subjects: dict[tuple[str, str, str | None, tuple[str, ...]], Subject] = {}
     unwritten: dict[tuple[str, str], Unwritten] = {}
     for record in records:
         fn = record["function"]
@@ -131,7 +131,9 @@ def grouped(records: list[dict[str, Any]]) -> tuple[list[Subject], list[Unwritte
             if record.get("nodeid") not in entry.tests:
                 entry.tests.append(record.get("nodeid", "?"))
             continue
-        key2 = (record["framework"], fn["path"], fn.get("built"))
+        # (calls that differentiate different leaves are different tests: one wrt each)
+        differentiated = tuple(a["path"] for a in record["arguments"] if a.get("differentiated"))
+        key2 = (record["framework"], fn["path"], fn.get("built"), differentiated)
         if key2 not in subjects:
             subjects[key2] = Subject(record["framework"], fn["path"], fn["name"], fn.get("kind"), fn.get("built"), [])
         subjects[key2].calls.append(record)
@@ -216,11 +218,14 @@ def _extent(leaf: dict[str, Any]) -> tuple[float | None, float | None]:
 
 def widened(lo: float, hi: float) -> tuple[float, float]:
     """The range values are drawn from, from the recorded ``[lo, hi]``: a
-    positive range stays positive ([lo/2, 2 hi]: the function may need it -
-    a log, a scale), a negative one negative; any other becomes symmetric and
+    range inside [0, 1] stays there (an image, a probability, a mask:
+    [lo/2, 1]), a positive range stays positive ([lo/2, 2 hi]: the function
+    may need it - a log, a scale), a negative one negative; any other becomes symmetric and
     at least [-1.5, 1.5], so that signs and zeros the recorded points never
     had (a bias that is not 0) are drawn. Bounds are rounded outward to two
     significant digits."""
+    if 0 <= lo and hi <= 1 and hi > 0:
+        return (_round(lo / 2, up=False) if lo > 0 else 0.0), 1.0
     if lo > 0:
         return _round(lo / 2, up=False), _round(2 * hi, up=True)
     if hi < 0:

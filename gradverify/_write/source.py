@@ -102,9 +102,11 @@ def snake(name: str) -> str:
 
 
 def literal(value: Any) -> Any:
-    """A Python number (or a nested list of them) as exact source."""
+    """A Python number or string (or a nested list of them) as exact source."""
     if isinstance(value, (list, tuple)):
         return Call("[", [literal(v) for v in value], "]")
+    if isinstance(value, str):
+        return quoted(value)
     if isinstance(value, (bool, np.bool_)):
         return repr(bool(value))
     if isinstance(value, (int, np.integer)):

@@ -80,8 +80,10 @@ def test_ranges_are_widened_to_signs_and_zeros_never_recorded():
     assert widened(-2.0, 2.0) == (-3.0, 3.0)
     assert widened(-0.1, 3.33) == (-5.0, 5.0)
     assert widened(0.25, 4.0) == (0.12, 8.0)  # a positive range stays positive (a log, a scale)
+    assert widened(0.0042, 0.99) == (0.0021, 1.0)  # an image in [0, 1] stays there
+    assert widened(0.0, 0.5) == (0.0, 1.0)
     assert widened(-4.0, -0.25) == (-8.0, -0.12)
-    for lo, hi in [(1e-7, 3e-7), (-9.9e5, -2.0), (0.3, 0.3)]:
+    for lo, hi in [(1e-7, 3e-7), (-9.9e5, -2.0), (0.3, 0.3), (0.5, 3.0)]:
         a, b = widened(lo, hi)
         assert a < b and a <= lo and b >= hi and (a > 0) == (lo > 0) and (b < 0) == (hi < 0)
 

@@ -123,7 +123,7 @@ def test_recorded_fixed_points_become_tests_that_catch_the_bias_bug(pytester):
     recorded = pytester.runpytest_subprocess("--gradverify-replace=record", "-p", "no:cacheprovider", "test_suite.py")
     recorded.assert_outcomes(passed=4)  # (the wrong rule passes its fixed point)
     out = pytester.path / "tests" / "test_gradients_properties.py"
-    done = _write(pytester, "gradverify-records", out, "--max-examples", "15")
+    done = _write(pytester, "gradverify-records", out, "--max-examples", "8")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     # what it wrote, and what not and why
@@ -259,7 +259,7 @@ def test_a_package_is_written_from_its_jaxtyping_annotations(pytester):
     (pytester.path / "typedlib" / "__init__.py").write_text(TYPED)
     pytester.makeini("[pytest]\npythonpath = .\n")
     out = pytester.path / "test_typed.py"
-    done = _write(pytester, "typedlib", out, "--max-examples", "10")
+    done = _write(pytester, "typedlib", out, "--max-examples", "6")
     assert done.returncode == 0, done.stderr
     assert "1 test(s) fail until given what their signatures do not say (TODO):\n  Plain.apply" in done.stdout
     text = out.read_text()
