@@ -207,18 +207,32 @@ def verify(
         state.failing[_key(args)] = state.last
         return True
 
-    options, outermost = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}, False
-    try:
-        # one function at shapes that repeat: backends may compile it for the run
-        with _observe.call("verify", fn, args_strategy, options) as outermost, reproducible_generation(), compiling():
-            prop()
-    except _Failed:
-        pass
+    options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
+    # one function at shapes that repeat: backends may compile it for the run
+    with _observe.call("verify", fn, args_strategy, options) as outermost, reproducible_generation(), compiling():
+        _run(prop)
     result = state.result(label, int(seed), int(max_examples), repr(args_strategy), report_dir)
     result = _none_compared(result, state, allowed)
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+def _run(prop: Callable[[], None]) -> None:
+    """Run the property; its failure is the state's. An interrupt stays an
+    interrupt: Hypothesis may replace a KeyboardInterrupt that lands inside
+    its own bookkeeping by an internal error that chains it."""
+    try:
+        prop()
+    except _Failed:
+        pass
+    except Exception as e:
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, KeyboardInterrupt):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
+        raise
 
 
 def _yielded_tuple(args: Any) -> None:

@@ -484,12 +484,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         outcome.notes = list(precision.notes)
         probes = _probes.choose(ev, primal, precision, seed=options.seed, k=options.k, full=options.full)
         outcome.strategy = probes.strategy
-        if precision.name != "float64" and probes.strategy.startswith("directional"):
-            outcome.notes.append(
-                f"finite differences in {precision.name} only: along random directions an error in a few elements "
-                f"is resolved only above the {precision.name} noise of the whole sum; full=True compares "
-                "element by element"
-            )
+        outcome.notes += _primal.resolution(precision, probes.strategy)
         ctx = Context(ev, primal, precision, probes, options, report, closeness)
         ad = AD(ctx)
         outcome.modes = ad.status

@@ -21,7 +21,7 @@ from .calls import CallFailed, Unshaped
 from .evaluate import Evaluator
 from .findings import Findings, unravel
 
-__all__ = ["Precision", "Primal", "choose", "evaluate", "repeat", "summary"]
+__all__ = ["Precision", "Primal", "choose", "evaluate", "repeat", "resolution", "summary"]
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,17 @@ def choose(ev: Evaluator, primal: Primal) -> Precision:
         break
     reason = "; ".join([reason, *said] if reason else said)
     return _precision(ev, primal, oracle, name, reason, f0, native_u)
+
+
+def resolution(precision: Precision, strategy: str) -> list[str]:
+    """What a directional check resolves where FD has no precision finer
+    than float32 (said in the report; [] otherwise)."""
+    if precision.name == "float64" or not strategy.startswith("directional"):
+        return []
+    return [
+        f"finite differences in {precision.name} only: along random directions an error in a few elements "
+        f"is resolved only above the {precision.name} noise of the whole sum; full=True compares element by element"
+    ]
 
 
 def _precision(

@@ -23,3 +23,28 @@ def test_a_rule_wrong_on_some_calls_is_reported_not_raised_as_flaky():
     res = gv.verify(sometimes, st.tuples(arrays("numpy", shape=(3,), min_value=0.5, max_value=2)), max_examples=30)
     assert not res.ok and res.counterexample is not None
     assert res.result is not None and not res.result.ok
+
+
+def test_an_interrupt_hypothesis_wraps_in_its_own_error_stays_an_interrupt():
+    """A Ctrl-C (or a sweep's SIGTERM) that lands inside Hypothesis's own
+    bookkeeping comes out as its internal AssertionError chaining the
+    KeyboardInterrupt: verify re-raises the interrupt, and lets any other
+    error through as it is."""
+    import pytest
+
+    from gradverify._verify import _run
+
+    def interrupted_inside():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AssertionError  # noqa: B904 -- (as Hypothesis's `assert state._runner is not None` does)
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(interrupted_inside)
+
+    def broken():
+        raise ValueError("not an interrupt")
+
+    with pytest.raises(ValueError, match="not an interrupt"):
+        _run(broken)
