@@ -101,7 +101,7 @@ def function_of(fn: Any) -> dict[str, Any]:
         return {"path": None, "name": f"partial({function_of(fn.func).get('name')})", "why": "a functools.partial"}
     path = _importable(fn)
     if path is not None:
-        return {"path": path, "name": name}
+        return {"path": path, "name": path.split(":", 1)[1]}
     return {"path": None, "name": name, "why": _why_not(fn)}
 
 
@@ -274,14 +274,18 @@ def _importable(obj: Any) -> str | None:
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if not module or not qualname or "<" in qualname:
         return None
-    found = sys.modules.get(module)
-    if found is None:
+    held = sys.modules.get(module)
+    if held is None:
         return None
+    found = held
     for part in qualname.split("."):
         found = getattr(found, part, None)
         if found is None:
-            return None
-    return f"{module}:{qualname}" if found is obj else None
+            break
+    if found is obj:
+        return f"{module}:{qualname}"
+    name = getattr(obj, "__name__", None)  # (a builtin's qualname may name a class it is not read from: torch.sqrt)
+    return f"{module}:{name}" if name and getattr(held, name, None) is obj else None
 
 
 def _why_not(obj: Any) -> str:

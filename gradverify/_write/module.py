@@ -123,6 +123,10 @@ def _sorted_imports(imports: set[str]) -> str:
     def module(line: str) -> str:
         return line.split()[1]
 
+    def first(line: str) -> tuple[int, str, str]:
+        """A statement's first imported name, as isort orders statements of one module by it."""
+        return _by_type(line.partition(" import ")[2].split(",")[0]) if line.startswith("from ") else (0, "", "")
+
     def group(line: str) -> int:
         top = module(line).split(".")[0]
         if top in stdlib:
@@ -144,7 +148,7 @@ def _sorted_imports(imports: set[str]) -> str:
     out = []
     for g in range(3):
         chosen = sorted(
-            (i for i in imports if group(i) == g), key=lambda i: (i.startswith("from "), module(i), " as " not in i, i)
+            (i for i in imports if group(i) == g), key=lambda i: (i.startswith("from "), module(i), first(i))
         )
         if chosen:
             out.append("\n".join(_wrapped(i) for i in chosen))

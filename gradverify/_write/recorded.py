@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import Subject, Unwritten, constant_digest, point_leaf, widened
+from .records import Subject, Unwritten, constant_digest, point_leaf, range_key, widened
 from .source import WIDTH, Call, Item, Source, flat, laid_out, literal, quoted, snake
 
 __all__ = ["Test", "written"]
@@ -249,7 +249,7 @@ def _activation_kinks(subject: Subject) -> tuple[float, ...]:
 def _strategy(
     framework: str,
     call: dict[str, Any],
-    ranges: dict[str, tuple[float, float]],
+    ranges: dict[tuple[str, str], tuple[float, float]],
     kinks: tuple[float, ...],
     source: Source,
 ) -> str:
@@ -264,12 +264,14 @@ def _strategy(
             return "st.none()"
         if not leaf.get("differentiated"):
             return Call("st.just(", [_value(framework, call, leaf, source)])
-        lo, hi = widened(*ranges.get(leaf["path"], (0.0, 0.0)))
+        lo, hi = widened(*ranges.get(range_key(leaf), (0.0, 0.0)))
         finite = ["allow_nan=False", "allow_infinity=False"]
         if leaf["kind"] == "scalar":
+            # (jax takes a Python number where check_grads did; gv.check takes arrays: a 0-d one)
+            to_array = ".map(jnp.asarray)" if framework == "jax" else ""
             if isinstance(leaf.get("value"), list):
-                return Call("st.complex_numbers(", [f"max_magnitude={literal(max(-lo, hi))}", *finite])
-            return Call("st.floats(", [literal(lo), literal(hi), *finite, "allow_subnormal=False"])
+                return Call("st.complex_numbers(", [f"max_magnitude={literal(max(-lo, hi))}", *finite], ")" + to_array)
+            return Call("st.floats(", [literal(lo), literal(hi), *finite, "allow_subnormal=False"], ")" + to_array)
         head = [quoted(backend), quoted(leaf["dtype"]), repr(tuple(leaf["shape"]))]
         if leaf["dtype"] in COMPLEX:
             return Call("complex_arrays(", [*head, f"max_magnitude={literal(max(-lo, hi))}"])
@@ -311,10 +313,10 @@ def _value(framework: str, call: dict[str, Any], leaf: dict[str, Any], source: S
         return "None"
     if leaf["kind"] == "scalar":
         value = leaf["value"]
-        if isinstance(value, list):
-            return literal(complex(*value))
-        text = literal(value)
+        text = literal(complex(*value)) if isinstance(value, list) else literal(value)
         source.uses_math |= "math." in flat(text)
+        if framework == "jax" and leaf.get("differentiated"):
+            return Call("jnp.asarray(", [text])
         return text
     array = point_leaf(call, leaf["path"])
     if array is None:

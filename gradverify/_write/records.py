@@ -21,7 +21,7 @@ import numpy as np
 
 from .._errors import ArgumentValueError, explain
 
-__all__ = ["Subject", "Unwritten", "grouped", "load", "widened"]
+__all__ = ["Subject", "Unwritten", "grouped", "load", "range_key", "widened"]
 
 #: Distinct argument layouts of one function drawn from (the first ones recorded).
 MAX_VARIANTS = 8
@@ -60,9 +60,12 @@ class Subject:
                 seen[key] = call
         return list(seen.values())
 
-    def ranges(self) -> dict[str, tuple[float, float]]:
-        """Each differentiated leaf's recorded range (union over calls), by path."""
-        out: dict[str, tuple[float, float]] = {}
+    def ranges(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Each differentiated leaf's recorded range (union over calls), by
+        path and dtype: a function the suite calls on real and on complex
+        values (a sqrt on positive reals, on complex numbers of both signs)
+        keeps each range to its own."""
+        out: dict[tuple[str, str], tuple[float, float]] = {}
         for call in self.calls:
             for leaf in call["arguments"]:
                 if not leaf.get("differentiated"):
@@ -70,9 +73,19 @@ class Subject:
                 lo, hi = _extent(leaf)
                 if lo is None:
                     continue
-                old = out.get(leaf["path"])
-                out[leaf["path"]] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+                key = (leaf["path"], _kind_of(leaf))
+                old = out.get(key)
+                out[key] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
         return out
+
+
+def range_key(leaf: dict[str, Any]) -> tuple[str, str]:
+    """The key of a leaf's range in :meth:`Subject.ranges`."""
+    return leaf["path"], _kind_of(leaf)
+
+
+def _kind_of(leaf: dict[str, Any]) -> str:
+    return leaf.get("dtype") or ("complex" if isinstance(leaf.get("value"), list) else "real")
 
 
 def load(source: str | Path) -> list[dict[str, Any]]:

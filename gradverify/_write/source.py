@@ -9,6 +9,7 @@ from a copy of its recorded ``.npz``.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import importlib
 import keyword
@@ -148,7 +149,8 @@ class Source:
         module, qualname = path.split(":", 1)
         module = _public(module, qualname)
         head, _, rest = qualname.partition(".")
-        local = self.name(head, f"{module}.{head}")
+        wanted = head if not hasattr(builtins, head) else f"{module.rsplit('.', 1)[-1]}_{head}"  # (lax.pow)
+        local = self.name(wanted, f"{module}.{head}")
         self.imports.add(f"from {module} import {head}" + (f" as {local}" if local != head else ""))
         return local + (f".{rest}" if rest else "")
 

@@ -229,3 +229,14 @@ def test_verify_replays_examples_first_and_reports_a_failing_one_unshrunk():
         gv.verify(wrong_far, small, examples=[np.ones(3)])
     with pytest.raises(ArgumentTypeError, match=r"verify\(examples\)"):
         gv.verify(wrong_far, small, examples=(np.ones(3),)[0])
+
+
+def test_a_function_called_on_reals_and_on_complex_numbers_keeps_each_range(tmp_path):
+    positive = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    both = torch.tensor([-1 + 2j, 0.5 - 1j, 2 + 0j], dtype=torch.complex128, requires_grad=True)
+    out = tmp_path / "t.py"
+    write(_recorded(tmp_path, [(torch.sqrt, (positive,), {}), (torch.sqrt, (both,), {})]), out)
+    text = out.read_text()
+    # (one range over both would have been symmetric: sqrt at negative reals)
+    assert 'arrays("torch", "float64", (3,), min_value=0.25, max_value=4.0)' in text
+    assert 'complex_arrays("torch", "complex128", (3,), max_magnitude=3.0)' in text

@@ -91,7 +91,8 @@ class Complex(View):
             if f.input_index and f.argument is not None and complex_args[f.argument]:
                 changes["input_index"] = f.input_index[:-1]
                 said.append(f"the {_PART[f.input_index[-1]]} part of argument {f.argument} {f.input_index[:-1]}")
-            if f.output_index and complex_out:
+            # (a second-order finding's output is the rule's, not fn's: its index stays in real terms)
+            if f.output_index and complex_out and f.order == 1:
                 changes["output_index"] = f.output_index[:-1]
                 said.append(f"the {_PART[f.output_index[-1]]} part of output {f.output_index[:-1]}")
             return relocated(f, changes, said)
