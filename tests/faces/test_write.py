@@ -240,3 +240,12 @@ def test_a_function_called_on_reals_and_on_complex_numbers_keeps_each_range(tmp_
     # (one range over both would have been symmetric: sqrt at negative reals)
     assert 'arrays("torch", "float64", (3,), min_value=0.25, max_value=4.0)' in text
     assert 'complex_arrays("torch", "complex128", (3,), max_magnitude=3.0)' in text
+
+
+def test_an_activation_of_the_table_is_drawn_off_its_kinks(tmp_path):
+    x = torch.linspace(-4, 4, 6, dtype=torch.float64).requires_grad_()
+    out = tmp_path / "t.py"
+    write(_recorded(tmp_path, [(torch.nn.functional.hardsigmoid, (x,), {}), (torch.tanh, (x,), {})]), out)
+    text = out.read_text()
+    assert 'arrays("torch", "float64", (6,), min_value=-6.0, max_value=6.0, kinks=(-3.0, 3.0))' in text
+    assert text.count("kinks=") == 1  # (tanh has none)
