@@ -204,7 +204,7 @@ def _jax_tolerances(calls: list[dict[str, Any]]) -> tuple[float, float]:
 
     def resolve(tol: Any, dtype: np.dtype) -> float:
         if isinstance(tol, dict):
-            tol = {np.dtype(_dtype_named(k)): v for k, v in tol.items() if _dtype_named(k)}
+            tol = {np.dtype(getattr(jnp, _dtype_named(k))): v for k, v in tol.items() if _dtype_named(k)}
         merged = ptu._merge_tolerance(tol, ptu.default_gradient_tolerance)
         return float(ptu.tolerance(dtype, merged))
 

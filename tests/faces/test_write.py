@@ -249,3 +249,17 @@ def test_an_activation_of_the_table_is_drawn_off_its_kinks(tmp_path):
     text = out.read_text()
     assert 'arrays("torch", "float64", (6,), min_value=-6.0, max_value=6.0, kinks=(-3.0, 3.0))' in text
     assert text.count("kinks=") == 1  # (tanh has none)
+
+
+def test_check_grads_tolerances_by_dtype_are_resolved_over_jaxs_defaults():
+    pytest.importorskip("jax")
+    from gradverify._write.recorded import _jax_tolerances
+
+    def call(dtype, **options):
+        return {"arguments": [{"kind": "array", "dtype": dtype, "differentiated": True}], "options": options}
+
+    # (a dict by dtype as the record keeps it: the keys' reprs; bfloat16 is not numpy's own)
+    by_dtype = {"<class 'jax.numpy.bfloat16'>": 0.5, "dtype('float32')": 0.01}
+    assert _jax_tolerances([call("bfloat16", atol=by_dtype)]) == (0.5, 0.1)  # (rtol: jax's bfloat16 default)
+    assert _jax_tolerances([call("float32", atol=by_dtype, rtol=0.03)]) == (0.01, 0.03)
+    assert _jax_tolerances([call("float32"), call("float64", atol=1e-9)]) == (0.002, 0.002)  # (the widest)
