@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .records import Subject, Unwritten, constant_digest, point_leaf, range_key, widened
-from .source import WIDTH, Call, Item, Source, flat, laid_out, literal, quoted, snake
+from .source import WIDTH, Call, Item, Source, flat, laid_out, literal, quoted, snake, test_lines
 
 __all__ = ["Test", "written"]
 
@@ -76,21 +76,9 @@ def written(subject: Subject, source: Source) -> Test | Unwritten:
     ]
     if subject.kind == "nn.Module":
         fn = _built(subject, fn, body)
-    call = [
-        "result = gradverify.verify(",
-        f"    {fn},",
-        f"    {stem}_args(),",
-        f"    examples={stem}_examples(),",
-        *[f"    {k}={v}," for k, v in options.items()],
-        ")",
-    ]  # (one argument a line: the options are what a reader looks for)
-    if jax and _wide(subject):
-        body += ["with jax.enable_x64(True):  # (the suite recorded 64-bit arguments)", *["    " + c for c in call]]
-    else:
-        body += call
-    body.append("assert result.ok, result")
-    lines += ["@pytest.mark.gradverify(max_examples=MAX_EXAMPLES)", f"def {test}(gradverify):"]
-    lines += ["    " + b for b in body]
+    arguments = [fn, f"{stem}_args()", f"examples={stem}_examples()", *[f"{k}={v}" for k, v in options.items()]]
+    x64 = "  # (the suite recorded 64-bit arguments)" if jax and _wide(subject) else None
+    lines += test_lines(test, body, arguments, x64)
     return Test(test, "\n".join(lines), subject, len(examples))
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from .module import Written, assemble, finish, header
 from .recorded import docstring
 from .records import Unwritten
-from .source import Call, Source, laid_out, quoted, snake
+from .source import Call, Source, laid_out, quoted, snake, test_lines
 
 __all__ = ["DRAWN", "Rule", "rules_of", "scanned"]
 
@@ -198,14 +198,7 @@ def _test(rule: Rule, source: Source) -> tuple[str, bool]:
         else:
             body += [f"module = {call}().to(torch.float64)"]
         call = "module"
-    verify = ["result = gradverify.verify(", f"    {call},", f"    {stem}_args(),", ")"]
-    if backend == "jax":
-        body += ["with jax.enable_x64(True):", *["    " + v for v in verify]]
-    else:
-        body += verify
-    body.append("assert result.ok, result")
-    lines += ["@pytest.mark.gradverify(max_examples=MAX_EXAMPLES)", f"def {test}(gradverify):"]
-    lines += ["    " + b for b in body]
+    lines += test_lines(test, body, [call, f"{stem}_args()"], "" if backend == "jax" else None)
     return "\n".join(lines), known and not rule.needs_building
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INLINE", "WIDTH", "Call", "Item", "Source", "flat", "laid_out", "literal", "quoted", "snake"]
+__all__ = ["INLINE", "WIDTH", "Call", "Item", "Source", "flat", "laid_out", "literal", "quoted", "snake", "test_lines"]
 
 #: The line length written modules keep to.
 WIDTH = 100
@@ -65,6 +65,22 @@ def laid_out(e: Any, indent: int = 0) -> str:
     pad = " " * (indent + 4)
     inner = ",\n".join(pad + laid_out(a, indent + 4) for a in e.args)
     return f"{e.head}\n{inner},\n{' ' * indent}{e.tail}"
+
+
+def test_lines(test: str, body: list[str], arguments: list[str], x64: str | None) -> list[str]:
+    """A written test: ``body``, then gv.verify through the fixture on
+    ``arguments`` (one a line: the options are what a reader looks for) and
+    its assertion; inside ``jax.enable_x64`` where ``x64`` (a comment, or "")
+    is given."""
+    call = ["result = gradverify.verify(", *[f"    {a}," for a in arguments], ")"]
+    if x64 is not None:
+        call = [f"with jax.enable_x64(True):{x64}", *["    " + c for c in call]]
+    body = [*body, *call, "assert result.ok, result"]
+    return [
+        "@pytest.mark.gradverify(max_examples=MAX_EXAMPLES)",
+        f"def {test}(gradverify):",
+        *["    " + b for b in body],
+    ]
 
 
 def quoted(text: str) -> str:
