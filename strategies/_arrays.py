@@ -48,6 +48,29 @@ def check_backend_dtype(backend: str, dtype: str) -> None:
         )
 
 
+#: The smallest normal number of each dtype (of its parts, for complex ones).
+SMALLEST_NORMAL = {
+    "float64": float(np.finfo(np.float64).tiny),
+    "float32": float(np.finfo(np.float32).tiny),
+    "float16": float(np.finfo(np.float16).tiny),
+    "bfloat16": float(np.finfo(np.float32).tiny),
+    "complex128": float(np.finfo(np.float64).tiny),
+    "complex64": float(np.finfo(np.float32).tiny),
+}
+
+
+def flush_subnormal(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` with every value (or part) that would be subnormal in ``dtype``
+    as 0. Arithmetic on subnormals depends on the processor's flush-to-zero
+    mode, so a derivative there can pass on one machine and fail on another."""
+    tiny = SMALLEST_NORMAL.get(dtype)
+    if tiny is None:
+        return a
+    if np.iscomplexobj(a):
+        return flush_subnormal(a.real, dtype) + 1j * flush_subnormal(a.imag, dtype)
+    return np.where(np.abs(a) < tiny, 0.0, a)
+
+
 def to_backend(a: np.ndarray, backend: str, dtype: str) -> Any:
     """A fresh array of ``backend`` with a's values rounded to ``dtype`` (a
     complex one for complex values)."""
@@ -63,6 +86,12 @@ def to_backend(a: np.ndarray, backend: str, dtype: str) -> Any:
 
     with jax.enable_x64(dtype in ("float64", "complex128")):
         return jnp.asarray(a, dtype=getattr(jnp, dtype))
+
+
+def as_drawn(a: np.ndarray, backend: str, dtype: str) -> Any:
+    """Drawn values as an array of ``backend`` and ``dtype``, none subnormal
+    in it (see flush_subnormal)."""
+    return to_backend(flush_subnormal(np.asarray(a), dtype), backend, dtype)
 
 
 def push_off(values: np.ndarray, kinks: Sequence[float], margin: float, lo: float, hi: float) -> np.ndarray:
@@ -196,14 +225,14 @@ def arrays(
         drawn = values(n, min_value=min_value, max_value=max_value, distinct=distinct, large=large)
         if mask is None:
             return drawn.map(
-                lambda v: to_backend(push_off(v, kinks, m, min_value, max_value).reshape(shp), backend, dtype)
+                lambda v: as_drawn(push_off(v, kinks, m, min_value, max_value).reshape(shp), backend, dtype)
             )
 
         def masked(pair: tuple[np.ndarray, np.ndarray]) -> Any:
             v, where = pair
             v = push_off(v, kinks, m, min_value, max_value)
             v[where] = mask
-            return to_backend(v.reshape(shp), backend, dtype)
+            return as_drawn(v.reshape(shp), backend, dtype)
 
         return st.tuples(drawn, masks(n, large=large)).map(masked)
 
@@ -296,4 +325,4 @@ def _complex(
         # off the negative real axis: an imaginary part at least ``margin`` there
         near = (z.real < 0) & (np.abs(z.imag) < margin)
         z = np.where(near, z.real + 1j * np.where(z.imag < 0, -margin, margin), z)
-    return to_backend(z.reshape(shape), backend, dtype)
+    return as_drawn(z.reshape(shape), backend, dtype)

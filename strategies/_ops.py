@@ -16,7 +16,7 @@ from gradverify._errors import ArgumentValueError, explain
 from gradverify._rule import Rule
 from gradverify.ops import ACTIVATIONS, Activation, activation
 
-from ._arrays import _shape_strategy, check_backend_dtype, kink_margin, to_backend
+from ._arrays import _shape_strategy, as_drawn, check_backend_dtype, kink_margin, to_backend
 
 # Simplest first: a shrink toward activations() ends at identity, then relu.
 _FIRST = ("identity", "relu", "tanh", "sigmoid", "leakyrelu", "softplus")
@@ -103,7 +103,7 @@ def bias_act_args(
         z = np.array([draw(st.sampled_from(parts).flatmap(element)) for _ in range(n)], dtype=np.float64)
         z = z.reshape(shp)
         if not bias:
-            return (to_backend(z, backend, dtype),)
+            return (as_drawn(z, backend, dtype),)
         bshape = _bias_shape(shp)
         b = np.array(
             draw(
@@ -117,7 +117,7 @@ def bias_act_args(
         ).reshape(bshape)
         # round b first, so that x + b in the dtype lands where z was put
         b_d = np.asarray(to_backend(b, "numpy", "float64" if dtype == "bfloat16" else dtype), dtype=np.float64)
-        return to_backend(z - b_d, backend, dtype), to_backend(b_d, backend, dtype)
+        return as_drawn(z - b_d, backend, dtype), as_drawn(b_d, backend, dtype)
 
     return build()
 

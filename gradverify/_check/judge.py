@@ -119,8 +119,11 @@ class Judge:
         self, rhs_and_bound: Callable[[int, int], tuple[float, float] | None]
     ) -> ProjectionWorst | None:
         worst = None
+        directions, cotangents = self.ad.apart  # (meeting AD's NaN/inf where fn is not differentiable)
         for a in range(len(self.modes.vjps)):
             for b in range(len(self.probes.us)):
+                if a in cotangents or b in directions:
+                    continue
                 rb = rhs_and_bound(a, b)
                 if rb is None:
                     continue

@@ -283,12 +283,12 @@ def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> Non
         )
     compared = 0
     for r in oracle.refs:
-        compared += _xp.count((r.status != fd.JUMP) & (r.status != fd.UNRELIABLE) & primal.finite)
+        compared += _xp.count((r.status <= fd.KINK) & primal.finite)
     if compared == 0:
         report.add(
             Kind.NOTHING_COMPARED,
             WARNING,
-            "nothing compared: at every element fn jumps or finite differences cannot decide; "
+            "nothing compared: at every element fn jumps, finite differences cannot decide or AD is NaN/inf; "
             + (
                 "only forward and reverse mode were compared, with each other (check fn at another point)"
                 if adjoint

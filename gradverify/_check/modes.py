@@ -20,7 +20,6 @@ from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol, xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
 from .context import Context
-from .findings import unravel
 from .probes import Probes
 
 __all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
@@ -65,6 +64,16 @@ class AD:
         self.dropped: str | None = None
         self.vectorise = ctx.options.vectorise
         self.vectorised = False  # whether any value came from a vectorised call
+        #: mode -> probe -> mask of the elements where AD returned NaN/inf at a
+        #: finite output (zeros in the values): FD decides them (see singular)
+        self.holes: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}
+        self.raw: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # (their values as AD gave them)
+        #: what the holes leave out of a directional check's projections
+        #: (directions, cotangents: see singular)
+        self.apart: tuple[set[int], set[int]] = (set(), set())
+        #: cotangent -> mask of the VJP's NaN/inf elements beside NaN/inf
+        #: outputs (0 x inf inside the rule: never compared, said)
+        self.fed: dict[int, Any] = {}
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
@@ -79,25 +88,27 @@ class AD:
         vectorised call (``vectorised``), validated here the same way."""
         value = self._jvp_native(u, given[0] if given else None)
         if value is None or not self.ad64:
-            return value
+            return None if value is None else self._holed("JVP", b, value)
         wide = given[1] if given else None
         v64 = self._ad64(
             (lambda: wide) if wide is not None else (lambda: self.ev.jvp(self.probes.flat.split(u), "float64")),
             "forward mode",
         )
         if v64 is None:
-            return value
+            return self._holed("JVP", b, value)
+        d = v64[0]
+        d = d if self.primal.all_finite else _xp.ns(d).where(self.primal.finite, d, 0.0)
+        d, value = self._holed("JVP", b, d, value)
         if low is not None and b is not None:
             low[b] = value
-        d = v64[0]
-        return d if self.primal.all_finite else _xp.ns(d).where(self.primal.finite, d, 0.0)
+        return d
 
     def vjp(
         self, v: np.ndarray, low: dict[int, np.ndarray] | None = None, a: int | None = None, given: Any = None
     ) -> np.ndarray | None:
-        g = self._vjp_native(v, given[0] if given else None)
+        g = self._vjp_native(v, given[0] if given else None, a)
         if g is None or not self.ad64:
-            return g
+            return None if g is None else self._holed("VJP", a, g)
         wide = given[1] if given else None
         parts = self._ad64(
             (lambda: wide)
@@ -106,14 +117,37 @@ class AD:
             "reverse mode",
         )
         if parts is None:
-            return g
+            return self._holed("VJP", a, g)
         g64 = _xp.concat(parts) if len(parts) > 1 else parts[0]
+        if not self.primal.all_finite:
+            xp = _xp.ns(g64)
+            g64 = xp.where(xp.isfinite(g64), g64, 0.0)  # (the native run said which elements: fed)
+        else:
+            g64, g = self._holed("VJP", a, g64, g)
         if low is not None and a is not None:
             low[a] = g
-        if self.primal.all_finite:
-            return g64
-        xp = _xp.ns(g64)
-        return xp.where(xp.isfinite(g64), g64, 0.0)
+        return g64
+
+    def _holed(self, mode: str, key: int | None, value: Any, native: Any = None) -> Any:
+        """``value`` (and the ``native`` run beside it) with zeros where
+        either is NaN/inf at a finite output, those elements kept as holes of
+        probe ``key`` for FD to decide (see singular). A call outside the
+        first-order runs (key None) only gets the zeros: its holes are the
+        first-order ones."""
+        bad = ~_xp.finite(value)
+        if native is not None:
+            bad = bad | ~_xp.finite(native)
+        if mode == "JVP" and not self.primal.all_finite:
+            bad = bad & self.primal.finite
+        if not _xp.any_(bad):
+            return value if native is None else (value, native)
+        xp = _xp.ns(value)
+        if key is not None:
+            holes = self.holes[mode]
+            holes[key] = bad if key not in holes else holes[key] | bad
+            self.raw[mode][key] = value if native is None else xp.where(_xp.finite(value), native, value)
+        value = xp.where(bad, 0.0, value)
+        return value if native is None else (value, xp.where(bad, 0.0, native))
 
     def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
         """Every probe's native and float64-tier derivatives of ``mode`` from
@@ -231,26 +265,11 @@ class AD:
             self.status["JVP"] = FAILED
             return None
         value = _xp.flat(d.value)
-        xp = _xp.ns(value)
-        if primal.all_finite and _xp.all_finite(value):
-            return value
-        bad = ~_xp.finite(value) & primal.finite
-        if _xp.any_(bad):
-            i = int(_xp.nonzero(bad, limit=1)[0])
-            self.report.add(
-                Kind.NONFINITE_GRADIENT,
-                ERROR,
-                f"forward mode returned {float(value[i])} at output index {unravel(i, primal.shape)} "
-                f"where the output is finite ({_xp.count(bad)} element(s))",
-                pair=("JVP", "output"),
-                output_index=unravel(i, primal.shape),
-                values={"JVP": float(value[i]), "output": float(primal.values[i])},
-            )
-            self.status["JVP"] = FAILED
-            return None
-        return value if primal.all_finite else xp.where(primal.finite, value, 0.0)
+        if primal.all_finite:
+            return value  # (NaN/inf elements: holes, see _holed)
+        return _xp.ns(value).where(primal.finite, value, 0.0)
 
-    def _vjp_native(self, v: np.ndarray, ds: list[Derivative] | None = None) -> np.ndarray | None:
+    def _vjp_native(self, v: np.ndarray, ds: list[Derivative] | None = None, a: int | None = None) -> np.ndarray | None:
         ev, primal, flat = self.ev, self.primal, self.probes.flat
         try:
             ds = ds or ev.vjp(v.reshape(primal.shape), primal.dtype)
@@ -284,39 +303,25 @@ class AD:
                 return None
             parts.append(_xp.flat(d.value))
         g = _xp.concat(parts) if len(parts) > 1 else parts[0]
-        xp = _xp.ns(g)
-        if _xp.all_finite(g):
-            return g
+        if primal.all_finite or _xp.all_finite(g):
+            return g  # (NaN/inf elements at finite outputs: holes, see _holed)
         bad = ~_xp.finite(g)
-        if not _xp.any_(bad):
-            return g
         j = int(_xp.nonzero(bad, limit=1)[0])
         arg, idx = flat.locate(j)
-        if not primal.all_finite:
-            # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
-            # inputs feed those outputs is unknown, so say so and skip them.
-            self.report.add(
-                Kind.NONFINITE_GRADIENT,
-                WARNING,
-                f"reverse mode returned NaN/inf at {_xp.count(bad)} input element(s) (the first: argument "
-                f"{arg} at {idx}), which may feed the NaN/inf outputs; those elements are not compared",
-                pair=("VJP", "output"),
-                argument=arg,
-                input_index=idx,
-            )
-            return xp.where(bad, 0.0, g)
+        # The cotangent is 0 on NaN/inf outputs and 0 * inf = NaN: which
+        # inputs feed those outputs is unknown, so say so and skip them.
         self.report.add(
             Kind.NONFINITE_GRADIENT,
-            ERROR,
-            f"reverse mode returned {float(g[j])} for argument {arg} at index {idx} while every output is "
-            f"finite ({_xp.count(bad)} element(s))",
+            WARNING,
+            f"reverse mode returned NaN/inf at {_xp.count(bad)} input element(s) (the first: argument "
+            f"{arg} at {idx}), which may feed the NaN/inf outputs; those elements are not compared",
             pair=("VJP", "output"),
             argument=arg,
             input_index=idx,
-            values={"VJP": float(g[j])},
         )
-        self.status["VJP"] = FAILED
-        return None
+        if a is not None:
+            self.fed[a] = bad if a not in self.fed else self.fed[a] | bad
+        return _xp.ns(g).where(bad, 0.0, g)
 
     def unavailable(self, mode: str, why: str, order: int = 1) -> None:
         if self.status.get(mode) == UNAVAILABLE:

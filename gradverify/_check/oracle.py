@@ -6,6 +6,7 @@ through it and replace its references. What FD cannot decide becomes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +43,7 @@ class Oracle:
         self.f0 = precision.f0
         if ev.rule is None and ev.backend.compiles(ev.fn):
             self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
-        self.refs: list[fd.Reference] = []
+        self.refs = References()
         self._buffer: Any = None  # (see REUSED_POINT)
 
     @property
@@ -266,6 +267,27 @@ class Oracle:
         if ref.all_smooth:
             return True
         return (ref.status <= fd.KINK) & self.primal.finite
+
+
+class References(list):
+    """The references, one per direction. Elements set aside (``set_aside``)
+    stay aside when an excuse or a measurement replaces a reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aside: dict[int, Any] = {}
+
+    def set_aside(self, b: int, mask: Any) -> None:
+        """Direction b's elements of ``mask`` are no longer compared."""
+        self.aside[b] = mask if b not in self.aside else self.aside[b] | mask
+        self[b] = self[b]
+
+    def __setitem__(self, b: Any, ref: Any) -> None:
+        mask = self.aside.get(b)
+        if mask is not None and _xp.any_(mask):
+            status = _xp.copy(_xp.ns(ref.status).broadcast_to(ref.status, tuple(mask.shape)))
+            ref = dataclasses.replace(ref, status=_xp.put(status, mask, fd.ASIDE), all_smooth=False)
+        super().__setitem__(b, ref)
 
 
 def _split_point(x: Any, w: Any, t: float, layout: tuple) -> tuple[Any, ...]:

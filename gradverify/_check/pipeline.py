@@ -28,7 +28,15 @@ from .._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from .._rule import Rule
 from ..backends import Backend, backend_of
-from . import batched as _batched, modes as _modes, primal as _primal, probes as _probes, structure as _structure, xp
+from . import (
+    batched as _batched,
+    modes as _modes,
+    primal as _primal,
+    probes as _probes,
+    singular as _singular,
+    structure as _structure,
+    xp,
+)
 from .bounds import Bounds
 from .calls import CallFailed, Unshaped
 from .compare import Comparisons
@@ -493,6 +501,9 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             oracle = Oracle(ctx)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
+            decided = _singular.resolve(ctx, ad, oracle, modes)
+            if decided is not modes:
+                modes, bounds = decided, Bounds(oracle, decided, ev.dtypes, options.rtol, options.atol)
             ad.status["FD"] = oracle.label
             Comparisons(ctx, ad, oracle, modes, bounds).run()
             if options.batched:

@@ -259,7 +259,15 @@ def _strategy(
             to_array = ".map(jnp.asarray)" if framework == "jax" else ""
             if isinstance(leaf.get("value"), list):
                 return Call("st.complex_numbers(", [f"max_magnitude={literal(max(-lo, hi))}", *finite], ")" + to_array)
-            return Call("st.floats(", [literal(lo), literal(hi), *finite, "allow_subnormal=False"], ")" + to_array)
+            if framework != "jax":
+                return Call("st.floats(", [literal(lo), literal(hi), *finite, "allow_subnormal=False"], ")")
+            # (a number jax takes is float32 unless x64 is on: none subnormal there either)
+            lo32, hi32 = _float32_outward(lo, hi)
+            return Call(
+                "st.floats(",
+                [literal(lo32), literal(hi32), *finite, "allow_subnormal=False", "width=32"],
+                ")" + to_array,
+            )
         head = [quoted(backend), quoted(leaf["dtype"]), repr(tuple(leaf["shape"]))]
         if leaf["dtype"] in COMPLEX:
             return Call("complex_arrays(", [*head, f"max_magnitude={literal(max(-lo, hi))}"])
@@ -351,3 +359,14 @@ def _shapes_said(subject: Subject) -> str:
     if len(shapes) == 1:
         return f"the recorded shape(s) {shapes[0]}" if shapes[0] else "the recorded structure"
     return f"{len(shapes)} recorded layouts"
+
+
+def _float32_outward(lo: float, hi: float) -> tuple[float, float]:
+    """The float32 range that holds [lo, hi] (Hypothesis's width=32 takes
+    bounds a float32 represents exactly)."""
+    a, b = np.float32(lo), np.float32(hi)
+    if float(a) > lo:
+        a = np.nextafter(a, np.float32(-np.inf))
+    if float(b) < hi:
+        b = np.nextafter(b, np.float32(np.inf))
+    return float(a), float(b)

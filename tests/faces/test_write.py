@@ -263,3 +263,32 @@ def test_check_grads_tolerances_by_dtype_are_resolved_over_jaxs_defaults():
     assert _jax_tolerances([call("bfloat16", atol=by_dtype)]) == (0.5, 0.1)  # (rtol: jax's bfloat16 default)
     assert _jax_tolerances([call("float32", atol=by_dtype, rtol=0.03)]) == (0.01, 0.03)
     assert _jax_tolerances([call("float32"), call("float64", atol=1e-9)]) == (0.002, 0.002)  # (the widest)
+
+
+def test_a_jax_number_is_drawn_as_float32_never_subnormal_there(tmp_path):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from hypothesis import given, settings
+    from jax.test_util import check_grads
+
+    directory = tmp_path / "records"
+    directory.mkdir()
+    record = described("check_grads", check_grads, (jnp.sin, (0.0,), 1), {}, directory)
+    (directory / "calls-main.jsonl").write_text(json.dumps({"nodeid": "tests/test_x.py::test_sin", **record}) + "\n")
+    out = tmp_path / "test_written.py"
+    write(directory, out)
+    text = out.read_text()
+    assert "width=32" in text  # (jax takes the number as float32 unless x64 is on)
+    module = _import(out)
+    strategy = next(getattr(module, name) for name in dir(module) if name.endswith("_args"))()
+    tiny = float(np.finfo(np.float32).tiny)
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(strategy)
+    def draws(args):
+        (x,) = args
+        value = float(x)
+        assert isinstance(x, jax.Array) and value == float(np.float32(value))
+        assert value == 0.0 or abs(value) >= tiny
+
+    draws()

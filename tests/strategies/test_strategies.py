@@ -150,3 +150,26 @@ def test_masked_empty_arrays():
 def test_a_finite_mask_value_says_what_was_expected(bad):
     with pytest.raises(gv.ArgumentValueError, match=r"arrays\(mask=\.\.\.\): expected None, or the non-finite value"):
         gst.arrays("numpy", mask=bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "complex64"])
+def test_no_drawn_value_is_subnormal_in_its_dtype(dtype):
+    # values drawn in float64 and rounded to dtype: one below dtype's smallest
+    # normal would be subnormal there (and processors differ on those)
+    tiny = float(np.finfo(np.float16 if dtype == "float16" else np.float32).tiny)
+    if dtype == "complex64":
+        strategy = gst.complex_arrays("numpy", dtype, 6, max_magnitude=tiny * 4)
+    else:
+        strategy = gst.arrays("numpy", dtype, 6, min_value=-tiny * 4, max_value=tiny * 4)
+    seen_small = []
+
+    @FAST
+    @given(strategy)
+    def draws(a):
+        parts = np.concatenate([a.real.ravel(), a.imag.ravel()]) if np.iscomplexobj(a) else a.ravel()
+        parts = np.abs(parts.astype(np.float64))
+        assert not np.any((parts > 0) & (parts < tiny)), parts
+        seen_small.append(bool(np.any((parts > 0) & (parts < 2 * tiny))))
+
+    draws()
+    assert any(seen_small)  # (the range reaches down to the smallest normals)

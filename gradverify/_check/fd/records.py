@@ -11,11 +11,12 @@ from typing import Any
 
 from .. import xp as _xp
 
-__all__ = ["SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Line", "Reference", "Problem", "UNKNOWN"]
+__all__ = ["ASIDE", "SMOOTH", "KINK", "JUMP", "UNRELIABLE", "Array", "Line", "Reference", "Problem", "UNKNOWN"]
 
 
-# Status of each element's reference after the kink analysis.
-SMOOTH, KINK, JUMP, UNRELIABLE = 0, 1, 2, 3
+# Status of each element's reference after the kink analysis. ASIDE: not
+# compared for a reason outside FD's (AD's NaN/inf there, said by the check).
+SMOOTH, KINK, JUMP, UNRELIABLE, ASIDE = 0, 1, 2, 3, 4
 
 
 #: Arrays of the checker: numpy, or torch and jax arrays beside fn's arguments (see _check.xp).
@@ -49,7 +50,7 @@ class Reference:
 
     value: Array
     err: Array  # half-width of the interval
-    status: Array  # SMOOTH / KINK / JUMP / UNRELIABLE per element (int8)
+    status: Array  # SMOOTH / KINK / JUMP / UNRELIABLE / ASIDE per element (int8)
     all_smooth: bool  # no element was flagged: every status is SMOOTH
     noise: Array | None = None  # measured noise of one F value, per element
     reasons: dict[int, str] | None = None  # why an element is unreliable (the first few)
