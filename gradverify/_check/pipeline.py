@@ -28,15 +28,7 @@ from .._errors import ArgumentTypeError, GradientError, ModeUnavailable, explain
 from .._result import ERROR, WARNING, ArraySummary, CheckResult, Finding, Kind, second_order_mode
 from .._rule import Rule
 from ..backends import Backend, backend_of
-from . import (
-    batched as _batched,
-    modes as _modes,
-    primal as _primal,
-    probes as _probes,
-    singular as _singular,
-    structure as _structure,
-    xp,
-)
+from . import batched as _batched, modes as _modes, primal as _primal, probes as _probes, structure as _structure, xp
 from .bounds import Bounds
 from .calls import CallFailed, Unshaped
 from .compare import Comparisons
@@ -47,6 +39,7 @@ from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
+from .singular import resolve as resolve_singular
 from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
 from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_tolerances
 from .views.base import Layer, View, compose
@@ -501,9 +494,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             oracle = Oracle(ctx)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
-            decided = _singular.resolve(ctx, ad, oracle, modes)
-            if decided is not modes:
-                modes, bounds = decided, Bounds(oracle, decided, ev.dtypes, options.rtol, options.atol)
+            modes, bounds = resolve_singular(ctx, ad, oracle, modes, bounds)
             ad.status["FD"] = oracle.label
             Comparisons(ctx, ad, oracle, modes, bounds).run()
             if options.batched:

@@ -29,6 +29,7 @@ import numpy as np
 
 from .._result import ERROR, WARNING, Kind
 from . import xp as _xp
+from .bounds import Bounds
 from .context import Context
 from .findings import unravel
 from .modes import AD, FAILED, Modes
@@ -37,21 +38,25 @@ from .oracle import Oracle
 __all__ = ["resolve"]
 
 
-def resolve(ctx: Context, ad: AD, oracle: Oracle, modes: Modes) -> Modes:
-    """``modes`` without a mode whose NaN/inf FD convicts (said); the rest
-    decided and set aside (see the module's docstring)."""
+def resolve(ctx: Context, ad: AD, oracle: Oracle, modes: Modes, bounds: Bounds) -> tuple[Modes, Bounds]:
+    """``modes`` (and their ``bounds``) without a mode whose NaN/inf FD
+    convicts (said); the rest decided and set aside (see the module's
+    docstring)."""
     if not ad.holes["JVP"] and not ad.holes["VJP"] and not (ad.fed and ctx.probes.full):
-        return modes
+        return modes, bounds
     failed = _full(ctx, ad, oracle) if ctx.probes.full else _directional(ctx, ad, oracle)
+    if not failed:
+        return modes, bounds
     for mode in failed:
         ad.status[mode] = FAILED
-    return dataclasses.replace(
+    kept = dataclasses.replace(
         modes,
         jvps=() if "JVP" in failed else modes.jvps,
         vjps=() if "VJP" in failed else modes.vjps,
         low_jvps={} if "JVP" in failed else modes.low_jvps,
         low_vjps={} if "VJP" in failed else modes.low_vjps,
     )
+    return kept, Bounds(oracle, kept, bounds.dtypes, bounds.rtol, bounds.atol)
 
 
 def _full(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
