@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from gradverify._check.tolerance import base_step, unit_roundoff
+from gradverify._check.tolerance import SMALLEST_NORMAL, base_step, unit_roundoff
 from gradverify._errors import ArgumentTypeError, ArgumentValueError, explain
 from gradverify.backends import BACKENDS
 
@@ -48,22 +48,11 @@ def check_backend_dtype(backend: str, dtype: str) -> None:
         )
 
 
-#: The smallest normal number of each dtype (of its parts, for complex ones).
-SMALLEST_NORMAL = {
-    "float64": float(np.finfo(np.float64).tiny),
-    "float32": float(np.finfo(np.float32).tiny),
-    "float16": float(np.finfo(np.float16).tiny),
-    "bfloat16": float(np.finfo(np.float32).tiny),
-    "complex128": float(np.finfo(np.float64).tiny),
-    "complex64": float(np.finfo(np.float32).tiny),
-}
-
-
 def flush_subnormal(a: np.ndarray, dtype: str) -> np.ndarray:
     """``a`` with every value (or part) that would be subnormal in ``dtype``
     as 0. Arithmetic on subnormals depends on the processor's flush-to-zero
     mode, so a derivative there can pass on one machine and fail on another."""
-    tiny = SMALLEST_NORMAL.get(dtype)
+    tiny = SMALLEST_NORMAL.get(COMPLEX_DTYPES.get(dtype, dtype))
     if tiny is None:
         return a
     if np.iscomplexobj(a):

@@ -84,17 +84,9 @@ class Localiser:
     def _column(self, j: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps relative to
         that element's scale, with its error; 0 where FD cannot decide. Also
-        whether FD decided every element. (Estimated once per element.)"""
+        whether FD decided every element (Oracle.column, estimated once per element)."""
         if j not in self._columns:
-            probes = self.probes
-            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
-            if ref.all_smooth:
-                self._columns[j] = ref.value, ref.err, True
-            else:
-                usable = self.oracle.usable(ref)
-                xp = _xp.ns(ref.value)
-                complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
-                self._columns[j] = xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
+            self._columns[j] = self.oracle.column(j)
         return self._columns[j]
 
     def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool, bool]:

@@ -192,6 +192,18 @@ class Oracle:
         ref = fd.reference(problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick)
         return self._in_units(ref, c)
 
+    def column(self, j: int) -> tuple[Any, Any, bool]:
+        """Column j of the Jacobian (J e_j, real units) by FD with steps
+        relative to that element's scale, with its error; 0 where FD cannot
+        decide. Also whether FD decided every element of a finite output."""
+        ref = self.fd(None, 0.0, float(self.probes.raw_scale[j]), j=j)
+        if ref.all_smooth:
+            return ref.value, ref.err, True
+        usable = self.usable(ref)
+        xp = _xp.ns(ref.value)
+        complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+        return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
+
     def terms(self, c: float, column: bool) -> float:
         """The magnitude at which the point and fn's terms round, in units of
         the step scale c: along a column the largest input's, whatever the

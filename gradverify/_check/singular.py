@@ -120,12 +120,10 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
         if "VJP" in failed:
             break
         j = int(_xp.nonzero(mask, limit=1)[0])
-        column = oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
-        v = probes.vs[a]
-        touched = (v != 0) & primal.finite
-        if _xp.all_(oracle.usable(column) | ~touched):
-            value = _xp.ns(column.value).where(touched, column.value, 0.0)
-            _convicted(ctx, "VJP", None, j, float(ad.raw["VJP"][a][j]), _xp.dot(v, value), _xp.count(mask), a=a)
+        value, _, complete = oracle.column(j)
+        if complete:  # (a cotangent is 0 on NaN/inf outputs only)
+            fd_value = _xp.dot(probes.vs[a], value)
+            _convicted(ctx, "VJP", None, j, float(ad.raw["VJP"][a][j]), fd_value, _xp.count(mask), a=a)
             failed.add("VJP")
             break
         cotangents.add(a)
