@@ -296,9 +296,10 @@ class Comparisons(Judge):
         t = tol.ad_bound(J_f, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_jvp) + tol.ad_bound(
             J_r, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_vjp
         )
-        over = _compared(np.abs(J_r - J_f), self.oracle.refs) - t
+        diff = _compared(np.abs(J_r - J_f), self.oracle.refs)
+        over = diff - t
         if over.size:
-            self.closeness.note(float(np.max((over + t) / (t + 1e-300))))
+            self.closeness.note(float(np.max(diff / (t + 1e-300))))
         if (over <= 0).all():
             return
         i, j = (int(k) for k in np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape))
