@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -194,6 +195,18 @@ class Estimate:
         self._at = (key, F)
         return F
 
+    def own_noise(self, idx: np.ndarray, u_oracle: float, point: float) -> np.ndarray:
+        """The rounding model's error of one F value (model_noise) at ``idx``
+        from those elements alone: their own values and their own gentler
+        side's slope (a jump beside the point is no slope). ``eps_f`` is the
+        vector's: one element with a steep slope (or a jump, whose central
+        difference grows as 1/h) raises it for every element."""
+        F, h = self._values(idx), self.stencil.h
+        with np.errstate(invalid="ignore", over="ignore"):
+            top = np.max([np.abs(v) for v in F.values()], axis=0)
+            slope = np.minimum(np.abs(F[2] - F[0]), np.abs(F[-2] - F[0])) / (h / 2)
+            return model_noise(u_oracle, h, top, top, slope, point)
+
     def grid(self, idx: np.ndarray) -> np.ndarray:
         """The grid fn's values lie on at ``idx`` (see grid())."""
         F = self._values(idx)
@@ -232,15 +245,17 @@ def grid_bound(q: np.ndarray, h: float) -> np.ndarray:
 
 
 def model_noise(
-    u_oracle: float, h: float, f0_scale: float, stencil_scale: float, slope_scale: float, point: float = 1.0
-) -> float:
+    u_oracle: float, h: float, f0_scale: Any, stencil_scale: Any, slope_scale: Any, point: float = 1.0
+) -> Any:
     """The rounding model's error of one F value (estimate and model_reference
     share it: the model's bound must be the measured one's floor, bit for bit).
     ``point``: the largest |x_j| / |u_j| over the moved elements, in the units
     of t (at most 1 for a direction scaled so that |u_j| >= |x_j|; along a
     column e_j it is |x_j| / c, far below 1 for an element much smaller than
-    its argument's rms): x + t u rounds by u (point + |t|) in those units."""
-    return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (max(f0_scale, stencil_scale) + (point + h) * slope_scale)
+    its argument's rms): x + t u rounds by u (point + |t|) in those units.
+    The scales are numbers, or host arrays of one element's each."""
+    top = np.maximum(f0_scale, stencil_scale) if isinstance(f0_scale, np.ndarray) else max(f0_scale, stencil_scale)
+    return tol.FD_EVAL_ROUNDING * u_oracle * 2.0 * (top + (point + h) * slope_scale)
 
 
 def values_at(F: Callable[[float], Array], ts: list[float]) -> list[Array]:
