@@ -19,8 +19,10 @@ from . import fd, suite, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
 from .judge import Judge
+from .locate import Localiser
 from .lowprecision import LowPrecision
 from .messages import adjoint_mismatch, fd_mismatch, inconclusive
+from .oracle import Oracle
 from .worst import ElementWorst, JacobianWorst, ProjectionWorst
 
 __all__ = ["MEASURED_ROUNDING", "Comparisons"]
@@ -54,7 +56,8 @@ class Comparisons(Judge):
         def excuses(w: ElementWorst) -> tuple[Disagreement, Sequence[Excuse]]:
             b = w.direction
             excess = lambda: self._violation(self.modes.jvps[b], self.oracle.refs[b], self.bounds.jvp(b), b)  # noqa: E731
-            return Disagreement(b, excess), (*self.column_excuses, self.wide_noise)
+            last = () if self.probes.full else (_Witness(self.locate, w.element),)
+            return Disagreement(b, excess), (*self.column_excuses, self.wide_noise, *last)
 
         worst = self._until_unexcused(self._worst_jvp, excuses)
         if worst is None:
@@ -129,10 +132,8 @@ class Comparisons(Judge):
         ref = self.oracle.refs[b]
         if ref.all_smooth:
             return ref.value, ref.err
-        finite = self.primal.finite
+        finite, value, err, xp = self.primal.finite, ref.value, ref.err, _xp.ns(ref.value)
         missing = ~self.oracle.usable(ref) & finite
-        value, err = ref.value, ref.err
-        xp = _xp.ns(value)
         if _xp.any_(missing):
             if not self.modes.jvps:
                 return None
@@ -296,8 +297,7 @@ class Comparisons(Judge):
         t = tol.ad_bound(J_f, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_jvp) + tol.ad_bound(
             J_r, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_vjp
         )
-        diff = _compared(np.abs(J_r - J_f), self.oracle.refs)
-        over = diff - t
+        over = (diff := _compared(np.abs(J_r - J_f), self.oracle.refs)) - t
         if over.size:
             self.closeness.note(float(np.max(diff / (t + 1e-300))))
         if (over <= 0).all():
@@ -331,6 +331,29 @@ class Comparisons(Judge):
                 ad_out=modes.ad_out,
             )
         )
+
+
+class _Witness(Excuse):
+    """A random direction's JVP mismatch at output ``i`` is reported at the
+    input element localisation finds, with FD along e_j as its witness.
+    Where that witness cannot decide (see Localiser._witness_undecided),
+    neither could the direction's FD, which moves the same element: the
+    output element is unreliable along that direction, with the witness's
+    reason. Returns whether it was."""
+
+    def __init__(self, locate: Localiser, i: int) -> None:
+        self.locate, self.i = locate, i
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        found = self.locate.jvp(case.b, self.i)
+        if found.undecided is None:
+            return False
+        ref = oracle.refs[case.b]
+        arg, idx = oracle.probes.flat.locate(found.element)
+        why = f"at argument {arg} {idx}, {found.undecided}"
+        mask = _xp.put(_xp.zeros(_xp.size(ref.status), ref.value, "bool"), np.array([self.i]), True)
+        oracle.refs[case.b] = ref.gave_up(_xp.ns(ref.value).reshape(mask, tuple(ref.status.shape)), lambda _: why)
+        return True
 
 
 def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:

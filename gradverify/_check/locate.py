@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
+from .excuses import finer, moved_reason
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis
@@ -36,6 +37,7 @@ class Localiser:
         self.jvp_bound, self.vjp_bounds = jvp_bound, vjp_bounds
         self._guesses: dict[tuple[int, int], tuple] = {}
         self._columns: dict[int, tuple] = {}
+        self._located: dict[tuple[int, int], Located] = {}  # (direction, output element) -> JVP's
         # the rounding bound of a JVP's column J e_j (the caller's rtol/atol where given)
         self.column_bound = column_bound
 
@@ -153,22 +155,30 @@ class Localiser:
     def jvp(self, b: int, i: int) -> Located:
         """The input element behind a JVP mismatch at output element i: first the
         elementwise guess (the same index in an input shaped like the output),
-        confirmed along e_j; otherwise bisection."""
+        confirmed along e_j; otherwise bisection. Found once per pair."""
+        if (b, i) not in self._located:
+            self._located[(b, i)] = self._jvp(b, i)
+        return self._located[(b, i)]
+
+    def _jvp(self, b: int, i: int) -> Located:
         probes = self.probes
         u = probes.us[b]
         jv_t = self.jvp_bound(b)
 
-        def element(j: int) -> tuple[dict[str, float], float]:
+        def element(j: int) -> tuple[dict[str, float], float, str | None]:
             e_j = basis(j, probes.flat.n, probes.x)
             w = self.ad.jvp_value(e_j)
-            ref = self.oracle.fd(None, 0.0, float(probes.raw_scale[j]), j=j)
+            c = float(probes.raw_scale[j])
+            ref = self.oracle.fd(None, 0.0, c, j=j)
             ad = float(w[i]) if w is not None else np.nan
-            return {"JVP": ad, "FD": float(ref.value[i])}, float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
+            values = {"JVP": ad, "FD": float(ref.value[i])}
+            bound = float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
+            return values, bound, self._witness_undecided(ref, i, j, c, values, bound)
 
         for off, shape in zip(probes.flat.offsets, probes.flat.shapes):
             if tuple(shape) == self.primal.shape:
-                values, bound = element(off + i)
-                if abs(values["JVP"] - values["FD"]) > bound:
+                values, bound, undecided = element(off + i)
+                if undecided is None and abs(values["JVP"] - values["FD"]) > bound:
                     return Located(off + i, values, bound, "found by the elementwise guess, confirmed along e_j")
 
         def disc(lo: int, hi: int) -> float:
@@ -178,8 +188,51 @@ class Localiser:
             return (float(w[i]) if w is not None else 0.0) - float(ref.value[i])
 
         j, steps = bisect(probes.flat.n, disc)
-        values, bound = element(j)
-        return Located(j, values, bound, f"located in {steps} bisection steps")
+        values, bound, undecided = element(j)
+        return Located(j, values, bound, f"located in {steps} bisection steps", undecided)
+
+    def _witness_undecided(
+        self, ref: fd.Reference, i: int, j: int, c: float, values: dict[str, float], bound: float
+    ) -> str | None:
+        """Why FD along e_j cannot witness a mismatch at output i, if it
+        cannot: it finds no derivative there (a jump, or undecidable), or,
+        where it convicts, fn's values lie on a grid whose rounding can tilt
+        the slope that far (as OnGrid finds along a direction), finer steps move its estimate beyond both bounds
+        (a feature of fn narrower than the step, such as a staircase read as
+        its mean slope: the excuse a direction gets, see excuses.finer),
+        settle it within the JVP's bound, or find a kink or jump beside the
+        point that the first step straddled."""
+        status = int(ref.status[i])
+        if status == fd.JUMP:
+            return "finite differences along e_j find a jump there"
+        if status == fd.UNRELIABLE:
+            return "finite differences along e_j cannot decide there"
+        if status == fd.KINK or abs(values["JVP"] - values["FD"]) <= bound:
+            return None
+        own = max(abs(float(self.probes.x[j])), tol.TINY_SCALE) / c
+        F = self.oracle.F(None, c, j=j)
+        # (as OnGrid along a direction: values on a grid coarser than u |F|,
+        # a staircase's steps or a cancellation's, tilt the slope by up to
+        # what rounding to it can do over the step)
+        h = self.oracle.precision.h
+        at = np.array([i])
+        seen = [_xp.take(_xp.flat(v), at) for v in fd.values_at(F, [k * h / 4 for k in fd.OFFSETS])]
+        q = float(fd.grid(seen, _xp.take(_xp.flat(self.oracle.f0), at))[0])
+        reach = float(fd.grid_bound(np.array([q]), h)[0]) / c
+        if abs(values["JVP"] - values["FD"]) <= bound + reach:
+            return (
+                f"along e_j fn's values lie on a grid of {q:.3g}, and rounding to it can move the slope by {reach:.3g}"
+            )
+        moved, replaced, featured = finer(self.oracle, F, c, self.oracle.terms(c, column=True), own, ref, np.array([i]))
+        if i in moved:
+            return "along e_j " + moved_reason(values["FD"], float(ref.err[i]), moved[i])
+        if i in replaced:
+            value, err = replaced[i]
+            if abs(values["JVP"] - value) <= bound - float(ref.err[i]) + err:
+                return f"along e_j a finer step settles FD at {value:.6g} +- {err:.2g}, which the JVP meets"
+        if i in featured:
+            return "along e_j a finer step finds a kink or a jump that the first step straddled"
+        return None
 
 
 def bisect(n: int, disc: Callable[[int, int], float]) -> tuple[int, int]:

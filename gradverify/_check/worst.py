@@ -18,6 +18,7 @@ class Located:
     values: dict[str, float]  # labelled: {"VJP": .., "FD": ..} or {"JVP": .., "FD": ..}
     bound: float
     how: str
+    undecided: str | None = None  # why FD along e_j cannot decide there, if it cannot
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,20 @@ def test_nonfinite_outputs_in_a_large_array_are_skipped():
     with np.errstate(divide="ignore", invalid="ignore"):
         wrong = gv.check(gv.Rule(np.log, jvp=lambda p, t: t[0] / p[0], vjp=lambda p, g: (-g / p[0],)), x)
     assert not wrong.ok
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_staircase_finer_than_the_step_is_inconclusive_not_a_mismatch(backend):
+    """floor(K x) / K + x / 2 with stairs of 2^-26, finer than FD's first step
+    (which reads their mean slope, 1.5) and wider than its finest: AD's 1/2
+    is right between the stairs. Along every random direction finer steps
+    move the estimate; the element localisation finds is no witness
+    either, for the same reason, so nothing is convicted."""
+    rng = np.random.default_rng(0)
+    x = make(backend, rng.standard_normal(50))
+    floor = __import__("torch").floor if backend == "torch" else __import__("jax").numpy.floor
+    fn = lambda x: floor(x * 2.0**26) / 2.0**26 + 0.5 * x  # noqa: E731
+    for seed in range(3):
+        r = gv.check(fn, x, full=False, seed=seed)
+        assert r.ok and r.inconclusive, str(r)
+        assert not r.by_kind(gv.Kind.MISMATCH), str(r)

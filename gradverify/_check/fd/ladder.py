@@ -150,12 +150,9 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
         hull(value, err, keep[tighter], r[tighter], le[tighter], se[tighter])
         sides = {"r": r, "le": le, "se": se}
         step = est.step_f(at)
-        # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump,
-        # judged against each element's own noise: what its sides measured,
-        # and the rounding floor its own values and slope give (not the
-        # vector's: beside a steep element, or another jump, that floor grows
-        # 8x per level and would hide the jump at the finest steps). (Not the
-        # grid its values lie on: a jump between +-1 lies on a grid of 1.)
+        # F(h) - F(0) shrinks ~8x per level on a kink, not at all on a jump, judged
+        # against each element's own noise and rounding floor (the vector's grows
+        # 8x per level beside a steep element or a jump: see Estimate.own_noise).
         prev = prev_step[position]
         own_noise = np.maximum(np.minimum(ln, rn), est.own_noise(at, u_oracle, p.point))
         finite = est.take("finite", at)
