@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
+from .levels import STAIRS, at_step, finer, refined, staircase
 from .oracle import Oracle
 
 __all__ = [
@@ -44,9 +45,6 @@ __all__ = [
     "OncePerDirection",
     "Unmeasured",
     "WideNoise",
-    "finer",
-    "moved_reason",
-    "refined",
     "within",
 ]
 
@@ -141,16 +139,22 @@ class OnGrid(OncePerDirection):
         values = [_xp.take(_xp.flat(v), idx) for v in fd.values_at(F, [k * p.h / 4 for k in fd.OFFSETS])]
         q = fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx))
         reach = fd.grid_bound(q, p.h) / c
-        err = _xp.take(ref.err, idx)
-        raised = reach > err
-        if not raised.any():
+        stairs = staircase(q, values, oracle)
+        raised = (reach > _xp.take(ref.err, idx)) & ~stairs
+        if not raised.any() and not stairs.any():
             return False
-        at = idx[raised]
-        shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
-        err = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.err)), at, reach[raised]), shape)
-        reasons = dict(ref.reasons or {})
-        status = fd.mark_unresolved(ref.value, err, _xp.copy(ref.status), ref.typical / c, reasons)
-        oracle.refs[b] = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
+        if raised.any():
+            at = idx[raised]
+            shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
+            err = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.err)), at, reach[raised]), shape)
+            reasons = dict(ref.reasons or {})
+            status = fd.mark_unresolved(ref.value, err, _xp.copy(ref.status), ref.typical / c, reasons)
+            ref = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
+        if stairs.any():
+            steps = dict(zip(idx[stairs].tolist(), q[stairs].tolist()))
+            mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), idx[stairs], True)
+            ref = ref.gave_up(_xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)), lambda i: STAIRS % steps[i])
+        oracle.refs[b] = ref
         return True
 
 
@@ -189,121 +193,6 @@ class FinerStep(OncePerDirection):
         moved, replaced, _ = finer(oracle, F, c, oracle.terms(c, column=probes.full), own, ref, idx)
         oracle.refs[b] = refined(ref, moved, replaced)
         return bool(moved or replaced)
-
-
-#: What ``finer`` found per element: the finer value, its bound and how many
-#: times smaller the step was.
-Moves = dict[int, tuple[float, float, float]]
-
-
-def finer(
-    oracle: Oracle, F: Callable[[float], Any], c: float, terms: float, own: float, ref: fd.Reference, idx: Any
-) -> tuple[Moves, dict[int, tuple[float, float]], set[int]]:
-    """FinerStep's levels for the elements ``idx`` of ``ref`` (FD along
-    F(t) = fn(x + t c u), in the units of u): the elements whose estimate
-    moved beyond both bounds (element -> finer value, its bound, the
-    shrink), those a finer level settled where the first was flagged
-    (element -> value, bound), and those neither where a finer level found
-    a kink or a jump the first step straddled. An element smooth at a level and within both
-    bounds of the first estimate goes on down too: a feature narrower than
-    that level's step (a staircase) still reads as the same mean slope, and
-    only a step below its width sees it. The levels stop where an element
-    is noise-bound or on its values' grid, or where x + t u itself would
-    round (``own``: the moved element's magnitude in units of c)."""
-    p = oracle.precision
-    moved: Moves = {}
-    replaced: dict[int, tuple[float, float]] = {}
-    shrink = tol.REFINE
-    grid: dict[int, float] = {}  # element -> the coarsest grid its values showed (see fd.grid)
-    flagged: set[int] = set()  # elements the level before was not smooth at
-    featured: set[int] = set()  # elements some level found a kink or jump beside
-    while idx.size and p.h / shrink >= tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own:
-        at = idx
-        seen: list[np.ndarray] = []
-
-        def level(t: float, at: np.ndarray = at, seen: list = seen) -> np.ndarray:
-            v = _xp.take(_xp.flat(F(t)), at)
-            seen.append(v)
-            return v
-
-        f0_at = _xp.take(oracle.f0, at)
-        fine = _at_step(oracle, level, f0_at, p.h / shrink, terms)
-        # fn's grid does not shrink with the step: a level where a quantised
-        # fn looks flat still carries the rounding to the grid a coarser
-        # one showed (a slope error of up to its spacing over the step)
-        q = fd.grid(seen, f0_at)
-        q = np.maximum(q, np.array([grid.get(int(i), 0.0) for i in at.tolist()]))
-        grid.update(zip(at.tolist(), q.tolist()))
-        reach = fd.grid_bound(q, p.h / shrink)
-        value, err = fine.value / c, np.maximum(fine.err, reach) / c
-        with np.errstate(invalid="ignore"):
-            gridded = ~(reach <= 0.5 * (np.abs(fine.value) + fine.typical))
-            far = np.abs(value - _xp.take(ref.value, at)) > err + _xp.take(ref.err, at)
-        smooth = (fine.status == fd.SMOOTH) & ~gridded
-        first_smooth = _xp.take(ref.status, at) == fd.SMOOTH
-        decided = np.zeros(at.size, dtype=bool)
-        for k in np.flatnonzero(smooth).tolist():
-            i = int(at[k])
-            if i not in flagged:
-                # (the first level, or one where it read the same mean slope)
-                if far[k]:
-                    moved[i], decided[k] = (float(value[k]), float(err[k]), shrink), True
-            elif far[k] and first_smooth[k]:
-                # Smooth here, after a flagged level, it replaces the
-                # reference - unless the first step was smooth too and the
-                # two contradict each other beyond both bounds: then one
-                # misreads fn as computed (a factor that cancels moves in
-                # steps of u x its terms, straddled by the levels between
-                # and held still by this one, whose slope is then the
-                # factor's alone), and FD cannot decide there.
-                moved[i], decided[k] = (float(value[k]), float(err[k]), shrink), True
-            else:
-                replaced[i], decided[k] = (float(value[k]), float(err[k])), True
-        flagged = {int(i) for i in at[~smooth].tolist()}
-        featured.update(int(i) for i in at[np.isin(fine.status, (fd.KINK, fd.JUMP)) & ~gridded].tolist())
-        idx = at[~decided & ~gridded & ~_noise_bound(fine, p.h / shrink)]
-        shrink *= tol.REFINE
-    return moved, replaced, featured - set(moved) - set(replaced)
-
-
-def refined(ref: fd.Reference, moved: Moves, replaced: dict[int, tuple[float, float]]) -> fd.Reference:
-    """``ref`` with what ``finer`` found: the settled elements' finer
-    estimates (smooth now), the moved elements unreliable with both values."""
-    if replaced:
-        at = np.array(sorted(replaced))
-        shape, xp = tuple(ref.value.shape), _xp.ns(ref.value)
-        changes: dict[str, Any] = {}
-        for name, k in (("value", 0), ("err", 1)):
-            part = np.array([replaced[i][k] for i in at.tolist()])
-            changes[name] = xp.reshape(_xp.put(_xp.copy(_xp.flat(getattr(ref, name))), at, part), shape)
-        # (a smooth estimate now, whatever the first level's flag said)
-        changes["status"] = xp.reshape(_xp.put(_xp.copy(_xp.flat(ref.status)), at, fd.SMOOTH), shape)
-        ref = dataclasses.replace(ref, **changes)
-    if moved:
-        before_value, before_err = ref.value, ref.err
-        mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), np.array(sorted(moved)), True)
-        ref = ref.gave_up(
-            _xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)),
-            lambda i: moved_reason(float(before_value[i]), float(before_err[i]), moved[i]),
-        )
-    return ref
-
-
-_ROUNDING = ", or fn's rounding (a factor that cancels moves in steps one step cannot see)"
-
-
-def moved_reason(value: float, err: float, move: tuple[float, float, float]) -> str:
-    """Why an element ``finer`` moved is unreliable, with both estimates."""
-    fine, fine_err, shrink = move
-    return (
-        f"the estimate moved from {value:.6g} +- {err:.2g} to {fine:.6g} +- {fine_err:.2g} "
-        f"with a {shrink:g}x smaller step: a feature of fn narrower than the step"
-        + (
-            ", or fn's rounding (a factor that cancels moves in steps one step cannot see)"
-            if shrink > tol.REFINE
-            else ""
-        )
-    )
 
 
 class Nearby(Excuse):
@@ -436,7 +325,7 @@ class Nearby(Excuse):
             moved[b] += t * c
             return _xp.take(_xp.flat(oracle.at_point(moved)), idx)
 
-        there = _at_step(oracle, line, f_y, p.h, oracle.terms(c, column=True))
+        there = at_step(oracle, line, f_y, p.h, oracle.terms(c, column=True))
         smooth = np.asarray(there.status) == fd.SMOOTH
         return np.asarray(there.value) / c, np.asarray(there.err) / c, smooth
 
@@ -524,36 +413,6 @@ class WideNoise(Excuse):
             ),
         )
         return True
-
-
-def _at_step(oracle: Oracle, F: Callable[[float], Any], f0: Any, h: float, point: float) -> fd.Reference:
-    """The estimate of F'(0) at step h alone (no ladder), with the oracle's
-    precision and the point's magnitude ``point`` for the rounding model."""
-    p = oracle.precision
-    problem = fd.Problem.of(
-        fd.Line(F),
-        f0,
-        h,
-        p.floor,
-        p.u_oracle,
-        0.0,
-        ladder=False,
-        f0_scale=p.f0_scale,
-        inputs=oracle.probes.inputs_max,
-        point=point,
-    )
-    return fd.reference(problem)
-
-
-def _noise_bound(ref: fd.Reference, h: float) -> np.ndarray:
-    """Elements of a host reference at step h whose rounding alone (the model's,
-    which a finer step only raises) makes the bound as large as the
-    derivatives (see fd.mark_unresolved). The measured noise does not count
-    here: a feature narrower than the step shows in a difference table as
-    noise too."""
-    part = (tol.NOISE_SAFETY * fd.R2_WEIGHT / h) * ref.eps_f
-    with np.errstate(invalid="ignore"):
-        return ~(part <= 0.5 * (np.abs(ref.value) + ref.typical))
 
 
 def _wide_tilt(fs: tuple[Any, ...], sigma: Any, peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .excuses import finer, moved_reason
+from .levels import STAIRS, finer, moved_reason, staircase
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis
@@ -195,7 +195,9 @@ class Localiser:
         self, ref: fd.Reference, i: int, j: int, c: float, values: dict[str, float], bound: float
     ) -> str | None:
         """Why FD along e_j cannot witness a mismatch at output i, if it
-        cannot: it finds no derivative there (a jump, or undecidable), or,
+        cannot: it agrees with the JVP within its bound (the disagreement
+        along the direction is not confirmed there), it finds no derivative
+        there (a jump, or undecidable), or,
         where it convicts, fn's values lie on a grid whose rounding can tilt
         the slope that far (as OnGrid finds along a direction), finer steps move its estimate beyond both bounds
         (a feature of fn narrower than the step, such as a staircase read as
@@ -207,7 +209,9 @@ class Localiser:
             return "finite differences along e_j find a jump there"
         if status == fd.UNRELIABLE:
             return "finite differences along e_j cannot decide there"
-        if status == fd.KINK or abs(values["JVP"] - values["FD"]) <= bound:
+        if abs(values["JVP"] - values["FD"]) <= bound:
+            return f"finite differences along e_j agree with the JVP there, within their bound {bound:.3g}"
+        if status == fd.KINK:
             return None
         own = max(abs(float(self.probes.x[j])), tol.TINY_SCALE) / c
         F = self.oracle.F(None, c, j=j)
@@ -217,7 +221,10 @@ class Localiser:
         h = self.oracle.precision.h
         at = np.array([i])
         seen = [_xp.take(_xp.flat(v), at) for v in fd.values_at(F, [k * h / 4 for k in fd.OFFSETS])]
-        q = float(fd.grid(seen, _xp.take(_xp.flat(self.oracle.f0), at))[0])
+        grid = fd.grid(seen, _xp.take(_xp.flat(self.oracle.f0), at))
+        if staircase(grid, seen, self.oracle)[0]:
+            return "along e_j " + STAIRS % float(grid[0])
+        q = float(grid[0])
         reach = float(fd.grid_bound(np.array([q]), h)[0]) / c
         if abs(values["JVP"] - values["FD"]) <= bound + reach:
             return (

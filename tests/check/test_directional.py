@@ -171,3 +171,19 @@ def test_a_staircase_finer_than_the_step_is_inconclusive_not_a_mismatch(backend)
         r = gv.check(fn, x, full=False, seed=seed)
         assert r.ok and r.inconclusive, str(r)
         assert not r.by_kind(gv.Kind.MISMATCH), str(r)
+
+
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("k", [22, 24])
+def test_a_staircase_of_fns_own_is_inconclusive_not_its_mean_slope(full, k):
+    """floor(2^k x): integer values, stairs finer than FD's step. FD reads
+    their mean slope, 2^k; the derivative is 0 between the stairs, and AD's 0
+    is right. Values on a grid of 1, far coarser than float64 rounds them
+    (a function that only rounds lies on u x its terms, and is read at its
+    mean slope), are a staircase of fn's own: inconclusive, with the reason."""
+    import torch
+
+    x = torch.tensor(np.random.default_rng(0).standard_normal(50 if not full else 6))
+    r = gv.check(lambda x: torch.floor(x * 2.0**k), x, full=full, seed=1)
+    assert r.ok and r.inconclusive, str(r)
+    assert not r.by_kind(gv.Kind.MISMATCH), str(r)

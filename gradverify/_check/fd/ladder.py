@@ -99,12 +99,12 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
     everything = np.arange(count)
     hull(value, err, everything, r, le, se)
     # A kink at the point has the same one-sided derivatives at every step, so
-    # every level's hull holds them: the hulls must have a point in common.
-    # (A feature narrower than the step - a row normalised while far smaller
-    # than it - gives sides that wander from level to level, each within its
-    # own wide bound.)
-    common_lo = np.minimum(r, le) - se
-    common_hi = np.maximum(r, le) + se
+    # each side's interval at every level holds its side's: they must have a
+    # point in common, side by side. (A feature narrower than the step - a row
+    # normalised while far smaller than it - gives sides that wander from level
+    # to level, each within its own wide bound; sides without a limit, such as
+    # log(1/h), drift a little at every level, within both bounds of the last.)
+    side_lo, side_hi = np.stack([r, le]) - se, np.stack([r, le]) + se
     if not p.ladder:
         return value, err, status
     prev_step = level0.step_f(suspects)
@@ -142,8 +142,8 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
             np.abs(le - sides["le"][position]) <= se + sides["se"][position]
         )
         settled_sides[keep] = agree
-        common_lo[keep] = np.maximum(common_lo[keep], np.minimum(r, le) - se)
-        common_hi[keep] = np.minimum(common_hi[keep], np.maximum(r, le) + se)
+        side_lo[:, keep] = np.maximum(side_lo[:, keep], np.stack([r, le]) - se)
+        side_hi[:, keep] = np.minimum(side_hi[:, keep], np.stack([r, le]) + se)
         # every level's hull holds a kink at the point; keep the tightest (a
         # finer step trades truncation for rounding)
         tighter = np.abs(r - le) / 2 + se < err[keep]
@@ -162,14 +162,14 @@ def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndar
         prev_step = step
         open_ = keep
     # Whatever is still open at the floor is a kink at the point when its
-    # one-sided derivatives settled and every level's hull overlaps the
-    # others, a jump when the last level said so, and otherwise undecidable.
+    # one-sided derivatives settled and each side's intervals over the levels
+    # overlap, a jump when the last level said so, and otherwise undecidable.
     # With no finer level possible - the first step is already at the
     # resolution of the dtype under test - the first level's hull stands,
     # unless its sides showed no slope jump beyond their error: then the flag
     # was noise, and the central estimate (whose bound holds that noise) stands.
     if open_.size and k < h:
-        disjoint = common_lo[open_] > common_hi[open_]
+        disjoint = (side_lo[:, open_] > side_hi[:, open_]).any(axis=0)
         undecided = open_[(status[open_] == KINK) & (~settled_sides[open_] | disjoint)]
         status[undecided] = UNRELIABLE
     elif open_.size:

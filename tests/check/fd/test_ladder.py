@@ -27,3 +27,34 @@ def test_a_jump_at_the_point_stays_a_jump_beside_a_steep_element(steep):
     assert int(status[0]) == fd.JUMP
     assert (status[1:] == fd.SMOOTH).all()
     np.testing.assert_allclose(np.asarray(ref.value)[1:], [steep, 1.0], rtol=1e-6)
+
+
+def _first(f):
+    """FD's verdict on f'(0) beside a smooth neighbour."""
+
+    def F(t):
+        return np.array([f(np.float64(t)), np.sin(t)])
+
+    ref = fd.reference(fd.Problem.of(F, F(0.0), 2.0**-18, 2.0**-40, 2.0**-53, 0.0))
+    return int(np.asarray(ref.status)[0]), float(np.asarray(ref.value)[0]), float(np.asarray(ref.err)[0])
+
+
+def _t_log_t(t):
+    return abs(t) * np.log(abs(t)) if t != 0 else 0.0
+
+
+@pytest.mark.parametrize("c", [0.05, 0.3, 1.0])
+def test_one_sided_slopes_that_grow_without_limit_are_no_kink(c):
+    """3t + c |t| log|t|: each one-sided slope moves by c log 8 per level of
+    the ladder, within both bounds of the last level's, yet without limit (a
+    histogram's p log p where samples sit on its kernel's kinks). The sides
+    have no common value across the levels: undecidable, not a kink whose
+    hull AD could be judged against."""
+    status, _, _ = _first(lambda t: 3 * t + c * _t_log_t(t))
+    assert status == fd.UNRELIABLE
+
+
+def test_a_kink_with_curvature_is_still_a_kink():
+    status, value, err = _first(lambda t: abs(t) + t * t + 0.5 * t)
+    assert status == fd.KINK
+    assert value - err <= -0.5 + 1e-9 and 1.5 - 1e-9 <= value + err <= 1.6
