@@ -351,8 +351,7 @@ class _Witness(Excuse):
         ref = oracle.refs[case.b]
         arg, idx = oracle.probes.flat.locate(found.element)
         why = f"at argument {arg} {idx}, {found.undecided}"
-        mask = _xp.put(_xp.zeros(_xp.size(ref.status), ref.value, "bool"), np.array([self.i]), True)
-        oracle.refs[case.b] = ref.gave_up(_xp.ns(ref.value).reshape(mask, tuple(ref.status.shape)), lambda _: why)
+        oracle.refs[case.b] = ref.gave_up_at(np.array([self.i]), lambda _: why)
         return True
 
 

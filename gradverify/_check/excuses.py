@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .levels import STAIRS, at_step, finer, refined, staircase
+from .levels import STAIRS, at_step, finer, grid_at, refined, staircase
 from .oracle import Oracle
 
 __all__ = [
@@ -135,9 +135,7 @@ class OnGrid(OncePerDirection):
         if not idx.size:
             return False
         p, c = oracle.precision, oracle.probes.cs[b]
-        F = oracle.F(oracle.probes.us[b], c)
-        values = [_xp.take(_xp.flat(v), idx) for v in fd.values_at(F, [k * p.h / 4 for k in fd.OFFSETS])]
-        q = fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx))
+        q, values = grid_at(oracle, oracle.F(oracle.probes.us[b], c), idx)
         reach = fd.grid_bound(q, p.h) / c
         stairs = staircase(q, values, oracle)
         raised = (reach > _xp.take(ref.err, idx)) & ~stairs
@@ -152,8 +150,7 @@ class OnGrid(OncePerDirection):
             ref = dataclasses.replace(ref, err=err, status=status, reasons=reasons, all_smooth=False)
         if stairs.any():
             steps = dict(zip(idx[stairs].tolist(), q[stairs].tolist()))
-            mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), idx[stairs], True)
-            ref = ref.gave_up(_xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)), lambda i: STAIRS % steps[i])
+            ref = ref.gave_up_at(idx[stairs], lambda i: STAIRS % steps[i])
         oracle.refs[b] = ref
         return True
 

@@ -14,7 +14,7 @@ import numpy as np
 from . import fd, tolerance as tol, xp as _xp
 from .oracle import Oracle
 
-__all__ = ["STAIRS", "at_step", "finer", "moved_reason", "refined", "staircase"]
+__all__ = ["STAIRS", "at_step", "finer", "grid_at", "moved_reason", "refined", "staircase"]
 
 
 #: Why an element on a staircase of fn's own is unreliable (its step).
@@ -22,6 +22,14 @@ STAIRS = (
     "fn's values step by %.3g, far coarser than its dtype rounds them: a staircase of its own, "
     "whose slope over the step is no derivative (0 between its steps)"
 )
+
+
+def grid_at(oracle: Oracle, F: Callable[[float], Any], idx: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The grid fn's values lie on (fd.grid) at the elements ``idx`` of F's
+    stencil at the first step, with those values (host arrays)."""
+    h = oracle.precision.h
+    values = [_xp.take(_xp.flat(v), idx) for v in fd.values_at(F, [k * h / 4 for k in fd.OFFSETS])]
+    return fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx)), values
 
 
 def staircase(q: np.ndarray, values: list[np.ndarray], oracle: Oracle) -> np.ndarray:
@@ -127,10 +135,8 @@ def refined(ref: fd.Reference, moved: Moves, replaced: dict[int, tuple[float, fl
         ref = dataclasses.replace(ref, **changes)
     if moved:
         before_value, before_err = ref.value, ref.err
-        mask = _xp.put(_xp.zeros(_xp.size(ref.value), ref.value, "bool"), np.array(sorted(moved)), True)
-        ref = ref.gave_up(
-            _xp.ns(ref.value).reshape(mask, tuple(ref.value.shape)),
-            lambda i: moved_reason(float(before_value[i]), float(before_err[i]), moved[i]),
+        ref = ref.gave_up_at(
+            np.array(sorted(moved)), lambda i: moved_reason(float(before_value[i]), float(before_err[i]), moved[i])
         )
     return ref
 

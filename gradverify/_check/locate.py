@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .levels import STAIRS, finer, moved_reason, staircase
+from .levels import STAIRS, finer, grid_at, moved_reason, staircase
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis
@@ -196,12 +196,11 @@ class Localiser:
     ) -> str | None:
         """Why FD along e_j cannot witness a mismatch at output i, if it
         cannot: it agrees with the JVP within its bound (the disagreement
-        along the direction is not confirmed there), it finds no derivative
-        there (a jump, or undecidable), or,
-        where it convicts, fn's values lie on a grid whose rounding can tilt
-        the slope that far (as OnGrid finds along a direction), finer steps move its estimate beyond both bounds
-        (a feature of fn narrower than the step, such as a staircase read as
-        its mean slope: the excuse a direction gets, see excuses.finer),
+        along the direction is not confirmed there); it finds no derivative
+        there (a jump, or undecidable); or, where it convicts, the scrutiny a
+        direction gets (excuses.OnGrid, FinerStep) excuses it: fn's values lie
+        on a staircase of its own or on a grid whose rounding can tilt the
+        slope that far, or finer steps move the estimate beyond both bounds,
         settle it within the JVP's bound, or find a kink or jump beside the
         point that the first step straddled."""
         status = int(ref.status[i])
@@ -218,14 +217,11 @@ class Localiser:
         # (as OnGrid along a direction: values on a grid coarser than u |F|,
         # a staircase's steps or a cancellation's, tilt the slope by up to
         # what rounding to it can do over the step)
-        h = self.oracle.precision.h
-        at = np.array([i])
-        seen = [_xp.take(_xp.flat(v), at) for v in fd.values_at(F, [k * h / 4 for k in fd.OFFSETS])]
-        grid = fd.grid(seen, _xp.take(_xp.flat(self.oracle.f0), at))
-        if staircase(grid, seen, self.oracle)[0]:
-            return "along e_j " + STAIRS % float(grid[0])
+        grid, seen = grid_at(self.oracle, F, np.array([i]))
         q = float(grid[0])
-        reach = float(fd.grid_bound(np.array([q]), h)[0]) / c
+        if staircase(grid, seen, self.oracle)[0]:
+            return "along e_j " + STAIRS % q
+        reach = float(fd.grid_bound(grid, self.oracle.precision.h)[0]) / c
         if abs(values["JVP"] - values["FD"]) <= bound + reach:
             return (
                 f"along e_j fn's values lie on a grid of {q:.3g}, and rounding to it can move the slope by {reach:.3g}"

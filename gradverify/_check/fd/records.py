@@ -89,6 +89,11 @@ class Reference:
             self, status=_xp.put(_xp.copy(self.status), mask, UNRELIABLE), all_smooth=False, reasons=reasons
         )
 
+    def gave_up_at(self, idx: Any, reason: Callable[[int], str]) -> Reference:
+        """gave_up at the flat indices ``idx`` (a host array)."""
+        mask = _xp.put(_xp.zeros(_xp.size(self.status), self.status, "bool"), idx, True)
+        return self.gave_up(_xp.ns(self.status).reshape(mask, tuple(self.status.shape)), reason)
+
 
 @dataclass(frozen=True)
 class Problem:
