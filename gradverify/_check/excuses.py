@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .levels import STAIRS, at_step, finer, grid_at, refined, staircase
+from .levels import STAIRS, at_step, below_steps, beneath, finer, grid_at, refined, staircase
 from .oracle import Oracle
 
 __all__ = [
     "AllUnmeasured",
+    "Beneath",
     "Disagreement",
     "Excuse",
     "FinerStep",
@@ -135,9 +136,10 @@ class OnGrid(OncePerDirection):
         if not idx.size:
             return False
         p, c = oracle.precision, oracle.probes.cs[b]
-        q, values = grid_at(oracle, oracle.F(oracle.probes.us[b], c), idx)
+        F = oracle.F(oracle.probes.us[b], c)
+        q, values = grid_at(oracle, F, idx)
         reach = fd.grid_bound(q, p.h) / c
-        stairs = staircase(q, values, oracle)
+        stairs = staircase(q, values, oracle, F, idx)
         raised = (reach > _xp.take(ref.err, idx)) & ~stairs
         if not raised.any() and not stairs.any():
             return False
@@ -190,6 +192,33 @@ class FinerStep(OncePerDirection):
         moved, replaced, _ = finer(oracle, F, c, oracle.terms(c, column=probes.full), own, ref, idx)
         oracle.refs[b] = refined(ref, moved, replaced)
         return bool(moved or replaced)
+
+
+class Beneath(OncePerDirection):
+    """A full Jacobian's column whose input element lies below every step FD
+    takes (levels.beneath): its disagreeing elements where AD's slope (the
+    larger of forward and reverse mode's, ``slopes(b)``) is steeper than fn's
+    values can show over such a step are unreliable, with why. Done once per
+    column; returns whether any element changed."""
+
+    def __init__(self, slopes: Callable[[int], np.ndarray]) -> None:
+        super().__init__()
+        self.slopes = slopes
+
+    def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
+        if not oracle.probes.full or not bool(below_steps(oracle.probes, oracle.precision)[case.b]):
+            return False
+        look = self.first_look(oracle, case)
+        if look is None:
+            return False
+        ref, idx = look
+        slopes = self.slopes(case.b)
+        whys = {int(i): beneath(oracle, case.b, float(slopes[i])) for i in idx.tolist()}
+        why = {i: w for i, w in whys.items() if w}
+        if not why:
+            return False
+        oracle.refs[case.b] = ref.gave_up_at(np.array(sorted(why)), why.__getitem__)
+        return True
 
 
 class Nearby(Excuse):

@@ -15,7 +15,17 @@ import numpy as np
 from . import fd, tolerance as tol, xp as _xp
 from .bounds import Bounds
 from .context import Context
-from .excuses import AllUnmeasured, Disagreement, Excuse, FinerStep, Nearby, OnGrid, Unmeasured, WideNoise
+from .excuses import (
+    AllUnmeasured,
+    Beneath,
+    Disagreement,
+    Excuse,
+    FinerStep,
+    Nearby,
+    OnGrid,
+    Unmeasured,
+    WideNoise,
+)
 from .locate import Localiser
 from .messages import fd_bound_reason, projection_mismatch
 from .modes import AD, Modes
@@ -39,9 +49,9 @@ class Judge:
         # (each excuse keeps which directions it has looked at: one set per check)
         self.unmeasured, self.all_unmeasured = Unmeasured(), AllUnmeasured()
         self.on_grid, self.finer_step, self.wide_noise = OnGrid(), FinerStep(), WideNoise()
-        self.nearby = Nearby()
+        self.nearby, self.beneath = Nearby(), Beneath(self.column_slopes)
         #: What a column's disagreement is re-examined with before the wide noise (in order).
-        self.column_excuses = (self.unmeasured, self.on_grid, self.finer_step, self.nearby)
+        self.column_excuses = (self.unmeasured, self.beneath, self.on_grid, self.finer_step, self.nearby)
         #: (pair, direction) -> elements beyond the model's bound that the
         #: suite's tolerance covers (the last look at each counts)
         self.covered: dict[tuple[str, int], int] = {}
@@ -56,6 +66,14 @@ class Judge:
         """The Hoeffding term of each VJP's rounding in a projection: |u_b| =
         scale, so (u_b g)^2 = (scale g)^2 whatever the direction."""
         return [tol.hoeffding(self.probes.scale, self.bounds.vjp(a)) for a in range(len(self.modes.vjps))]
+
+    def column_slopes(self, b: int) -> np.ndarray:
+        """|AD| along column b of a full Jacobian (real units), per output
+        element: the larger of forward and reverse mode's."""
+        cols = [np.abs(_xp.host(jv)) / float(self.probes.scale[b]) for jv in self.modes.jvps[b : b + 1]]
+        if self.modes.vjps:
+            cols.append(np.abs(np.array([float(g[b]) for g in self.modes.vjps])))
+        return np.max(np.stack(cols), axis=0) if cols else np.zeros(_xp.size(self.primal.values))
 
     def _until_unexcused(
         self, attempt: Callable[[], W | None], excuses: Callable[[W], tuple[Disagreement, Sequence[Excuse]]]

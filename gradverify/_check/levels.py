@@ -13,8 +13,21 @@ import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
 from .oracle import Oracle
+from .primal import Precision
+from .probes import Probes
 
-__all__ = ["STAIRS", "at_step", "finer", "grid_at", "moved_reason", "refined", "staircase"]
+__all__ = [
+    "STAIRS",
+    "at_step",
+    "below_steps",
+    "beneath",
+    "finer",
+    "grid_at",
+    "moved_reason",
+    "refined",
+    "staircase",
+    "steep_limit",
+]
 
 
 #: Why an element on a staircase of fn's own is unreliable (its step).
@@ -24,25 +37,78 @@ STAIRS = (
 )
 
 
-def grid_at(oracle: Oracle, F: Callable[[float], Any], idx: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+def below_steps(probes: Probes, precision: Precision) -> np.ndarray:
+    """The input elements (a mask over the flat inputs, beside them) nearer
+    0 than any step finite differences take (tol.finest_step), yet not 0:
+    every estimate along them reads fn on both sides of 0."""
+    x = _xp.ns(probes.x).abs(probes.x)
+    return (x > 0) & (x < tol.finest_step(precision.u_oracle))
+
+
+def steep_limit(probes: Probes, precision: Precision) -> float:
+    """The slope beyond which fn's values (the larger of its largest and the
+    inputs') cannot show a derivative over the finest step: a slope that
+    would move f by more than all of them over such a step."""
+    span = max(precision.f0_scale, probes.inputs_max) if np.isfinite(precision.f0_scale) else probes.inputs_max
+    return span / tol.finest_step(precision.u_oracle)
+
+
+def beneath(oracle: Oracle, j: int, slope: float) -> str | None:
+    """Why no finite difference can check AD's ``slope`` with respect to
+    input element j, if none can: x_j lies below every step (below_steps)
+    and the slope is beyond steep_limit (inf always is). fn then changes by
+    all that slope gives between the point and 0, at a scale no step
+    resolves: lax.rem's d/dy = -trunc(x / y) at the smallest normal y,
+    ~1e308, where FD reads rem's values far beyond y's own scale. A wrong
+    rule at ordinary inputs, or a slope fn's values could show, is never
+    excused here."""
+    probes, precision = oracle.probes, oracle.precision
+    limit, x = steep_limit(probes, precision), abs(float(probes.x[j]))
+    if not (0.0 < x < tol.finest_step(precision.u_oracle) and abs(slope) > limit):
+        return None
+    return (
+        f"x = {float(probes.x[j]):.17g} lies nearer 0 than any step finite differences take "
+        f"({tol.finest_step(precision.u_oracle):.3g}), and a slope of {slope:.6g} would move f by more than its "
+        f"values over such a step (beyond {limit:.3g}): fn's slope there lives between the point and 0, below "
+        f"every step, and no finite difference can check it: inconclusive there"
+    )
+
+
+def grid_at(
+    oracle: Oracle, F: Callable[[float], Any], idx: Any, h: float | None = None
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """The grid fn's values lie on (fd.grid) at the elements ``idx`` of F's
-    stencil at the first step, with those values (host arrays)."""
-    h = oracle.precision.h
+    stencil at step h (the first step by default), with those values (host
+    arrays)."""
+    h = oracle.precision.h if h is None else h
     values = [_xp.take(_xp.flat(v), idx) for v in fd.values_at(F, [k * h / 4 for k in fd.OFFSETS])]
     return fd.grid(values, _xp.take(_xp.flat(oracle.f0), idx)), values
 
 
-def staircase(q: np.ndarray, values: list[np.ndarray], oracle: Oracle) -> np.ndarray:
-    """Of the elements whose values lie on grids ``q`` (host arrays, with
-    their ``values`` at the stencil's points), those whose grid is coarser
-    than rounding in fn's least precise dtype can make (ROUNDING_TERMS u x
-    the larger of their values and the inputs): a staircase of fn's own (an
-    integer part, a count), read by FD as its mean slope where its
-    derivative is 0 between the steps. A function that only rounds lies on
-    u x its terms and is read at its mean slope (OnGrid)."""
+def staircase(
+    q: np.ndarray, values: list[np.ndarray], oracle: Oracle, F: Callable[[float], Any], idx: Any
+) -> np.ndarray:
+    """Of the elements ``idx`` whose values lie on grids ``q`` (host arrays,
+    with their ``values`` at the first step's stencil), those on a staircase
+    of fn's own (an integer part, a count), read by FD as its mean slope
+    where its derivative is 0 between the steps: a grid coarser than
+    rounding in fn's least precise dtype can make (ROUNDING_TERMS u x the
+    larger of their values and the inputs), and one that does not shrink
+    with the step (at a REFINE x finer step the values lie on a grid as
+    coarse, or do not move). A function that only rounds lies on u x its
+    terms and is read at its mean slope (OnGrid); one computed exactly at
+    points on a coarse binary grid of their own (x + x^2 where the step's
+    points are dyadic) lies on a grid that shrinks with the step."""
     with np.errstate(invalid="ignore", over="ignore"):
         terms = np.maximum(np.max([np.abs(v) for v in values], axis=0), oracle.probes.inputs_max)
-        return q > tol.ROUNDING_TERMS * oracle.precision.native_u * terms
+        coarse = q > tol.ROUNDING_TERMS * oracle.precision.native_u * terms
+    if not coarse.any():
+        return coarse
+    at = np.asarray(idx)[coarse]
+    fine, _ = grid_at(oracle, F, at, oracle.precision.h / tol.REFINE)
+    stairs = coarse.copy()
+    stairs[coarse] = (fine == 0) | (fine >= q[coarse])
+    return stairs
 
 
 #: What ``finer`` found per element: the finer value, its bound and how many

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .levels import STAIRS, finer, grid_at, moved_reason, staircase
+from .levels import STAIRS, beneath, finer, grid_at, moved_reason, staircase
 from .modes import AD, Modes
 from .oracle import Oracle
 from .probes import basis
@@ -197,7 +197,8 @@ class Localiser:
         """Why FD along e_j cannot witness a mismatch at output i, if it
         cannot: it agrees with the JVP within its bound (the disagreement
         along the direction is not confirmed there); it finds no derivative
-        there (a jump, or undecidable); or, where it convicts, the scrutiny a
+        there (a jump, or undecidable); x_j lies below every step and the
+        JVP is steeper than fn's values can show (levels.beneath); or, where it convicts, the scrutiny a
         direction gets (excuses.OnGrid, FinerStep) excuses it: fn's values lie
         on a staircase of its own or on a grid whose rounding can tilt the
         slope that far, or finer steps move the estimate beyond both bounds,
@@ -210,6 +211,9 @@ class Localiser:
             return "finite differences along e_j cannot decide there"
         if abs(values["JVP"] - values["FD"]) <= bound:
             return f"finite differences along e_j agree with the JVP there, within their bound {bound:.3g}"
+        below = beneath(self.oracle, j, values["JVP"])
+        if below is not None:
+            return below
         if status == fd.KINK:
             return None
         own = max(abs(float(self.probes.x[j])), tol.TINY_SCALE) / c
@@ -219,7 +223,7 @@ class Localiser:
         # what rounding to it can do over the step)
         grid, seen = grid_at(self.oracle, F, np.array([i]))
         q = float(grid[0])
-        if staircase(grid, seen, self.oracle)[0]:
+        if staircase(grid, seen, self.oracle, F, np.array([i]))[0]:
             return "along e_j " + STAIRS % q
         reach = float(fd.grid_bound(grid, self.oracle.precision.h)[0]) / c
         if abs(values["JVP"] - values["FD"]) <= bound + reach:

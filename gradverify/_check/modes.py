@@ -20,6 +20,7 @@ from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol, xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
 from .context import Context
+from .levels import below_steps, steep_limit
 from .probes import Probes
 
 __all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
@@ -74,6 +75,11 @@ class AD:
         #: cotangent -> mask of the VJP's NaN/inf elements beside NaN/inf
         #: outputs (0 x inf inside the rule: never compared, said)
         self.fed: dict[int, Any] = {}
+        #: where inputs lie below every FD step (levels.below_steps): that
+        #: mask (beside x) and the slope no step can check there
+        #: (levels.steep_limit); AD's values beyond it are holes too
+        below = below_steps(ctx.probes, ctx.precision)
+        self.steep = (below, steep_limit(ctx.probes, ctx.precision)) if _xp.any_(below) else None
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
@@ -137,6 +143,8 @@ class AD:
         bad = ~_xp.finite(value)
         if native is not None:
             bad = bad | ~_xp.finite(native)
+        if self.steep is not None and key is not None:
+            bad = bad | self._steep(mode, key, value)
         if mode == "JVP" and not self.primal.all_finite:
             bad = bad & self.primal.finite
         if not _xp.any_(bad):
@@ -148,6 +156,17 @@ class AD:
             self.raw[mode][key] = value if native is None else xp.where(_xp.finite(value), native, value)
         value = xp.where(bad, 0.0, value)
         return value if native is None else (value, xp.where(bad, 0.0, native))
+
+    def _steep(self, mode: str, key: int, value: Any) -> Any:
+        """Where AD's finite ``value`` is steeper than any step can check at an
+        input below every step (levels.beneath): a column of such an input, a
+        random direction (every input is in it), or the element itself."""
+        below, limit = self.steep
+        with _xp.quiet():
+            steep = _xp.ns(value).abs(value) > limit
+        if mode == "VJP":
+            return steep & below
+        return steep if not self.probes.full or bool(below[key]) else steep & False
 
     def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
         """Every probe's native and float64-tier derivatives of ``mode`` from

@@ -12,6 +12,10 @@ exist:
   column (reverse mode, J^T v) with its probe's zeros, and 0 x inf is NaN: a
   hole in the row or column of such a singular element is that product, not
   a fault of its own, and is not compared either.
+* AD's inf may be a right derivative beyond the dtype's range where an input
+  element lies nearer 0 than any step FD takes (lax.rem's d/dy =
+  -trunc(x / y) at the smallest normal y): no step can check it
+  (levels.beneath), inconclusive there, said, not compared.
 * Any other hole is a finding: AD is NaN/inf where FD finds a finite
   derivative. The mode fails, as one that raised does.
 
@@ -32,6 +36,7 @@ from . import xp as _xp
 from .bounds import Bounds
 from .context import Context
 from .findings import unravel
+from .levels import beneath
 from .modes import AD, FAILED, Modes
 from .oracle import Oracle
 
@@ -73,8 +78,10 @@ def _full(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
     finite = np.broadcast_to(_xp.host(primal.finite), (m,))[:, None]
     usable = np.stack([np.broadcast_to(_xp.host(oracle.usable(r)), (m,)) for r in oracle.refs], axis=1)
     holes = (forward | reverse) & finite
+    beyond = holes & _steep(ad, m, n)
     singular = holes & ~usable
-    excused = holes & (singular.any(axis=1)[:, None] | singular.any(axis=0)[None, :])
+    undecided = singular | beyond
+    excused = holes & (undecided.any(axis=1)[:, None] | undecided.any(axis=0)[None, :])
     failed = set()
     for mode, mask in (("JVP", forward), ("VJP", reverse)):
         wrong = mask & finite & ~excused
@@ -90,14 +97,32 @@ def _full(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
     for b in np.flatnonzero(aside.any(axis=0)):
         oracle.refs.set_aside(int(b), _xp.like(aside[:, b], oracle.refs[int(b)].value))
     if excused.any():
-        j, i = (int(k[0]) for k in np.nonzero((singular if singular.any() else excused).T))
+        first = undecided if undecided.any() else excused
+        j, i = (int(k[0]) for k in np.nonzero(first.T))
         mode = "JVP" if forward[i, j] else "VJP"
         raw = ad.raw[mode][j if mode == "JVP" else i]
         value = probes.unscale(j, float(raw[i])) if mode == "JVP" else float(raw[j])
         where, arg, idx = probes.where(j, i, primal.shape)
         left = f"{int(excused.sum())} Jacobian element(s)"
-        _singular(ctx, where, mode, value, left, arg, idx, unravel(i, primal.shape))
+        why = (beneath(oracle, j, value) if beyond[i, j] else None) or NO_DERIVATIVE
+        _singular(ctx, where, mode, value, left, arg, idx, unravel(i, primal.shape), why=why)
     return failed
+
+
+def _steep(ad: AD, m: int, n: int) -> np.ndarray:
+    """Where a mode's raw value is steeper than any step can check at an
+    input below every step (+-inf, or beyond levels.steep_limit), as (row,
+    column) pairs; all False where no input is."""
+    steep = np.zeros((m, n), dtype=bool)
+    if ad.steep is None:
+        return steep
+    below, limit = _xp.host(ad.steep[0]), ad.steep[1]
+    with np.errstate(invalid="ignore"):
+        for b, mask in ad.holes["JVP"].items():
+            steep[:, b] |= _xp.host(mask) & (np.abs(_xp.host(ad.raw["JVP"][b])) > limit)
+        for a, mask in ad.holes["VJP"].items():
+            steep[a, :] |= _xp.host(mask) & (np.abs(_xp.host(ad.raw["VJP"][a])) > limit)
+    return steep & below[None, :]
 
 
 def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
@@ -105,10 +130,19 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
     J^T v_a's first against FD along e_j."""
     probes, primal = ctx.probes, ctx.primal
     directions, cotangents = ad.apart
-    failed = set()
+    failed: set[str] = set()
+    near = np.flatnonzero(_xp.host(ad.steep[0])) if ad.steep is not None else np.zeros(0, dtype=int)
+    limit = ad.steep[1] if ad.steep is not None else np.inf
+    ranged: set[tuple[str, int]] = set()  # left undecided as a derivative beyond the range
     for b, mask in sorted(ad.holes["JVP"].items()):
         ref = oracle.refs[b] if b < len(oracle.refs) else oracle.fd(probes.us[b], 0.0, probes.cs[b])
         decided = mask & primal.finite & oracle.usable(ref)
+        if near.size:  # (every element is in a random direction's support)
+            with _xp.quiet():
+                steep = mask & (_xp.ns(mask).abs(ad.raw["JVP"][b]) > limit)
+            if _xp.any_(steep):
+                ranged.add(("JVP", b))
+                decided = decided & ~steep
         if _xp.any_(decided):
             i = int(_xp.nonzero(decided, limit=1)[0])
             value = _xp.ns(ref.value).broadcast_to(ref.value, tuple(mask.shape))[i]
@@ -121,7 +155,9 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
             break
         j = int(_xp.nonzero(mask, limit=1)[0])
         value, _, complete = oracle.column(j)
-        if complete:  # (a cotangent is 0 on NaN/inf outputs only)
+        if j in near and abs(float(ad.raw["VJP"][a][j])) > limit:
+            ranged.add(("VJP", a))
+        elif complete:  # (a cotangent is 0 on NaN/inf outputs only)
             fd_value = _xp.dot(probes.vs[a], value)
             _convicted(ctx, "VJP", None, j, float(ad.raw["VJP"][a][j]), fd_value, _xp.count(mask), a=a)
             failed.add("VJP")
@@ -140,13 +176,25 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
             arg, idx = probes.flat.locate(j)
             value, out = float(ad.raw["VJP"][a][j]), None
             where = f"argument {arg} {idx} (x = {float(probes.x[j]):.17g}) with cotangent v {a + 1}"
+        ranges = (mode, min(directions or cotangents)) in ranged
+        why = NO_DERIVATIVE
+        if ranges:
+            at, below = probes.flat.locate(int(near[0])), beneath(oracle, int(near[0]), value)
+            why = f"at argument {at[0]} {at[1]}, {below}"
         left = []
         if directions:
             left.append(f"{len(directions)} of {len(probes.us)} direction(s)")
         if cotangents:
             left.append(f"{len(cotangents)} of {len(probes.vs)} cotangent(s)")
-        _singular(ctx, where, mode, value, " and ".join(left), arg, idx, out, projections=True)
+        _singular(ctx, where, mode, value, " and ".join(left), arg, idx, out, projections=True, why=why)
     return failed
+
+
+#: Why AD's NaN/inf is left undecided where FD's estimates do not settle.
+NO_DERIVATIVE = (
+    "finite differences find no derivative there either (their estimates do not settle as the step shrinks: "
+    "the slope is unbounded or undefined): fn is not differentiable at this point, inconclusive there"
+)
 
 
 def _convicted(
@@ -198,8 +246,10 @@ def _singular(
     idx: tuple[int, ...] | None,
     out: tuple[int, ...] | None,
     projections: bool = False,
+    why: str = "",
 ) -> None:
-    """The holes FD finds no derivative at: inconclusive, said."""
+    """The holes FD cannot decide (``why``: by default it finds no derivative
+    there): inconclusive, said."""
     by = {"JVP": "forward mode", "VJP": "reverse mode"}[mode]
     skipped = (
         f"the projections and adjoint pairs of {left} that meet them are not compared"
@@ -209,9 +259,7 @@ def _singular(
     ctx.report.add(
         Kind.NONFINITE_GRADIENT,
         WARNING,
-        f"{by} returned {value} at {where}, and finite differences find no derivative there either (their "
-        f"estimates do not settle as the step shrinks: the slope is unbounded or undefined): fn is not "
-        f"differentiable at this point, inconclusive there; {skipped}",
+        f"{by} returned {value} at {where}, and {why or NO_DERIVATIVE}; {skipped}",
         pair=(mode, "FD"),
         argument=arg,
         input_index=idx,

@@ -35,6 +35,7 @@ __all__ = [
     "ad_bound",
     "ad_rounding",
     "base_step",
+    "finest_step",
     "hoeffding",
     "kink_resolution",
     "ladder_floor",
@@ -175,6 +176,13 @@ def base_step(oracle_dtype: str) -> float:
     return STEP_DITHER * 2.0 ** round(math.log2(u) / 3.0)
 
 
+def finest_step(u_oracle: float) -> float:
+    """The smallest step FD takes along any element at any level (the finer
+    levels stop where x + t rounds, x's scale floored at TINY_SCALE): an
+    input nearer 0 than this is crossed by every step."""
+    return LADDER_ROUNDING_FLOOR * u_oracle * TINY_SCALE
+
+
 def ladder_floor(native_dtype: str, oracle_dtype: str) -> float:
     return max(
         KINK_RESOLUTION * unit_roundoff(native_dtype),
@@ -218,7 +226,11 @@ def hoeffding(weights: Any, bounds: Any) -> float:
     p = bounds if isinstance(weights, float) and weights == 1.0 else weights * bounds
     xp = _xp.ns(p)
     if xp is np:
-        return HOEFFDING_K * float(np.sqrt(np.sum(np.square(p))))
+        top = float(np.max(np.abs(p), initial=0.0))
+        if not 0.0 < top < math.inf:
+            return HOEFFDING_K * top  # (0, or a term beyond any bound)
+        scale = math.ldexp(1.0, math.frexp(top)[1])  # (a power of two: exact, and no square overflows)
+        return HOEFFDING_K * scale * float(np.sqrt(np.sum(np.square(p / scale))))
     if len(tuple(p.shape)) != 1:
         p = _xp.flat(p)
     return HOEFFDING_K * math.sqrt(_xp.dot(p, p))

@@ -106,3 +106,59 @@ def test_reverse_mode_beside_infinite_outputs_is_set_aside_not_compared_with_fd(
     assert not wrong.ok
     (m,) = wrong.by_kind(gv.Kind.MISMATCH)
     assert m.argument == 0 and m.input_index[1] == 1  # (a's column beside b = 1: finite outputs)
+
+
+def fmod_of_y(x: np.ndarray, wrong: float = 1.0):
+    """y -> fmod(x, y) with its rule d/dy = -trunc(x / y) (times ``wrong``
+    where y > 0.5): beyond float64's range where y is the smallest normal."""
+
+    def d(y):
+        return -np.where(y > 0.5, wrong, 1.0) * np.trunc(x / y)
+
+    return gv.Rule(lambda y: np.fmod(x, y), jvp=lambda p, t: d(p[0]) * t[0], vjp=lambda p, g: (d(p[0]) * g,))
+
+
+def fmod_point(n: int, x0: float):
+    # y[0] the smallest normal: -trunc(x / y) overflows at x = 5.5 and is
+    # -8.4e307 at x = 1.875
+    x = np.linspace(1.1, 2.3, n) + 0.013
+    y = np.linspace(0.71, 0.93, n)
+    x[0], y[0] = x0, 2.0**-1022
+    return x, y
+
+
+@pytest.mark.parametrize("x0", [5.5, 1.875], ids=["inf", "finite"])
+@pytest.mark.parametrize("n", [3, 200], ids=["full", "directional"])
+def test_a_derivative_beneath_every_step_is_inconclusive_and_said(n, x0):
+    x, y = fmod_point(n, x0)
+    r = gv.check(fmod_of_y(x), y, seed=3)
+    assert r.ok, str(r)
+    assert any("nearer 0 than any step" in f.message for f in r.findings), str(r)
+
+
+@pytest.mark.parametrize("x0", [5.5, 1.875], ids=["inf", "finite"])
+@pytest.mark.parametrize("n", [3, 200], ids=["full", "directional"])
+def test_a_wrong_rule_beside_a_derivative_beneath_every_step_is_still_caught(n, x0):
+    # 10% wrong at the ordinary elements: they convict it
+    x, y = fmod_point(n, x0)
+    r = gv.check(fmod_of_y(x, wrong=1.1), y, seed=3)
+    assert not r.ok
+    assert r.by_kind(gv.Kind.MISMATCH), str(r)
+
+
+@pytest.mark.parametrize("wrong", [1.0, 1.1], ids=["right", "wrong"])
+@pytest.mark.parametrize("x0", [1e-250, 2.0**-1022], ids=["tiny", "below-every-step"])
+@pytest.mark.parametrize("n", [2, 200], ids=["full", "directional"])
+def test_a_slope_fn_can_show_at_a_tiny_input_is_judged(n, x0, wrong):
+    # x + x^2 at x0, its rule 10% wrong there: a slope of 1 is one fn's
+    # values show over any step, even where x0 lies below every step
+    x = np.linspace(0.5, 2.0, n)
+    x[0] = x0
+
+    def d(p):
+        return np.where(p[0] == x0, wrong, 1.0) * (1.0 + 2.0 * p[0])
+
+    rule = gv.Rule(lambda x: x + x * x, jvp=lambda p, t: d(p) * t[0], vjp=lambda p, g: (d(p) * g,))
+    r = gv.check(rule, x, seed=3)
+    assert r.ok == (wrong == 1.0), str(r)
+    assert not any("nearer 0 than any step" in f.message for f in r.findings), str(r)
