@@ -8,10 +8,11 @@ A record says what was checked and how:
 
 * ``function``: its importable path (``module:qualname``; a torch
   ``Function``'s ``apply`` as ``module:Class.apply``; an ``nn.Module`` as
-  its class, with its ``extra_repr`` as what can be read of how it was
-  built), or ``path: None`` and why not (a lambda, a closure in a test, a
-  ``functools.partial``, an object the module does not hold under that
-  name);
+  its class, with how it was built: its constructor's arguments read from
+  its attributes where building it again so gives the same module, else
+  its ``extra_repr``), or ``path: None`` and why not (a lambda, a closure
+  in a test, a ``functools.partial``, an object the module does not hold
+  under that name);
 * ``arguments``: every leaf of the arguments, flattened with the
   framework's own pytree utility, by its path: kind, shape, dtype, device,
   whether the checker differentiates it (torch: a floating tensor that
@@ -32,6 +33,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +93,14 @@ def function_of(fn: Any) -> dict[str, Any]:
     if _is_module(fn):
         cls = type(fn)
         path = _importable(cls)
-        built = _extra_repr(fn)
+        read = _constructor(fn)
+        built = read if read is not None else _extra_repr(fn)
         out = {"name": cls.__qualname__, "kind": "nn.Module", "built": built}
-        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in fn.parameters()})
+        out["built_from"] = "attributes" if read is not None else "extra_repr"
+        if not fn.training:
+            out["training"] = False
+        tensors = itertools.chain(fn.parameters(), fn.buffers())  # (a module of buffers alone too)
+        dtypes = sorted({str(t.dtype).replace("torch.", "") for t in tensors if t.is_floating_point()})
         if dtypes:
             out["dtype"] = dtypes[0] if len(dtypes) == 1 else dtypes
         return {**out, "path": path} if path else {**out, "path": None, "why": _why_not(cls)}
@@ -308,6 +315,81 @@ def _is_torch_function(cls: type) -> bool:
 def _is_module(fn: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(fn, torch.nn.Module)
+
+
+def _constructor(module: Any) -> str | None:
+    """How ``module`` was built, as its class's keyword arguments: each
+    constructor parameter read from the module's attribute of that name (or
+    ``_name``) where it holds a literal, those at their defaults left out.
+    Said only where building the class again with them gives the same
+    ``extra_repr`` and the same parameter and buffer shapes (the global
+    random state kept); None otherwise (a required parameter not held, a
+    value that is no literal, a constructor that fails or builds another
+    module)."""
+    cls = type(module)
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kwargs: dict[str, Any] = {}
+    for p in parameters:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.kind is p.POSITIONAL_ONLY:
+            return None
+        value = _held(module, p.name)
+        if value is _NOT_HELD:
+            if p.default is p.empty:
+                return None
+            continue
+        if p.default is p.empty or not _same(value, p.default):
+            kwargs[p.name] = value
+    torch = sys.modules["torch"]
+    try:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            again = cls(**kwargs)
+    except Exception:  # noqa: BLE001 -- it cannot be built so: not said
+        return None
+    if _extra_repr(again) != _extra_repr(module) or _shapes(again) != _shapes(module):
+        return None
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+_NOT_HELD = object()
+
+
+def _held(module: Any, name: str) -> Any:
+    """The literal ``module`` holds as ``name`` or ``_name``, else _NOT_HELD."""
+    for attr in (name, f"_{name}"):
+        value = module.__dict__.get(attr, _NOT_HELD)
+        if value is not _NOT_HELD:
+            return value if _literal(value) else _NOT_HELD
+    return _NOT_HELD
+
+
+def _literal(value: Any) -> bool:
+    """Whether ``repr(value)`` reads back as ``value`` (exact types: an enum
+    or a numpy scalar is an int or a float that does not)."""
+    if value is None or type(value) in (bool, int, str):
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) in (tuple, list):
+        return all(_literal(v) for v in value)
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 -- not comparable: not the default
+        return False
+
+
+def _shapes(module: Any) -> list[tuple[str, tuple[int, ...]]]:
+    tensors = itertools.chain(module.named_parameters(), module.named_buffers())
+    return [(name, tuple(t.shape)) for name, t in tensors]
 
 
 def _extra_repr(module: Any) -> str | None:

@@ -146,8 +146,10 @@ def _arguments(built: str) -> str | None:
 
 
 def _built(subject: Subject, cls: str, body: list[str]) -> str:
-    dtype = subject.calls[0]["function"].get("dtype")
+    recorded = subject.calls[0]["function"]
+    dtype = recorded.get("dtype")
     to = f".to(torch.{dtype})" if dtype else ""
+    to += ".eval()" if recorded.get("training") is False else ""  # (as the suite checked it)
     body += ["torch.manual_seed(0)  # (the module's initial weights)", f"module = {cls}({subject.built or ''}){to}"]
     return "module"
 

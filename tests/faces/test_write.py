@@ -292,3 +292,70 @@ def test_a_jax_number_is_drawn_as_float32_never_subnormal_there(tmp_path):
         assert value == 0.0 or abs(value) >= tiny
 
     draws()
+
+
+class Tilted(torch.nn.Module):
+    """x W times a factor, then tanh or not: its extra_repr says n alone."""
+
+    def __init__(self, n, factor=1.0, mode="plain"):
+        super().__init__()
+        self.n, self.factor, self._mode = n, factor, mode
+        self.weight = torch.nn.Parameter(torch.randn(n, n, dtype=torch.float64))
+
+    def extra_repr(self):
+        return f"n={self.n}"
+
+    def forward(self, x):
+        y = x @ self.weight * self.factor
+        return torch.tanh(y) if self._mode == "tanh" else y
+
+
+class Smoothed(torch.nn.Module):
+    """A fixed kernel held as a buffer alone (no parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("kernel", torch.tensor([0.25, 0.5, 0.25]))
+        self.register_buffer("calls", torch.tensor(0))
+
+    def forward(self, x):
+        return x * self.kernel
+
+
+class Shifted(Tilted):
+    """Holds n + 1 as n: its attributes build another module."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.n = n + 1
+
+
+def test_a_module_is_built_again_from_its_attributes_where_that_gives_the_same_module(tmp_path):
+    tilted, shifted = Tilted(3, factor=2.5, mode="tanh").eval(), Shifted(3)
+    state = torch.get_rng_state()
+    out = tmp_path / "test_props.py"
+    write(_recorded(tmp_path, [(tilted, (_x(2, 3),), {}), (shifted, (_x(2, 3),), {})]), out)
+    assert torch.equal(torch.get_rng_state(), state)  # (reading it built one: the suite's draws are kept)
+    text = out.read_text()
+    # the configuration extra_repr leaves out, and the mode the suite checked it in
+    assert "module = Tilted(n=3, factor=2.5, mode='tanh').to(torch.float64).eval()" in text, text
+    # a module of buffers alone, checked in float64, is written in float64
+    (tmp_path / "buffers").mkdir()
+    write(_recorded(tmp_path / "buffers", [(Smoothed().double(), (_x(3),), {})]), tmp_path / "test_buffers.py")
+    assert "module = Smoothed().to(torch.float64)" in (tmp_path / "test_buffers.py").read_text()
+    # attributes that build another module (weights 4 x 4) fall back to extra_repr
+    records = [json.loads(line) for line in (tmp_path / "records" / "calls-main.jsonl").read_text().splitlines()]
+    assert [r["function"]["built_from"] for r in records] == ["attributes", "extra_repr"]
+    assert records[1]["function"]["built"] == "n=4" and "training" not in records[1]["function"]
+
+
+def test_only_values_whose_repr_reads_back_are_taken_from_a_modules_attributes():
+    import enum
+
+    from gradverify._record import _literal
+
+    class Mode(enum.IntEnum):
+        A = 1
+
+    assert _literal((1, 2.5, "a", None, [True]))
+    assert not _literal(Mode.A) and not _literal(np.float64(0.5)) and not _literal(float("nan"))
