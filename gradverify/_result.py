@@ -117,6 +117,8 @@ class Finding:
     detail: str | None = None  # a traceback, a hint
     input_name: str | None = None  # the input's name by its path (a pytree leaf, a model's parameter)
     output_name: str | None = None  # the output's name by its path (a leaf of a pytree output)
+    # the type of an exception fn itself raised, with its bases (module.qualname, most derived first)
+    raised: tuple[str, ...] | None = None
 
     @property
     def relative(self) -> float | None:
@@ -132,11 +134,11 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        for k in ("input_name", "output_name"):
+        for k in ("input_name", "output_name", "raised"):
             if d[k] is None:
-                del d[k]  # (named where the check had pytrees or a model)
-        for k in ("pair", "input_index", "output_index"):
-            if d[k] is not None:
+                del d[k]  # (named where the check had pytrees or a model; raised where fn raised)
+        for k in ("pair", "input_index", "output_index", "raised"):
+            if d.get(k) is not None:
                 d[k] = list(d[k])
         return d
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import numbers
 import os
 import re
 import tempfile
@@ -29,8 +28,8 @@ import numpy as np
 from . import _io, _observe
 from ._check.pipeline import check
 from ._check.unchecked import unchecked
-from ._errors import ArgumentTypeError, ArgumentValueError, explain
 from ._result import CheckResult, Kind
+from ._verify_args import all_refused, refusals, refused, validate, yielded_tuple
 from .backends import backend_name_of, compiling
 from .backends.trees import flatten
 
@@ -78,6 +77,7 @@ class VerifyResult:
     worst_ratio: float = 0.0  # the largest error / bound over the passing examples (1 = at the bound)
     # why shrinking stopped before it had finished (the budget that ran out), or None
     shrink_cut: str | None = None
+    refused: int = 0  # drawn inputs fn raised one of ``except_`` at (rejected, not examples)
 
     def to_dict(self) -> dict[str, Any]:
         plain = ("ok", "function", "backend", "seed", "examples_run", "inconclusive", "max_examples", "shrink_steps")
@@ -88,6 +88,7 @@ class VerifyResult:
             "saved": self.saved,
             "result": None if self.result is None else self.result.to_dict(),
             "shrink_cut": self.shrink_cut,
+            "refused": self.refused,
         }
 
     def __str__(self) -> str:
@@ -110,6 +111,7 @@ def verify(
     max_shrinks: int | None = None,
     max_shrinking_seconds: float | None = MAX_SHRINKING_SECONDS,
     examples: Sequence[tuple[Any, ...]] = (),
+    except_: type[Exception] | tuple[type[Exception], ...] = (),
     **check_options: Any,
 ) -> VerifyResult:
     """Check ``fn``'s derivatives at inputs drawn from ``args_strategy`` and
@@ -135,6 +137,11 @@ def verify(
         examples: argument tuples checked first, in order, before any
             generated input (Hypothesis's ``@example``; a failing one is
             reported as it is, unshrunk).
+        except_: exception types that mean a drawn input is outside fn's
+            contract (as ``hypothesis write --except``): where fn itself
+            raises one, at the input or at the points finite differences
+            step to beside it, the input is rejected, not judged, and
+            counted in ``refused``. The ``examples`` are never rejected.
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
             ``name``, ``vectorise``, ``batched``, ``suite_tol``, ``nondet_tol``,
@@ -148,7 +155,8 @@ def verify(
     Raises:
         ArgumentTypeError: fn is not callable, args_strategy is not a
             strategy, or an option is not one of gv.check's.
-        ArgumentValueError: ``max_examples`` or ``seed`` out of range.
+        ArgumentValueError: ``max_examples`` or ``seed`` out of range, or
+            fn refused every drawn input (``except_``).
 
     Example:
         >>> import numpy as np, gradverify as gv
@@ -158,9 +166,11 @@ def verify(
         >>> gv.verify(sq, st.tuples(arrays("numpy", shape=(3,))), max_examples=10).ok
         False
     """
-    from hypothesis import example as explicit, given, seed as hypothesis_seed, target
+    from hypothesis import example as explicit, given, reject, seed as hypothesis_seed
+    from hypothesis.errors import Unsatisfiable
 
-    examples = _validate(fn, args_strategy, max_examples, seed, examples, max_shrinks, max_shrinking_seconds)
+    examples = validate(fn, args_strategy, max_examples, seed, examples, max_shrinks, max_shrinking_seconds)
+    refusing, given_keys = refusals(except_), {_key(args) for args in examples}
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
     state = _State(max_shrinks=max_shrinks, max_seconds=max_shrinking_seconds)
 
@@ -168,7 +178,7 @@ def verify(
     @hypothesis_seed(int(seed))
     @given(args_strategy)
     def prop(args: Any) -> None:
-        _yielded_tuple(args)
+        yielded_tuple(args)
         # An input seen failing fails again without a second check, so a
         # nondeterministic fn does not make Hypothesis's replay flaky; over
         # the shrink budget anything else passes unchecked. Every failure is
@@ -187,30 +197,18 @@ def verify(
     def _judge(args: Any) -> bool:
         """Whether fn fails its check at ``args`` (a failure is remembered; see _strict)."""
         res = _strict(check(fn, *args, order=order, seed=int(seed), allow_unchecked=True, **check_options), allowed)
-        if res.by_kind(Kind.NOTHING_CHECKED) and res.ok:
-            state.unchecked = res
-        state.label = res.function
-        if state.failing_seen:
-            state.shrink_steps += 1
-        if res.ok:
-            if not state.failing_seen:
-                state.examples += 1
-                state.inconclusive += bool(res.inconclusive)
-            state.worst_ratio = max(state.worst_ratio, float(res.worst_ratio))
-            target(float(res.worst_ratio), label="error / bound")
-            return False
-        if not state.failing_seen:
-            state.examples += 1
-            state.started = time.monotonic()
-        state.failing_seen = True
-        state.last = (args, res)
-        state.failing[_key(args)] = state.last
-        return True
+        if refusing and refused(res, refusing) and _key(args) not in given_keys:
+            state.refused += 1
+            reject()  # (outside fn's contract, at the point or where FD steps to)
+        return state.judged(args, res)
 
     options = {"max_examples": int(max_examples), "seed": int(seed), "order": order, **check_options}
     # one function at shapes that repeat: backends may compile it for the run
     with _observe.call("verify", fn, args_strategy, options) as outermost, reproducible_generation(), compiling():
-        _run(prop)
+        try:
+            _run(prop)
+        except Unsatisfiable:
+            raise all_refused(refusing, state.refused) from None
     result = state.result(label, int(seed), int(max_examples), repr(args_strategy), report_dir)
     result = _none_compared(result, state, allowed)
     if outermost:
@@ -233,18 +231,6 @@ def _run(prop: Callable[[], None]) -> None:
         if cause is not None:
             raise cause from None
         raise
-
-
-def _yielded_tuple(args: Any) -> None:
-    if not isinstance(args, tuple):
-        raise ArgumentTypeError(
-            explain(
-                "verify(args_strategy)",
-                "a strategy that yields a tuple of positional arguments",
-                f"it yielded {type(args).__name__}",
-                "wrap it: st.tuples(strategy) or strategy.map(lambda a: (a,))",
-            )
-        )
 
 
 def _none_compared(result: VerifyResult, state: _State, allowed: bool) -> VerifyResult:
@@ -284,78 +270,6 @@ def _settings(max_examples: int, database: Any) -> Any:
         report_multiple_bugs=False,
         print_blob=False,
     )
-
-
-def _validate(
-    fn: Any,
-    args_strategy: Any,
-    max_examples: Any,
-    seed: Any,
-    examples: Any,
-    max_shrinks: Any,
-    max_shrinking_seconds: Any,
-) -> list[tuple[Any, ...]]:
-    """verify's arguments checked; the examples as a list."""
-    from hypothesis.strategies import SearchStrategy
-
-    if not callable(fn):
-        raise ArgumentTypeError(explain("verify(fn)", "a callable", type(fn).__name__, "pass the function first"))
-    if not isinstance(args_strategy, SearchStrategy):
-        raise ArgumentTypeError(
-            explain(
-                "verify(args_strategy)",
-                "a Hypothesis strategy of argument tuples",
-                f"{type(args_strategy).__name__} {args_strategy!r:.60}",
-                "e.g. gradverify.strategies.bias_act_args('swish', 'torch'), or st.tuples(arrays(...), ...)",
-            )
-        )
-    for name, value, low in (("max_examples", max_examples, 1), ("seed", seed, 0)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-            raise ArgumentValueError(
-                explain(f"verify({name})", f"an int >= {low}", repr(value), f"e.g. {name}={max(low, 100 * low)}")
-            )
-    _validate_budget(max_shrinks, max_shrinking_seconds)
-    return _validate_examples(examples)
-
-
-def _validate_examples(examples: Any) -> list[tuple[Any, ...]]:
-    if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence):
-        raise ArgumentTypeError(
-            explain("verify(examples)", "a list of argument tuples", type(examples).__name__, "e.g. examples=[(x, b)]")
-        )
-    for k, args in enumerate(examples):
-        if not isinstance(args, tuple):
-            raise ArgumentTypeError(
-                explain(
-                    f"verify(examples[{k}])",
-                    "a tuple of positional arguments, as the strategy yields",
-                    type(args).__name__,
-                    "wrap a lone argument: examples=[(x,)]",
-                )
-            )
-    return list(examples)
-
-
-def _validate_budget(max_shrinks: Any, max_shrinking_seconds: Any) -> None:
-    if max_shrinks is not None and (
-        not isinstance(max_shrinks, numbers.Integral) or isinstance(max_shrinks, bool) or max_shrinks < 0
-    ):
-        raise ArgumentValueError(
-            explain("verify(max_shrinks)", "an int >= 0 or None", repr(max_shrinks), "e.g. max_shrinks=100")
-        )
-    if max_shrinking_seconds is not None and (
-        not isinstance(max_shrinking_seconds, numbers.Real)
-        or isinstance(max_shrinking_seconds, bool)
-        or not max_shrinking_seconds >= 0
-    ):
-        raise ArgumentValueError(
-            explain(
-                "verify(max_shrinking_seconds)",
-                "a number of seconds >= 0 or None",
-                repr(max_shrinking_seconds),
-                "e.g. max_shrinking_seconds=60 (None: Hypothesis's own limit)",
-            )
-        )
 
 
 def _key(args: tuple[Any, ...]) -> bytes:
@@ -448,6 +362,31 @@ class _State:
     # the failing inputs seen (by _key), with their checks
     failing: dict[bytes, tuple[tuple[Any, ...], CheckResult]] = dataclasses.field(default_factory=dict)
     unchecked: CheckResult | None = None  # the last example that compared nothing (inconclusive there)
+    refused: int = 0  # drawn inputs fn refused (verify's except_)
+
+    def judged(self, args: tuple[Any, ...], res: CheckResult) -> bool:
+        """Note the check ``res`` at ``args``; whether it failed (remembered)."""
+        from hypothesis import target
+
+        if res.by_kind(Kind.NOTHING_CHECKED) and res.ok:
+            self.unchecked = res
+        self.label = res.function
+        if self.failing_seen:
+            self.shrink_steps += 1
+        if res.ok:
+            if not self.failing_seen:
+                self.examples += 1
+                self.inconclusive += bool(res.inconclusive)
+            self.worst_ratio = max(self.worst_ratio, float(res.worst_ratio))
+            target(float(res.worst_ratio), label="error / bound")
+            return False
+        if not self.failing_seen:
+            self.examples += 1
+            self.started = time.monotonic()
+        self.failing_seen = True
+        self.last = (args, res)
+        self.failing[_key(args)] = self.last
+        return True
 
     def spent(self) -> bool:
         """Whether a shrink budget has run out (said once, in ``cut``)."""
@@ -478,6 +417,7 @@ class _State:
             strategy=strategy,
             worst_ratio=self.worst_ratio,
             shrink_cut=self.cut if failed else None,
+            refused=self.refused,
         )
 
 
@@ -539,6 +479,7 @@ def render_verify(r: VerifyResult) -> str:
         f"gradverify.verify {'PASSED' if r.ok else 'FAILED'}: {r.function} - seed {r.seed}, "
         f"{r.examples_run} example(s) of {r.max_examples}"
         + (f", {r.inconclusive} inconclusive (at a kink: not failures)" if r.inconclusive else "")
+        + (f", {r.refused} drawn input(s) refused by fn (except_)" if r.refused else "")
     )
     if r.ok:
         return head + "\n  no generated input gave an error-level finding"

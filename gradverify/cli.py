@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the module to write (default: tests/test_gradients_properties.py)",
     )  # fmt: skip
     w.add_argument("--max-examples", type=int, default=25, help="drawn inputs per written test (default: 25)")
+    w.add_argument(
+        "--except", dest="except_", nargs="+", default=[], metavar="EXCEPTION",
+        help="exceptions fn raises at inputs outside its contract (a builtin name or package.module.Error): "
+        "the written tests reject such drawn inputs (default: none)",
+    )  # fmt: skip
     r = sub.add_parser("report", help="render a saved JSON report")
     r.add_argument("file", metavar="FILE.json")
     r.add_argument("--format", choices=("html", "md"), default="html")
@@ -148,7 +153,7 @@ def _write(args: argparse.Namespace) -> int:
     if args.max_examples < 1:
         raise _Usage(f"--max-examples: expected an int >= 1; found {args.max_examples}. Fix: e.g. --max-examples 25")
     try:
-        written = write(args.target, args.output, args.max_examples)
+        written = write(args.target, args.output, args.max_examples, args.except_)
     except ArgumentValueError as e:
         raise _Usage(str(e)) from None
     print(written.summary())

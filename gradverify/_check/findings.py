@@ -37,10 +37,16 @@ class Findings:
             ERROR,
             f"{type(e.exc).__name__} raised while {e.stage}: {e.exc}",
             detail=e.traceback,
+            raised=raised_by(e.exc) if e.stage == "evaluating fn" else None,
         )
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def raised_by(exc: BaseException) -> tuple[str, ...]:
+    """An exception's type and its bases, as module.qualname (object left out)."""
+    return tuple(f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__[:-1])
 
 
 class Closeness:

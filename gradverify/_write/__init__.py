@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from .module import Written, assemble, finish, header
@@ -25,18 +26,26 @@ __all__ = ["Written", "write"]
 MAX_EXAMPLES = 25
 
 
-def write(target: str | os.PathLike[str], output: str | os.PathLike[str], max_examples: int = MAX_EXAMPLES) -> Written:
+def write(
+    target: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    max_examples: int = MAX_EXAMPLES,
+    except_: Sequence[str] = (),
+) -> Written:
     """Write property-based tests for ``target`` to ``output``: a records
     directory (or one of its ``calls-*.jsonl``), or an importable package
-    whose custom rules are scanned."""
+    whose custom rules are scanned. ``except_``: names of the exceptions
+    fn raises at inputs outside its contract; every test rejects such
+    drawn inputs (gv.verify's ``except_``, as ``hypothesis write --except``)."""
     output = Path(output)
     path = Path(target)
     recorded = path.is_file() or path.is_dir() and any(path.glob("calls-*.jsonl"))
     if not recorded and _importable(str(target)):
-        return scanned(str(target), output, max_examples)
+        return scanned(str(target), output, max_examples, except_)
     records = load(target)
     subjects, unwritten = grouped(records)
     source = Source(output)
+    source.refuse(except_)
     tests = []
     for subject in subjects:
         test = written(subject, source)

@@ -73,7 +73,14 @@ def assemble(header: str, source: Source, codes: list[str], max_examples: int) -
         header
         + "\n"
         + _sorted_imports(imports)
-        + f"\nMAX_EXAMPLES = {int(max_examples)}  # drawn inputs per test (recorded points run first)\n\n\n"
+        + f"\nMAX_EXAMPLES = {int(max_examples)}  # drawn inputs per test (recorded points run first)\n"
+        + (
+            "# fn raises these at inputs outside its contract: drawn inputs it raises them at are rejected\n"
+            f"REFUSED = ({', '.join(source.refused)}{',' if len(source.refused) == 1 else ''})\n"
+            if source.refused
+            else ""
+        )
+        + "\n\n"
         + helpers
         + body
         + "\n"

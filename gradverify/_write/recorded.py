@@ -77,6 +77,7 @@ def written(subject: Subject, source: Source) -> Test | Unwritten:
     if subject.kind == "nn.Module":
         fn = _built(subject, fn, body)
     arguments = [fn, f"{stem}_args()", f"examples={stem}_examples()", *[f"{k}={v}" for k, v in options.items()]]
+    arguments += source.verify_options()
     x64 = "  # (the suite recorded 64-bit arguments)" if jax and _wide(subject) else None
     lines += test_lines(test, body, arguments, x64)
     return Test(test, "\n".join(lines), subject, len(examples))

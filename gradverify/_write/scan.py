@@ -16,6 +16,7 @@ import keyword
 import pkgutil
 import sys
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +131,11 @@ def _annotated(fn: Any, params: list[inspect.Parameter]) -> list[tuple[str, Any]
     return out
 
 
-def scanned(package: str, output: Path, max_examples: int) -> Written:
+def scanned(package: str, output: Path, max_examples: int, except_: Sequence[str] = ()) -> Written:
     """Write the tests of ``package``'s rules to ``output`` (a :class:`Written`)."""
     rules, unwritten = rules_of(package)
     source = Source(output)
+    source.refuse(except_)
     codes, tests, needs = [], [], []
     for rule in rules:
         code, complete = _test(rule, source)
@@ -198,7 +200,8 @@ def _test(rule: Rule, source: Source) -> tuple[str, bool]:
         else:
             body += [f"module = {call}().to(torch.float64)"]
         call = "module"
-    lines += test_lines(test, body, [call, f"{stem}_args()"], "" if backend == "jax" else None)
+    arguments = [call, f"{stem}_args()", *source.verify_options()]
+    lines += test_lines(test, body, arguments, "" if backend == "jax" else None)
     return "\n".join(lines), known and not rule.needs_building
 
 

@@ -16,10 +16,13 @@ import keyword
 import math
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .._errors import ArgumentValueError, explain
 
 __all__ = ["INLINE", "WIDTH", "Call", "Item", "Source", "flat", "laid_out", "literal", "quoted", "snake", "test_lines"]
 
@@ -150,6 +153,37 @@ class Source:
         self.copied: dict[str, str] = {}  # original .npz -> its name in self.points
         self.uses_points = False
         self.uses_math = False
+        self.refused: tuple[str, ...] = ()  # the exceptions that mean an input is outside fn's contract
+
+    def refuse(self, names: Sequence[str]) -> None:
+        """Have every test reject drawn inputs fn raises one of ``names`` at
+        (gv.verify's ``except_``): builtin exception names, or dotted paths
+        (``package.module.Error``) imported by the module."""
+        exprs = []
+        for name in names:
+            module, _, attr = name.rpartition(".")
+            try:
+                owner = importlib.import_module(module) if module else builtins
+                kind = getattr(owner, attr)
+            except (ImportError, AttributeError, ValueError):
+                kind = None
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                raise ArgumentValueError(
+                    explain(
+                        "write(except_)",
+                        "exception types by name: a builtin (AssertionError) or a dotted path (package.module.Error)",
+                        repr(name),
+                        "e.g. --except AssertionError ValueError",
+                    )
+                )
+            if module:
+                self.imports.add(f"import {module}")
+            exprs.append(name)
+        self.refused = tuple(exprs)
+
+    def verify_options(self) -> list[str]:
+        """The options every written gv.verify call takes from the module."""
+        return ["except_=REFUSED"] if self.refused else []
 
     def name(self, wanted: str, what: str) -> str:
         """``wanted``, or ``wanted_2``, ... where another thing holds it."""

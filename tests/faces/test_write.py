@@ -359,3 +359,42 @@ def test_only_values_whose_repr_reads_back_are_taken_from_a_modules_attributes()
 
     assert _literal((1, 2.5, "a", None, [True]))
     assert not _literal(Mode.A) and not _literal(np.float64(0.5)) and not _literal(float("nan"))
+
+
+class Positive(torch.autograd.Function):
+    """x^3 w, for x whose first element is positive (asserted): a right rule."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        assert bool(x.reshape(-1)[0] > 0), "the first element must be positive"
+        ctx.save_for_backward(x, w)
+        return x**3 * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return 3 * x**2 * w * g, x**3 * g
+
+
+def test_written_tests_reject_the_inputs_fn_refuses_where_told(tmp_path):
+    calls = [(Positive.apply, (_x(3, lo=0.5, hi=1.0), _x(3, lo=0.5, hi=1.0)), {})]
+    records = _recorded(tmp_path, calls)
+    out = tmp_path / "test_props.py"
+    write(records, out, max_examples=20, except_=["AssertionError", "gradverify.ArgumentValueError"])
+    text = out.read_text()
+    assert "REFUSED = (AssertionError, gradverify.ArgumentValueError)" in text and "except_=REFUSED" in text
+    module = _import(out)
+    assert module.REFUSED == (AssertionError, gv.ArgumentValueError)
+    # the recorded range is positive, and so is the written one; drawn over a range with both
+    # signs, the inputs fn refuses are rejected (and fail without except_)
+    from hypothesis import strategies as st
+
+    from gradverify.strategies import arrays
+
+    both = st.tuples(arrays("torch", "float64", (3,), min_value=-1.0, max_value=1.0), module.positive_apply_args())
+    args = both.map(lambda a: (a[0], a[1][1]))
+    refused = gv.verify(Positive.apply, args, max_examples=20, seed=2, except_=module.REFUSED)
+    assert refused.ok and refused.refused > 0, str(refused)
+    assert not gv.verify(Positive.apply, args, max_examples=20, seed=2).ok
+    with pytest.raises(ArgumentValueError, match="exception types by name"):
+        write(records, tmp_path / "test_bad.py", except_=["NoSuchError"])

@@ -83,3 +83,54 @@ def test_verify_misuse_says_what_to_do():
         gv.verify(fn, naive_bias_args("numpy"), max_examples=0)
     with pytest.raises(gv.ArgumentTypeError, match="a strategy that yields a tuple"):
         gv.verify(np.tanh, gst.arrays("numpy"))
+
+
+# -- inputs outside fn's contract (except_) ----------------------------------------------
+def _contracted(wrong: float = 1.0):
+    """x^2 on vectors whose first element is positive (fn asserts it), with
+    its rule ``wrong`` x right where x > 1."""
+
+    def f(x):
+        assert x[0] > 0, "the first element must be positive"
+        return x * x
+
+    def d(p):
+        return np.where(p[0] > 1.0, wrong, 1.0) * 2.0 * p[0]
+
+    return gv.Rule(f, jvp=lambda p, t: d(p) * t[0], vjp=lambda p, g: (d(p) * g,))
+
+
+def _vectors():
+    from hypothesis import strategies as st
+
+    return st.tuples(gst.arrays("numpy", shape=(3,), min_value=-2.0, max_value=2.0))
+
+
+def test_inputs_fn_refuses_are_rejected_and_counted_not_failures():
+    r = gv.verify(_contracted(), _vectors(), max_examples=30, seed=1, except_=AssertionError)
+    assert r.ok and r.refused > 0 and r.examples_run > 0, str(r)
+    assert f"{r.refused} drawn input(s) refused by fn" in str(r) and r.to_dict()["refused"] == r.refused
+    without = gv.verify(_contracted(), _vectors(), max_examples=30, seed=1)
+    assert not without.ok and without.result.by_kind(gv.Kind.EXCEPTION), str(without)
+
+
+def test_a_wrong_rule_is_still_caught_among_refused_inputs():
+    r = gv.verify(_contracted(wrong=1.1), _vectors(), max_examples=50, seed=1, except_=(AssertionError,))
+    assert not r.ok and r.result.by_kind(gv.Kind.MISMATCH), str(r)
+    assert r.counterexample[0][0] > 0  # (a refused input is never the counterexample)
+
+
+def test_a_given_example_fn_refuses_is_a_failure_not_a_rejection():
+    x = np.array([-1.0, 0.5, 0.5])
+    r = gv.verify(_contracted(), _vectors(), max_examples=5, seed=1, examples=[(x,)], except_=AssertionError)
+    assert not r.ok and r.result.by_kind(gv.Kind.EXCEPTION) and r.counterexample[0][0] == -1.0, str(r)
+
+
+def test_an_fn_that_refuses_every_drawn_input_is_a_clear_error():
+    from hypothesis import strategies as st
+
+    negative = st.tuples(gst.arrays("numpy", shape=(3,), min_value=-2.0, max_value=-0.5))
+    with pytest.raises(gv.ArgumentValueError, match="raised one of them at every drawn input"):
+        gv.verify(_contracted(), negative, max_examples=10, seed=1, except_=AssertionError)
+    with pytest.raises(gv.ArgumentTypeError, match="exception types"):
+        gv.verify(_contracted(), _vectors(), max_examples=10, except_="AssertionError")
