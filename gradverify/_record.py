@@ -344,16 +344,32 @@ def _constructor(module: Any) -> str | None:
             continue
         if p.default is p.empty or not _same(value, p.default):
             kwargs[p.name] = value
-    torch = sys.modules["torch"]
-    try:
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            again = cls(**kwargs)
-    except Exception:  # noqa: BLE001 -- it cannot be built so: not said
+    again = _rebuilt(cls, kwargs)
+    if again is None or _extra_repr(again) != _extra_repr(module) or _shapes(again) != _shapes(module):
         return None
-    if _extra_repr(again) != _extra_repr(module) or _shapes(again) != _shapes(module):
+    if _literals(again) != _literals(module):  # (an attribute held transformed: 1 / temperature)
         return None
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def _rebuilt(cls: type, kwargs: dict[str, Any]) -> Any:
+    """``cls(**kwargs)``, built on the meta device (no memory, no random
+    state used); where it cannot be built there, on the CPU with the CPU
+    generator's state kept. None where it cannot be built."""
+    torch = sys.modules["torch"]
+    for device in ("meta", "cpu"):
+        try:
+            with torch.device(device), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cls(**kwargs)
+        except Exception:  # noqa: BLE001 -- not buildable so: the next way, or not said
+            continue
+    return None
+
+
+def _literals(module: Any) -> dict[str, Any]:
+    """The literal attributes a module holds (its mode left out)."""
+    return {k: v for k, v in vars(module).items() if k != "training" and _literal(v)}
 
 
 _NOT_HELD = object()

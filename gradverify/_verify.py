@@ -198,7 +198,10 @@ def verify(
         """Whether fn fails its check at ``args`` (a failure is remembered; see _strict)."""
         res = _strict(check(fn, *args, order=order, seed=int(seed), allow_unchecked=True, **check_options), allowed)
         if refusing and refused(res, refusing) and _key(args) not in given_keys:
-            state.refused += 1
+            if state.failing_seen:
+                state.shrink_steps += 1  # (a shrink step all the same: max_shrinks bounds it)
+            else:
+                state.refused += 1
             reject()  # (outside fn's contract, at the point or where FD steps to)
         return state.judged(args, res)
 
@@ -208,6 +211,8 @@ def verify(
         try:
             _run(prop)
         except Unsatisfiable:
+            if not state.refused:
+                raise
             raise all_refused(refusing, state.refused) from None
     result = state.result(label, int(seed), int(max_examples), repr(args_strategy), report_dir)
     result = _none_compared(result, state, allowed)

@@ -46,11 +46,13 @@ def below_steps(probes: Probes, precision: Precision) -> np.ndarray:
 
 
 def steep_limit(probes: Probes, precision: Precision) -> float:
-    """The slope beyond which fn's values (the larger of its largest and the
-    inputs') cannot show a derivative over the finest step: a slope that
-    would move f by more than all of them over such a step."""
+    """The slope beyond which no finite difference can show a derivative: one
+    that would move f over the finest step by more than the larger of 1,
+    fn's largest value and the largest input (3e299 at least in float64).
+    Never less: tiny values at the point do not make an ordinary slope (2
+    for 2x at x = 1e-305) one no step can check."""
     span = max(precision.f0_scale, probes.inputs_max) if np.isfinite(precision.f0_scale) else probes.inputs_max
-    return span / tol.finest_step(precision.u_oracle)
+    return max(span, 1.0) / tol.finest_step(precision.u_oracle)
 
 
 def beneath(oracle: Oracle, j: int, slope: float) -> str | None:
@@ -69,7 +71,7 @@ def beneath(oracle: Oracle, j: int, slope: float) -> str | None:
     return (
         f"x = {float(probes.x[j]):.17g} lies nearer 0 than any step finite differences take "
         f"({tol.finest_step(precision.u_oracle):.3g}), and a slope of {slope:.6g} would move f by more than its "
-        f"values over such a step (beyond {limit:.3g}): fn's slope there lives between the point and 0, below "
+        f"values and 1 over such a step (beyond {limit:.3g}): fn's slope there lives between the point and 0, below "
         f"every step, and no finite difference can check it: inconclusive there"
     )
 

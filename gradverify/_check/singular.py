@@ -180,7 +180,8 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
         why = NO_DERIVATIVE
         if ranges:
             at, below = probes.flat.locate(int(near[0])), beneath(oracle, int(near[0]), value)
-            why = f"at argument {at[0]} {at[1]}, {below}"
+            if below is not None:  # (a NaN hole first: FD's own reason)
+                why = f"at argument {at[0]} {at[1]}, {below}"
         left = []
         if directions:
             left.append(f"{len(directions)} of {len(probes.us)} direction(s)")

@@ -233,4 +233,12 @@ def hoeffding(weights: Any, bounds: Any) -> float:
         return HOEFFDING_K * scale * float(np.sqrt(np.sum(np.square(p / scale))))
     if len(tuple(p.shape)) != 1:
         p = _xp.flat(p)
-    return HOEFFDING_K * math.sqrt(_xp.dot(p, p))
+    squares = _xp.dot(p, p)
+    if squares == math.inf:  # (terms near 1e154 and beyond: a power of two out first)
+        top = _xp.absmax(p)
+        if not top < math.inf:
+            return HOEFFDING_K * top
+        scale = math.ldexp(1.0, math.frexp(top)[1])
+        q = p / scale
+        return HOEFFDING_K * scale * math.sqrt(_xp.dot(q, q))
+    return HOEFFDING_K * math.sqrt(squares)

@@ -162,3 +162,11 @@ def test_a_slope_fn_can_show_at_a_tiny_input_is_judged(n, x0, wrong):
     r = gv.check(rule, x, seed=3)
     assert r.ok == (wrong == 1.0), str(r)
     assert not any("nearer 0 than any step" in f.message for f in r.findings), str(r)
+
+
+@pytest.mark.parametrize("x", [[1e-305, 3e-306], [1e-301], [2.0**-1022, 1e-303, 5e-302]])
+def test_a_wrong_slope_at_inputs_all_below_every_step_is_still_caught(x):
+    # every value tiny: an ordinary slope (3 for 2) is one finite differences show
+    rule = gv.Rule(lambda x: 2.0 * x, jvp=lambda p, t: 3.0 * t[0], vjp=lambda p, g: (3.0 * g,))
+    r = gv.check(rule, np.array(x), seed=3)
+    assert not r.ok and r.by_kind(gv.Kind.MISMATCH), str(r)

@@ -392,3 +392,21 @@ def test_written_tests_reject_the_inputs_fn_refuses_where_told(tmp_path):
     assert not gv.verify(Positive.apply, args, max_examples=20, seed=2).ok
     with pytest.raises(ArgumentValueError, match="exception types by name"):
         write(records, tmp_path / "test_bad.py", except_=["NoSuchError"])
+
+
+class Inverted(torch.nn.Module):
+    """Holds 1 / temperature as temperature: rebuilt from it, another module."""
+
+    def __init__(self, n, temperature=1.0):
+        super().__init__()
+        self.n, self.temperature = n, 1.0 / temperature
+
+    def forward(self, x):
+        return x * self.temperature
+
+
+def test_a_module_whose_attributes_hold_its_arguments_transformed_is_not_built_from_them():
+    from gradverify._record import function_of
+
+    said = function_of(Inverted(3, temperature=4.0))
+    assert said["built_from"] == "extra_repr", said

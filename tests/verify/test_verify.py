@@ -134,3 +134,10 @@ def test_an_fn_that_refuses_every_drawn_input_is_a_clear_error():
         gv.verify(_contracted(), negative, max_examples=10, seed=1, except_=AssertionError)
     with pytest.raises(gv.ArgumentTypeError, match="exception types"):
         gv.verify(_contracted(), _vectors(), max_examples=10, except_="AssertionError")
+
+
+def test_a_strategy_that_draws_nothing_is_hypothesiss_error_not_a_refusal():
+    from hypothesis.errors import Unsatisfiable
+
+    with pytest.raises(Unsatisfiable):
+        gv.verify(_contracted(), _vectors().filter(lambda a: False), max_examples=5, seed=1)
