@@ -75,11 +75,10 @@ class AD:
         #: cotangent -> mask of the VJP's NaN/inf elements beside NaN/inf
         #: outputs (0 x inf inside the rule: never compared, said)
         self.fed: dict[int, Any] = {}
-        #: where inputs lie below every FD step (levels.below_steps): that
-        #: mask (beside x) and the slope no step can check there
-        #: (levels.steep_limit); AD's values beyond it are holes too
+        #: inputs below every FD step, and the slope no step checks there (levels.beneath): holes too
         below = below_steps(ctx.probes, ctx.precision)
         self.steep = (below, steep_limit(ctx.probes, ctx.precision)) if _xp.any_(below) else None
+        self.beyond: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # mode -> probe -> those holes
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
@@ -143,8 +142,8 @@ class AD:
         bad = ~_xp.finite(value)
         if native is not None:
             bad = bad | ~_xp.finite(native)
-        if self.steep is not None and key is not None:
-            bad = bad | self._steep(mode, key, value)
+        steep = self._steep(mode, key, value) if self.steep is not None and key is not None else None
+        bad = bad if steep is None else bad | steep
         if mode == "JVP" and not self.primal.all_finite:
             bad = bad & self.primal.finite
         if not _xp.any_(bad):
@@ -153,14 +152,15 @@ class AD:
         if key is not None:
             holes = self.holes[mode]
             holes[key] = bad if key not in holes else holes[key] | bad
+            if steep is not None:
+                self.beyond[mode][key] = steep & bad
             self.raw[mode][key] = value if native is None else xp.where(_xp.finite(value), native, value)
         value = xp.where(bad, 0.0, value)
         return value if native is None else (value, xp.where(bad, 0.0, native))
 
     def _steep(self, mode: str, key: int, value: Any) -> Any:
-        """Where AD's finite ``value`` is steeper than any step can check at an
-        input below every step (levels.beneath): a column of such an input, a
-        random direction (every input is in it), or the element itself."""
+        """Where ``value`` is steeper than any step checks at an input below every step (levels.beneath):
+        a column of such an input, a random direction (every input is in it), or the element itself."""
         below, limit = self.steep
         with _xp.quiet():
             steep = _xp.ns(value).abs(value) > limit

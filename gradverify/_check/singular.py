@@ -110,19 +110,14 @@ def _full(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
 
 
 def _steep(ad: AD, m: int, n: int) -> np.ndarray:
-    """Where a mode's raw value is steeper than any step can check at an
-    input below every step (+-inf, or beyond levels.steep_limit), as (row,
-    column) pairs; all False where no input is."""
+    """The holes steeper than any step can check at an input below every
+    step (AD.beyond), as (row, column) pairs."""
     steep = np.zeros((m, n), dtype=bool)
-    if ad.steep is None:
-        return steep
-    below, limit = _xp.host(ad.steep[0]), ad.steep[1]
-    with np.errstate(invalid="ignore"):
-        for b, mask in ad.holes["JVP"].items():
-            steep[:, b] |= _xp.host(mask) & (np.abs(_xp.host(ad.raw["JVP"][b])) > limit)
-        for a, mask in ad.holes["VJP"].items():
-            steep[a, :] |= _xp.host(mask) & (np.abs(_xp.host(ad.raw["VJP"][a])) > limit)
-    return steep & below[None, :]
+    for b, mask in ad.beyond["JVP"].items():
+        steep[:, b] |= _xp.host(mask)
+    for a, mask in ad.beyond["VJP"].items():
+        steep[a, :] |= _xp.host(mask)
+    return steep
 
 
 def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
@@ -132,17 +127,14 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
     directions, cotangents = ad.apart
     failed: set[str] = set()
     near = np.flatnonzero(_xp.host(ad.steep[0])) if ad.steep is not None else np.zeros(0, dtype=int)
-    limit = ad.steep[1] if ad.steep is not None else np.inf
     ranged: set[tuple[str, int]] = set()  # left undecided as a derivative beyond the range
     for b, mask in sorted(ad.holes["JVP"].items()):
         ref = oracle.refs[b] if b < len(oracle.refs) else oracle.fd(probes.us[b], 0.0, probes.cs[b])
         decided = mask & primal.finite & oracle.usable(ref)
-        if near.size:  # (every element is in a random direction's support)
-            with _xp.quiet():
-                steep = mask & (_xp.ns(mask).abs(ad.raw["JVP"][b]) > limit)
-            if _xp.any_(steep):
-                ranged.add(("JVP", b))
-                decided = decided & ~steep
+        steep = ad.beyond["JVP"].get(b)  # (every element is in a random direction's support)
+        if steep is not None and _xp.any_(steep):
+            ranged.add(("JVP", b))
+            decided = decided & ~steep
         if _xp.any_(decided):
             i = int(_xp.nonzero(decided, limit=1)[0])
             value = _xp.ns(ref.value).broadcast_to(ref.value, tuple(mask.shape))[i]
@@ -155,7 +147,7 @@ def _directional(ctx: Context, ad: AD, oracle: Oracle) -> set[str]:
             break
         j = int(_xp.nonzero(mask, limit=1)[0])
         value, _, complete = oracle.column(j)
-        if j in near and abs(float(ad.raw["VJP"][a][j])) > limit:
+        if a in ad.beyond["VJP"] and bool(ad.beyond["VJP"][a][j]):
             ranged.add(("VJP", a))
         elif complete:  # (a cotangent is 0 on NaN/inf outputs only)
             fd_value = _xp.dot(probes.vs[a], value)
