@@ -1,6 +1,20 @@
 """What a check costs, beside gradcheck and check_grads on the same work, in one run.
 
-Four parts, each printed as a table (CPU, one torch thread):
+Five parts, each printed as a table (CPU, one torch thread):
+
+* ``counts``: what one check of tanh(x + b) at n elements asks of a device,
+  counted at torch's dispatcher with the FD arithmetic in blocks as large
+  as on a GPU (one block up to 2^22 elements): kernel launches (every aten
+  operation that moves data; views and metadata left out), host reads (a
+  scalar read, ``aten._local_scalar_dense``, or a tensor handed to the host
+  by ``.tolist()``/``.numpy()``: each one a device synchronisation on a
+  GPU), bytes written over the bytes of x, and fn's calls; passing (a
+  correct rule) and failing (one sign-flipped element of the VJP, which must
+  be named); beside ``gradcheck(fast_mode=True)`` and one forward+backward
+  pass; for jax, the programs compiled by a first check (gradverify and
+  ``check_grads``). Then the host-side floor: the median time of a check
+  at n = 2000, where the arithmetic is nothing and gradverify's own Python
+  and dispatch are the cost.
 
 * ``large``: one sign-flipped element of the VJP of tanh(x + b) at n
   elements (bench_detection's functions: a torch Function with a JVP, the
@@ -28,7 +42,7 @@ Four parts, each printed as a table (CPU, one torch thread):
   about half a second, with the default shrink budget: its wall time and
   whether shrinking was cut.
 
-    python benchmarks/bench_cost.py [--parts large small first shrink] [--sizes 1000000] [--rounds 7]
+    python benchmarks/bench_cost.py [--parts counts large small first shrink] [--sizes 1000000] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -51,6 +65,155 @@ def _timed(f):
     t = time.perf_counter()
     out = f()
     return out, time.perf_counter() - t
+
+
+# -- what a check asks of a device ----------------------------------------------------
+class Counts:
+    """Launches, host reads and bytes written by torch operations while the
+    block runs (see the module docstring), with fn's own calls."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.launches = self.reads = self.calls = 0
+        self.bytes = 0.0
+
+    def __enter__(self) -> Counts:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        import gradverify._check.fd.blocks as blocks
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = str(func.overloadpacket)
+                if func.is_view or name in _NO_DATA or name in _METADATA:
+                    return out
+                outer.launches += 1
+                outer.reads += name == "aten._local_scalar_dense"
+                for t in torch.utils._pytree.tree_leaves(out):
+                    if isinstance(t, torch.Tensor):
+                        outer.bytes += t.numel() * t.element_size()
+                return out
+
+        self._saved = (blocks.CHUNK, torch.Tensor.tolist, torch.Tensor.numpy)
+        blocks.CHUNK = blocks.DEVICE_CHUNK  # (the blocks of a GPU)
+
+        def handed(method):
+            def read(t, *a, **k):
+                outer.reads += 1
+                return method(t, *a, **k)
+
+            return read
+
+        torch.Tensor.tolist, torch.Tensor.numpy = handed(torch.Tensor.tolist), handed(torch.Tensor.numpy)
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gradverify._check.fd.blocks as blocks
+
+        self._mode.__exit__(*exc)
+        blocks.CHUNK, torch.Tensor.tolist, torch.Tensor.numpy = self._saved
+
+    def counted(self, fn):
+        """fn, its calls counted."""
+
+        def call(*a):
+            self.calls += 1
+            return fn(*a)
+
+        return call
+
+    def row(self, x: torch.Tensor) -> str:
+        per_x = x.numel() * x.element_size()
+        return f"{self.launches} | {self.reads} | {self.bytes / per_x:.0f} | {self.calls}"
+
+
+#: operations that only say something about a tensor (no data moved)
+_METADATA = {"aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.dim"}
+
+
+def _jax_compiles(f) -> int:
+    """Programs jax compiles while ``f`` runs."""
+    import jax
+
+    seen = [0]
+
+    def listen(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        f()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return seen[0]
+
+
+def counts(n: int, rounds: int) -> None:
+    from jax.test_util import check_grads
+
+    import gradverify as gv
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    rng = np.random.default_rng([0, n])
+    x = torch.tensor(rng.standard_normal((n // 10, 10)))
+    b = torch.tensor(rng.standard_normal(10))
+    flip = int(rng.integers(x.numel()))
+    print(f"n = {n:.0e}, flipped element {flip}; blocks as on a GPU\n")
+    print("| check | verdict | launches | host reads | bytes / bytes of x | fn calls |")
+    print("|---|---|---|---|---|---|")
+    for label, forward_rule in (("torch Function with JVP", True), ("torch Function, backward only", False)):
+        for at in (None, flip):
+            rule = tanh_bias_flipped("torch", at, forward_rule=forward_rule)
+            gv.check(rule, x, b)  # (warm)
+            with Counts(n) as c:
+                r = gv.check(c.counted(rule), x, b)
+            named = [f.input_index for f in r.findings if f.input_index is not None and f.argument == 0]
+            right = bool(named) and int(np.ravel_multi_index(named[0], tuple(x.shape))) == at
+            verdict = "pass" if r.ok else f"fail, {'names it' if right else 'does not name it'}"
+            print(f"| gradverify, {label}, {'correct' if at is None else 'flipped'} | {verdict} | {c.row(x)} |")
+    for at in (None, flip):
+        rule = tanh_bias_flipped("torch", at)
+        xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
+        with Counts(n) as c:
+            ok = torch.autograd.gradcheck(c.counted(rule), (xr, br), fast_mode=True, raise_exception=False)
+        print(f"| gradcheck fast, {'correct' if at is None else 'flipped'} | {'pass' if ok else 'fail'} | {c.row(x)} |")
+    rule = tanh_bias_flipped("torch", None)
+    with Counts(n) as c:
+        xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
+        y = c.counted(rule)(xr, br)
+        y.backward(torch.ones_like(y))
+    print(f"| one forward+backward | - | {c.row(x)} |")
+
+    import jax
+
+    with jax.enable_x64(True):
+        xj, bj = jax.numpy.asarray(x.numpy()), jax.numpy.asarray(b.numpy())
+        rule = tanh_bias_flipped("jax", None)
+        first = _jax_compiles(lambda: gv.check(rule, xj, bj))
+        again = _jax_compiles(lambda: gv.check(rule, xj, bj))
+        peer = _jax_compiles(lambda: check_grads(rule, (xj, bj), order=1, modes=("rev",)))
+    print(f"\njax custom_vjp, correct: programs compiled by a first check {first} (a repeat: {again}); ", end="")
+    print(f"check_grads {peer}\n")
+
+    small = 2000
+    xs, bs = x.reshape(-1)[:small].reshape(-1, 10).clone(), b.clone()
+    print("| host-side floor, n = 2000 | median ms |")
+    print("|---|---|")
+    for label, at in (("gradverify, correct", None), ("gradverify, flipped", 7)):
+        rule = tanh_bias_flipped("torch", at)
+        gv.check(rule, xs, bs)
+        times = [_timed(lambda: gv.check(rule, xs, bs))[1] for _ in range(rounds)]
+        print(f"| {label} | {statistics.median(times) * 1e3:.1f} |")
+    rule = tanh_bias_flipped("torch", None)
+    xr, br = xs.detach().requires_grad_(), bs.detach().requires_grad_()
+    times = [_timed(lambda: torch.autograd.gradcheck(rule, (xr, br), fast_mode=True))[1] for _ in range(rounds)]
+    print(f"| gradcheck fast, correct | {statistics.median(times) * 1e3:.1f} |")
 
 
 # -- large arrays ---------------------------------------------------------------------
@@ -342,7 +505,7 @@ def shrink() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", nargs="+", default=["large", "small", "first", "shrink"])
+    p.add_argument("--parts", nargs="+", default=["counts", "large", "small", "first", "shrink"])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
     p.add_argument("--positions", type=int, default=5)
     p.add_argument("--rounds", type=int, default=7)
@@ -353,7 +516,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, jax {jax.__version__}, {time.strftime('%Y-%m-%d')}, one torch thread")
     for part in args.parts:
         print(f"\n## {part}\n", flush=True)
-        if part == "large":
+        if part == "counts":
+            for n in args.sizes:
+                counts(n, args.rounds)
+        elif part == "large":
             large(args.sizes, args.positions)
         elif part == "small":
             small(args.rounds)

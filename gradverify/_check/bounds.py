@@ -26,6 +26,8 @@ class Bounds:
         self.rtol, self.atol = rtol, atol
         self._jvp: dict[int, np.ndarray] = {}
         self._vjp: dict[int, np.ndarray] = {}
+        # the scales of bounds not kept (a number each: the values' largest magnitude)
+        self._scales: dict[tuple[str, int], list[float]] = {}
 
     @property
     def user(self) -> bool:
@@ -39,7 +41,9 @@ class Bounds:
         if probes.full:
             scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
         else:
-            scale = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
+            if ("JVP", b) not in self._scales:
+                self._scales["JVP", b] = [max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)]
+            scale = self._scales["JVP", b][0]
         bound = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
         if _xp.size(bound) <= KEEP_BOUNDS:
             self._jvp[b] = bound
@@ -49,22 +53,24 @@ class Bounds:
         """Bound of J^T v_a (real units, per input element)."""
         if a in self._vjp:
             return self._vjp[a]
-        bound = self.of_vjp(self.modes.vjps[a])
+        bound = self.of_vjp(self.modes.vjps[a], self._scales.setdefault(("VJP", a), []))
         if _xp.size(bound) <= KEEP_BOUNDS:
             self._vjp[a] = bound
         return bound
 
-    def of_vjp(self, g: np.ndarray) -> np.ndarray:
+    def of_vjp(self, g: np.ndarray, scales: list[float] | None = None) -> np.ndarray:
+        """Bound of ``g`` (a J^T v, flat over the inputs). ``scales``: each
+        argument's scale where the list holds them, else filled with them."""
         probes, modes = self.probes, self.modes
+        split = probes.flat.split(g)
+        if probes.full:
+            scales = [modes.jmax_vjp] * len(split)
+        elif not scales:
+            found = [max(top, probes.slope_scale) for top in _xp.absmaxes(*split)]
+            scales = found if scales is None else (scales.extend(found) or scales)
         parts = [
-            tol.ad_bound(
-                p,
-                "float64" if modes.ad64 else self.dtypes[i],
-                self.rtol,
-                self.atol,
-                modes.jmax_vjp if probes.full else max(_xp.absmax(p), probes.slope_scale),
-            )
-            for p, i in zip(probes.flat.split(g), probes.flat.args)
+            tol.ad_bound(p, "float64" if modes.ad64 else self.dtypes[i], self.rtol, self.atol, s)
+            for p, i, s in zip(split, probes.flat.args, scales)
         ]
         return _xp.concat([_xp.flat(p) for p in parts]) if len(parts) > 1 else _xp.flat(parts[0])
 

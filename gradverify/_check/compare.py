@@ -10,6 +10,7 @@ runs again. What survives is localised and reported (texts in messages)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ import numpy as np
 from . import fd, suite, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
-from .judge import Judge
+from .judge import Judge, projections
 from .locate import Localiser
 from .lowprecision import LowPrecision
 from .messages import adjoint_mismatch, fd_mismatch, inconclusive
@@ -166,18 +167,17 @@ class Comparisons(Judge):
         its own (then the measurement along u_b could only say the same)."""
         refs = [self._ref_for_projection(b) for b in range(len(self.oracle.refs))]
         # v is +-1 on finite outputs and err is 0 elsewhere: (v err)^2 = err^2
-        fd_terms = [None if r is None else tol.hoeffding(1.0, r[1]) for r in refs]
-        for b, ref in enumerate(self.oracle.refs):
-            if ref.modelled and fd_terms[b] is not None:
-                # Against the model's reference a projection must pass with room
-                # for the measured one's centre, which may sit anywhere within
-                # |R1 - R2| of it: then it passes against the measured one too.
-                fd_terms[b] -= ref.shift_term
-        vs = self.probes.vs
+        usable = [b for b, r in enumerate(refs) if r is not None]
+        terms = tol.hoeffdings([functools.partial(lambda r: (1.0, r[1]), refs[b]) for b in usable])
+        # Against the model's reference a projection must pass with room for
+        # the measured one's centre, which may sit anywhere within |R1 - R2|
+        # of it: then it passes against the measured one too.
+        fd_terms = {b: t - (self.oracle.refs[b].shift_term if self.oracle.refs[b].modelled else 0.0)
+                    for b, t in zip(usable, terms)}  # fmt: skip
+        projected = projections(self.probes.vs, {b: refs[b][0] for b in usable})
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
-            r = refs[b] if b < len(refs) else None
-            return None if r is None else (_xp.dot(vs[a], r[0]), fd_terms[b])
+            return (projected[a, b], fd_terms[b]) if (a, b) in projected else None
 
         worst = self._worst_projection(rhs)
         if worst is not None and jvp_ok and any(r.modelled for r in self.oracle.refs):
@@ -267,8 +267,10 @@ class Comparisons(Judge):
             return
         finite = _xp.ns(self.primal.values).where(self.primal.finite, 1.0, 0.0)
         jvps, vs = self.modes.jvps, self.probes.vs
-        jv_terms = [tol.hoeffding(finite, self.bounds.jvp(b)) for b in range(len(jvps))]
-        worst = self._worst_projection(lambda a, b: (_xp.dot(vs[a], jvps[b]), jv_terms[b]))
+        bound = self.bounds.jvp
+        jv_terms = tol.hoeffdings([functools.partial(lambda b: (finite, bound(b)), b) for b in range(len(jvps))])
+        projected = projections(vs, dict(enumerate(jvps)))
+        worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[b]))
         if worst is None:
             return
         a, b = worst.cotangent, worst.direction

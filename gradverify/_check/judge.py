@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -59,13 +59,16 @@ class Judge:
     @functools.cached_property
     def lhs(self) -> list[list[float]]:
         """<J^T v_a, u_b> for every projection (directional checks)."""
-        return [[_xp.dot(g, u) for u in self.probes.us] for g in self.modes.vjps]
+        us = self.probes.us
+        flat = iter(_xp.dots([(g, u) for g in self.modes.vjps for u in us]))
+        return [[next(flat) for _ in us] for _ in self.modes.vjps]
 
     @functools.cached_property
     def g_terms(self) -> list[float]:
         """The Hoeffding term of each VJP's rounding in a projection: |u_b| =
         scale, so (u_b g)^2 = (scale g)^2 whatever the direction."""
-        return [tol.hoeffding(self.probes.scale, self.bounds.vjp(a)) for a in range(len(self.modes.vjps))]
+        scale, vjp = self.probes.scale, self.bounds.vjp
+        return tol.hoeffdings([functools.partial(lambda a: (scale, vjp(a)), a) for a in range(len(self.modes.vjps))])
 
     def column_slopes(self, b: int) -> np.ndarray:
         """|AD| along column b of a full Jacobian (real units), per output
@@ -177,3 +180,9 @@ class Judge:
                 terms=terms,
             )
         )
+
+
+def projections(left: Sequence[Any], right: dict[int, Any]) -> dict[tuple[int, int], float]:
+    """<left[a], right[b]> for every a and every b, read in one read (see xp.dots)."""
+    pairs = [(a, b) for a in range(len(left)) for b in right]
+    return dict(zip(pairs, _xp.dots([(left[a], right[b]) for a, b in pairs])))

@@ -1,8 +1,10 @@
 """``gv.check``: cross-check forward mode, reverse mode and finite differences.
 
 The check runs as stages, each a module with a typed result (see
-docs/how-a-check-works.md): the primal twice on copies, for mutation and
-nondeterminism (``primal.evaluate``, ``primal.repeat``) -> the oracle's
+docs/how-a-check-works.md): the primal on copies, for mutation
+(``primal.evaluate``; again for nondeterminism, ``primal.repeat``: at once on
+small inputs, after the comparisons on large ones and only where they leave
+doubt, see ``_decisive``) -> the oracle's
 precision, float64 when fn accepts it (``primal.choose``) -> the probes,
 directions u and cotangents v (``probes``) -> JVP J u and VJP J^T v
 (``modes``) -> the FD oracle with fn's noise measured and kinks told apart
@@ -16,7 +18,6 @@ same way, with the same options.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ from .compare import Comparisons
 from .context import Context, Options
 from .evaluate import Evaluator
 from .findings import Closeness, Findings
+from .missing import missing_rules as _missing_rules
 from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
@@ -272,7 +274,7 @@ def _check_real(
             return outcome.unshaped
         if reached is not None:
             reached.extend(ev.reached or ())
-        missing = _missing_rules(ev, outcome)
+        missing = _missing_rules(ev, outcome.findings, outcome.modes)
         if missing:
             outcome = _without(ev, options, order, outcome, missing)
         if _reverse_mode_failed(outcome):
@@ -313,62 +315,6 @@ def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         # (vmap) form.
         outcome = _stages(ev, dataclasses.replace(options, vectorise=False), order)
     return outcome
-
-
-#: What a framework (or a rule) raises for a derivative it does not have:
-#: "gradient with respect to a and b not supported" (jax's betainc), "the
-#: derivative for 'self' is not implemented" (torch), "does not support
-#: automatic differentiation for outputs with complex dtype"; "transpose_solve
-#: required for backwards mode automatic differentiation" (jax's
-#: custom_linear_solve); "Reverse-mode differentiation does not work for
-#: lax.while_loop"; "Pure callbacks do not support JVP".
-_MISSING_RULE = re.compile(
-    r"\bnot (?:yet )?(?:supported|implemented)\b|does not support (?:automatic differentiation|forward AD)"
-    r"|\bno (?:derivative|differentiation|gradient) rule\b|\brequired for (?:backwards?|reverse)[- ]mode\b"
-    r"|\b(?:reverse|forward)-mode differentiation does not work\b|\bdo(?:es)? not support (?:JVP|VJP)\b",
-    re.IGNORECASE,
-)
-
-
-def _is_missing_rule(e: BaseException) -> bool:
-    return isinstance(e, NotImplementedError) or bool(_MISSING_RULE.search(str(e)))
-
-
-def _missing_rules(ev: Evaluator, outcome: _Outcome) -> dict[str, dict[int, str]]:
-    """The modes that raised for want of a derivative rule, each with the
-    arguments it has none for alone (the framework's words): one call of
-    the mode per argument, at the point. Empty where no mode raised so, or
-    where a raising argument raised something else too (a rule that
-    crashes is an error, not a missing rule)."""
-    raised = [f.message for f in outcome.findings if f.kind == Kind.EXCEPTION]
-    failed = [m for m in ("JVP", "VJP") if outcome.modes.get(m) == _modes.FAILED]
-    if not failed or not any(_MISSING_RULE.search(t) or "NotImplementedError" in t for t in raised):
-        return {}
-    wrt = ev.wrt
-    found: dict[str, dict[int, str]] = {}
-    try:
-        out, out_dtype, _ = ev.primal_raw()
-        ones = xp.ns(out).ones_like(out)
-        for mode in failed:
-            for i in wrt:
-                ev.wrt = (i,)
-                v = ev.values[i]
-                try:
-                    if mode == "JVP":
-                        ev.jvp([xp.ns(v).ones_like(v)])
-                    else:
-                        ev.vjp(ones, out_dtype)
-                except CallFailed as e:
-                    if not _is_missing_rule(e.exc):
-                        return {}
-                    found.setdefault(mode, {})[i] = f"{type(e.exc).__name__}: {e.exc}"
-                except ModeUnavailable:
-                    pass
-    except CallFailed:
-        return {}
-    finally:
-        ev.wrt = wrt
-    return found
 
 
 def _without(
@@ -468,7 +414,12 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             outcome.unshaped = primal
             return outcome
         outcome.output = primal.summary
-        _primal.repeat(ev, primal, report, options.nondet_tol)
+        # The second evaluation at the point is a guard: a full Jacobian
+        # (small inputs, cheap) always takes it; a directional check only
+        # where the derivatives leave doubt (see _decisive).
+        guarded = _probes.full_jacobian(ev, primal, options.full)
+        if guarded:
+            _primal.repeat(ev, primal, report, options.nondet_tol)
         if not xp.any_(primal.finite):
             # ok (no error was found) but inconclusive, and said so in the verdict line
             empty = xp.size(primal.values) == 0
@@ -497,6 +448,9 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             modes, bounds = resolve_singular(ctx, ad, oracle, modes, bounds)
             ad.status["FD"] = oracle.label
             Comparisons(ctx, ad, oracle, modes, bounds).run()
+            if not guarded and not _decisive(report, closeness, oracle):
+                _primal.repeat(ev, primal, report, options.nondet_tol)
+                report.items.sort(key=lambda f: f.kind != Kind.NONDETERMINISM)  # (said first, as it explains)
             if options.batched:
                 _batched.run(ctx, ad)
             if not modes.jvps and not modes.vjps:
@@ -514,6 +468,24 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             oracle.close()  # (its references' measure() hold fn and the point)
         outcome.worst_ratio = closeness.worst
     return outcome
+
+
+#: A directional check whose every comparison came within this fraction of
+#: its bound passes decisively (correct functions come within 0.01 to 0.3).
+DECISIVE = 0.25
+
+
+def _decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
+    """Whether a directional check passed beyond doubt: nothing found (but a
+    mode fn has no rule for), every
+    FD reference the rounding model's (its elementwise kink, convergence and
+    noise tests passed at all six points), and every comparison within
+    DECISIVE of its bound. fn evaluated differently at the same point by more
+    than rounding would have shown at those points, element by element, as
+    noise the model does not allow or as a disagreement with the JVP."""
+    if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
+        return False
+    return all(ref.modelled for ref in oracle.refs)
 
 
 # -- second order ---------------------------------------------------------------------

@@ -23,7 +23,18 @@ from .evaluate import Evaluator
 from .findings import unravel
 from .primal import Precision, Primal
 
-__all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "Flat", "Probes", "basis", "choose", "power_of_two", "rms", "signs"]
+__all__ = [
+    "FULL_MAX_IN",
+    "FULL_MAX_OUT",
+    "Flat",
+    "Probes",
+    "basis",
+    "choose",
+    "full_jacobian",
+    "power_of_two",
+    "rms",
+    "signs",
+]
 
 #: Inputs with at most this many differentiable elements (and outputs with at
 #: most FULL_MAX_OUT) get the full Jacobian: n JVPs, m VJPs, 4n evaluations,
@@ -103,6 +114,15 @@ def _bases(n: int, like: Any) -> tuple[Any, ...]:
     return tuple(basis(j, n, like) for j in range(n))
 
 
+def full_jacobian(ev: Evaluator, primal: Primal, full: bool | None) -> bool:
+    """Whether ``choose`` takes the full Jacobian (the caller's ``full``, else
+    small inputs and outputs)."""
+    if full is not None:
+        return full
+    n = sum(_xp.size(ev.values[i]) for i in ev.wrt)
+    return n <= FULL_MAX_IN and _xp.size(primal.values) <= FULL_MAX_OUT
+
+
 def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
     segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
     sizes = tuple(_xp.size(s) for s in segs)
@@ -111,8 +131,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
     xp = _xp.ns(x)
     raw, tops, rs = [], [], []
-    for s in segs:
-        top = _xp.absmax(s)
+    for s, top in zip(segs, _xp.absmaxes(*segs)):
         r = _rms(s, top)
         rs.append(r)
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
@@ -125,7 +144,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     f0_scale = precision.f0_scale
     slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
     n, m = flat.n, _xp.size(precision.f0)
-    use_full = full if full is not None else (n <= FULL_MAX_IN and m <= FULL_MAX_OUT)
+    use_full = full_jacobian(ev, primal, full)
     rng = np.random.default_rng(seed)
     if use_full:
         # column j along e_j itself: J e_j is the real column

@@ -9,6 +9,7 @@ directions are random signs drawn independently of the errors they weight.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -221,9 +222,38 @@ def ad_bound(
     return mag
 
 
+def hoeffdings(terms: list[Callable[[], tuple[Any, Any]]]) -> list[float]:
+    """``hoeffding(weights, bounds)`` of each pair ``terms[k]()`` returns:
+    each pair is made and dropped in turn (one full-size term alive at a
+    time), and the sums of squares of device arrays come to the host in one
+    read. A sum that overflows is worked out again, rescaled."""
+    squares, host = [], []
+    for make in terms:
+        p = _xp.flat(_weighted(*make()))
+        if _xp.ns(p) is np:
+            host.append(hoeffding(1.0, p))
+            squares.append(None)
+        else:
+            host.append(None)
+            squares.append(p.dot(p) if hasattr(p, "detach") else _xp.dot(p, p))
+    device = iter(_xp.read(*(q for q in squares if q is not None and not isinstance(q, float))))
+    out = []
+    for make, h, q in zip(terms, host, squares):
+        if h is not None:
+            out.append(h)
+            continue
+        q = q if isinstance(q, float) else next(device)
+        out.append(HOEFFDING_K * math.sqrt(q) if q < math.inf else hoeffding(*make()))
+    return out
+
+
+def _weighted(weights: Any, bounds: Any) -> Any:
+    return bounds if isinstance(weights, float) and weights == 1.0 else weights * bounds
+
+
 def hoeffding(weights: Any, bounds: Any) -> float:
     """Bound on |sum_i w_i e_i| for |e_i| <= bounds_i and random-sign w."""
-    p = bounds if isinstance(weights, float) and weights == 1.0 else weights * bounds
+    p = _weighted(weights, bounds)
     xp = _xp.ns(p)
     if xp is np:
         top = float(np.max(np.abs(p), initial=0.0))

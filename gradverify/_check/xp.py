@@ -27,6 +27,7 @@ __all__ = [
     "HOST_MAX",
     "Scratch",
     "absmax",
+    "absmaxes",
     "absolute",
     "add",
     "all_",
@@ -41,9 +42,11 @@ __all__ = [
     "device",
     "device_kind",
     "dot",
+    "dots",
     "empty",
     "equal",
     "extremes",
+    "fmaxes",
     "finite",
     "flat",
     "fmax",
@@ -63,6 +66,7 @@ __all__ = [
     "on_host",
     "put",
     "quiet",
+    "read",
     "shifted",
     "size",
     "sub",
@@ -369,23 +373,56 @@ def absmax(a: Any) -> float:
 
 
 def extremes(a: Any) -> tuple[float, float]:
-    """(min, max) of a non-empty device array (NaN propagates; torch: one pass)."""
+    """(min, max) of a non-empty device array (NaN propagates; torch: one
+    pass and one read)."""
     if hasattr(a, "aminmax"):
-        lo, hi = a.aminmax()
-        return float(lo), float(hi)
+        lo, hi = read(*a.aminmax())
+        return lo, hi
     xp = ns(a)
     return float(xp.min(a)), float(xp.max(a))
 
 
+def read(*scalars: Any) -> list[float]:
+    """Device scalars (0-d arrays of one backend) as Python floats, handed to
+    the host in one read: one synchronisation on a GPU, not one each."""
+    if not scalars:
+        return []
+    first = scalars[0]
+    if hasattr(first, "detach"):  # torch
+        torch = _torch()
+        if len(scalars) == 1:
+            return [float(first)]
+        return [float(v) for v in torch.stack([s.to(first.dtype) for s in scalars]).tolist()]
+    if on_host(first):
+        return [float(v) for v in scalars]
+    xp = ns(first)
+    return [float(v) for v in np.asarray(xp.stack([xp.astype(s, first.dtype) for s in scalars]))]
+
+
 def _maxabs(a: Any) -> float:
     """max |a| of a non-empty device array, NaN if any element is NaN (torch:
-    one pass for both extremes, no |a| array)."""
-    if hasattr(a, "aminmax"):
-        lo, hi = (float(v) for v in a.aminmax())
-        if math.isnan(lo) or math.isnan(hi):
-            return math.nan
-        return max(-lo, hi)
-    return float(ns(a).max(ns(a).abs(a)))
+    one pass for both extremes, no |a| array, one read)."""
+    return _maxabs_of(*extremes(a)) if hasattr(a, "aminmax") else float(ns(a).max(ns(a).abs(a)))
+
+
+def _maxabs_of(lo: float, hi: float) -> float:
+    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
+
+
+def absmaxes(*arrays: Any) -> list[float]:
+    """``absmax`` of each array, read in one read where they are torch arrays."""
+    if not all(hasattr(a, "aminmax") and size(a) for a in arrays):
+        return [absmax(a) for a in arrays]
+    ends = read(*(e for a in arrays for e in a.aminmax()))
+    return [_maxabs_of(lo, hi) for lo, hi in zip(ends[::2], ends[1::2])]
+
+
+def fmaxes(*arrays: Any) -> list[float]:
+    """``fmax`` of each array, read in one read where they are torch arrays
+    (a second pass only for an array with a non-finite element)."""
+    if not all(hasattr(a, "aminmax") and size(a) for a in arrays):
+        return [fmax(a) for a in arrays]
+    return [top if math.isfinite(top) else fmax(a) for a, top in zip(arrays, absmaxes(*arrays))]
 
 
 def any_(mask: Any) -> bool:
@@ -432,6 +469,13 @@ def dot(a: Any, b: Any) -> float:
     if len(tuple(a.shape)) == 1 and len(tuple(b.shape)) == 1:
         return float(xp.tensordot(a, b, axes=1))  # (jax: vecdot is several times slower)
     return float(xp.vecdot(a, b))
+
+
+def dots(pairs: list[tuple[Any, Any]]) -> list[float]:
+    """``dot`` of each pair, read in one read where they are torch arrays."""
+    if not pairs or not all(hasattr(a, "dot") and hasattr(a, "detach") for pair in pairs for a in pair):
+        return [dot(a, b) for a, b in pairs]
+    return read(*(a.dot(b) for a, b in pairs))
 
 
 def as64(a: Any) -> Any:

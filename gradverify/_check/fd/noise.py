@@ -32,30 +32,41 @@ _D6_NOISE = difference_noise(6)
 
 @dataclass
 class WideTable:
-    """F on nine points of spacing d (t = k d, k = -4..4), the noise sigma it
-    shows per element and the slope error that noise can cause over d (its tilt)."""
+    """F on nine points of spacing d (t = k d, k = -4..4) and, once
+    ``measure`` has run, the noise sigma they show per element and the slope
+    error that noise can cause over d (its tilt)."""
 
     d: float
     f: dict[int, Array]
-    sigma: Array
-    tilt: Array
+    sigma: Array | None = None
+    tilt: Array | None = None
+
+    def measure(self) -> None:
+        """sigma and the tilt, from the points (the table's arithmetic: a few
+        dozen passes over the vector, asked for only where noise of the most
+        a rounding artifact can have would explain something). A noise of
+        size sigma seen at spacing d varies over about d, so it tilts a slope
+        by about sigma / d: at the step's own spacing h/4 this is the usual
+        6 sigma / h of the estimate, 1.5 sigma / d. sigma is the smaller of the
+        fourth- and sixth-difference estimates: noise gives both the same
+        value, a smooth function's curvature shows in the fourth far more than
+        in the sixth."""
+        f = self.f
+        with _xp.quiet():
+            self.sigma, self.tilt = blockwise(
+                _wide_block, _xp.flat(f[0]), tuple(_xp.flat(f[k]) for k in range(-4, 5)), self.d
+            )
 
 
 def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> WideTable | None:
-    """The ``level``-th wider table (None when it does not fit). A noise of
-    size sigma seen at spacing d varies over about d, so it tilts a slope by
-    about sigma / d: at the step's own spacing h/4 this is the usual 6 sigma / h
-    of the estimate, 1.5 sigma / d. sigma is the smaller of the fourth- and
-    sixth-difference estimates: noise gives both the same value, a smooth
-    function's curvature shows in the fourth far more than in the sixth."""
+    """The ``level``-th wider table's points (None when it does not fit); its
+    noise is measured by ``WideTable.measure``."""
     if level >= len(WIDE_SPACINGS) or 8 * WIDE_SPACINGS[level] * h > WIDE_SPAN:
         return None
     d = WIDE_SPACINGS[level] * h
     f = dict(zip(OFFSETS, values_at(F, [k * d for k in OFFSETS])))
     f[0] = f0
-    with _xp.quiet():
-        sigma, tilt = blockwise(_wide_block, _xp.flat(f0), tuple(_xp.flat(f[k]) for k in range(-4, 5)), d)
-    return WideTable(d, f, sigma, tilt)
+    return WideTable(d, f)
 
 
 def _wide_block(fs: tuple[Array, ...], d: float) -> tuple[Array, Array]:

@@ -403,8 +403,8 @@ def scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> 
         parts = tuple(a[b] for a in (F[2], F[-2], F[-4], F[4], F[2] if f0 is None else f0))
         return tuple(float(v) for v in compiled(_scales_block, F[2])(parts, h))
     d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
-    top = 0.0 if f0 is None else _xp.fmax(f0[b])
-    return _xp.fmax(d2), max(_xp.fmax(F[-4][b]), _xp.fmax(F[4][b])), top
+    slope, below, above, *top = _xp.fmaxes(d2, F[-4][b], F[4][b], *(() if f0 is None else (f0[b],)))
+    return slope, max(below, above), top[0] if top else 0.0
 
 
 def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Array]:

@@ -1,0 +1,103 @@
+"""A check spends where it doubts: on large inputs the guards (the second
+evaluation at the point, the wider noise tables' arithmetic) run only where
+the first comparisons leave doubt, and a real bug is convicted without them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gradverify as gv
+from gradverify._check import excuses, tolerance as tol
+from gradverify._check.fd import noise
+from gradverify._result import ERROR
+from gradverify._sweep.examples import tanh_bias_flipped
+
+
+def _point(rows: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return torch.tensor(rng.standard_normal((rows, 10))), torch.tensor(rng.standard_normal(10))
+
+
+@pytest.mark.parametrize("forward_rule", [True, False])
+def test_a_decisive_pass_evaluates_fn_once_at_the_point(forward_rule):
+    x, b = _point(1000)
+    r = gv.check(tanh_bias_flipped("torch", None, forward_rule=forward_rule), x, b)
+    assert r.ok, str(r)
+    assert r.strategy.startswith("directional")
+    # once at the point and six times along the first direction: no repeat
+    assert r.evaluations["primal"] == 7, r.evaluations
+    assert r.worst_ratio <= 0.25
+
+
+def test_a_full_jacobian_still_evaluates_twice_at_the_point():
+    x, b = _point(2)
+    r = gv.check(tanh_bias_flipped("torch", None), x, b)
+    assert r.ok and r.strategy.startswith("full")
+    calls = []
+
+    def counted(x, b):
+        calls.append(1)
+        return torch.tanh(x + b)
+
+    gv.check(counted, x, b, vectorise=False)
+    # two at the point, four per column of the 20 inputs' stencils at least
+    assert len(calls) >= 2 + 4 * 20
+
+
+def test_nondeterminism_beyond_rounding_is_said_first_on_large_inputs():
+    gen = torch.Generator().manual_seed(0)
+
+    def jittery(x):
+        return torch.tanh(x) * (1 + 1e-9 * torch.rand(x.shape, generator=gen, dtype=x.dtype))
+
+    x, _ = _point(1000)
+    r = gv.check(jittery, x)
+    assert not r.ok
+    first = r.findings[0]
+    assert first.kind == gv.Kind.NONDETERMINISM and first.level == ERROR, str(r)
+
+
+def test_dropout_in_training_is_nondeterminism_on_large_inputs():
+    x, _ = _point(1000)
+    r = gv.check(lambda x: torch.nn.functional.dropout(x, 0.5, training=True), x)
+    assert not r.ok
+    assert r.findings[0].kind == gv.Kind.NONDETERMINISM, str(r)
+
+
+def test_a_real_bug_is_convicted_without_measuring_the_wider_tables(monkeypatch):
+    measured = []
+    original = noise.WideTable.measure
+    monkeypatch.setattr(noise.WideTable, "measure", lambda self: measured.append(self.d) or original(self))
+    x, b = _point(1000, seed=3)
+    flip = 4321
+    r = gv.check(tanh_bias_flipped("torch", flip, forward_rule=False), x, b)
+    assert not r.ok
+    (f,) = r.by_kind(gv.Kind.MISMATCH)
+    assert f.input_index == np.unravel_index(flip, tuple(x.shape))
+    # no noise a rounding artifact can have explains a flipped element: the
+    # tables' points were looked at, their noise never worked out
+    assert measured == []
+
+
+def test_the_wide_bound_is_never_below_the_tilt():
+    """_wide_bound's tilt is _wide_tilt's with sigma at its plausible limit:
+    element by element never smaller, whatever sigma and the points are."""
+    rng = np.random.default_rng(7)
+    n = 4000
+    fs = tuple(rng.standard_normal(n) * 10.0 ** rng.uniform(-300, 300, n) for _ in range(9))
+    fs = (np.where(rng.random(n) < 0.01, np.inf, fs[0]), *fs[1:])
+    peak = np.abs(rng.standard_normal(n))
+    eligible = rng.random(n) < 0.9
+    scalars = (1.5, tol.unit_roundoff("float64"), 3e-6)
+    values = np.max(np.abs(np.where(np.isfinite(np.stack(fs)), np.stack(fs), 0.0)), axis=0)
+    limit = tol.ROUNDING_TERMS * scalars[1] * np.maximum(values, scalars[0])
+    # sigma at, just below and far beyond its plausible limit
+    with np.errstate(over="ignore", invalid="ignore"):
+        sigma = limit * rng.choice([1.0, 1 - 2.0**-52, 0.5, 2.0, 1e300], n)
+        top, most = excuses._wide_bound(fs, peak, eligible, scalars)
+        top2, tilt = excuses._wide_tilt(fs, sigma, peak, eligible, scalars)
+    assert np.array_equal(top, top2)
+    assert np.all(tilt <= most)
+    assert np.any((tilt == most) & (tilt > 0))  # (sigma at the limit: the bound is tight)
