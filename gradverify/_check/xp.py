@@ -388,15 +388,11 @@ def read(*scalars: Any) -> list[float]:
     if not scalars:
         return []
     first = scalars[0]
+    if len(scalars) == 1 or on_host(first) or any(s.dtype != first.dtype for s in scalars):
+        return [float(v) for v in scalars]  # (one dtype stacks exactly; no cast ever rounds a value)
     if hasattr(first, "detach"):  # torch
-        torch = _torch()
-        if len(scalars) == 1:
-            return [float(first)]
-        return [float(v) for v in torch.stack([s.to(first.dtype) for s in scalars]).tolist()]
-    if on_host(first):
-        return [float(v) for v in scalars]
-    xp = ns(first)
-    return [float(v) for v in np.asarray(xp.stack([xp.astype(s, first.dtype) for s in scalars]))]
+        return [float(v) for v in _torch().stack(scalars).tolist()]
+    return [float(v) for v in np.asarray(ns(first).stack(scalars))]
 
 
 def _maxabs(a: Any) -> float:
