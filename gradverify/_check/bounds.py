@@ -26,8 +26,9 @@ class Bounds:
         self.rtol, self.atol = rtol, atol
         self._jvp: dict[int, np.ndarray] = {}
         self._vjp: dict[int, np.ndarray] = {}
-        # the scales of bounds not kept (a number each: the values' largest magnitude)
-        self._scales: dict[tuple[str, int], list[float]] = {}
+        # the scales of bounds not kept (the values' largest magnitude: per direction, per argument)
+        self._jvp_scale: dict[int, float] = {}
+        self._vjp_scales: dict[int, list[float]] = {}
 
     @property
     def user(self) -> bool:
@@ -41,9 +42,9 @@ class Bounds:
         if probes.full:
             scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
         else:
-            if ("JVP", b) not in self._scales:
-                self._scales["JVP", b] = [max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)]
-            scale = self._scales["JVP", b][0]
+            if b not in self._jvp_scale:
+                self._jvp_scale[b] = max(_xp.absmax(jv), probes.slope_scale * probes.scale_max)
+            scale = self._jvp_scale[b]
         bound = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
         if _xp.size(bound) <= KEEP_BOUNDS:
             self._jvp[b] = bound
@@ -53,21 +54,27 @@ class Bounds:
         """Bound of J^T v_a (real units, per input element)."""
         if a in self._vjp:
             return self._vjp[a]
-        bound = self.of_vjp(self.modes.vjps[a], self._scales.setdefault(("VJP", a), []))
+        g = self.modes.vjps[a]
+        if a not in self._vjp_scales and not self.probes.full:
+            self._vjp_scales[a] = self._scales_of(g)
+        bound = self.of_vjp(g, self._vjp_scales.get(a))
         if _xp.size(bound) <= KEEP_BOUNDS:
             self._vjp[a] = bound
         return bound
 
+    def _scales_of(self, g: np.ndarray) -> list[float]:
+        """Each argument's part of ``g``: the scale of its rounding bound."""
+        return [max(top, self.probes.slope_scale) for top in _xp.absmaxes(*self.probes.flat.split(g))]
+
     def of_vjp(self, g: np.ndarray, scales: list[float] | None = None) -> np.ndarray:
-        """Bound of ``g`` (a J^T v, flat over the inputs). ``scales``: each
-        argument's scale where the list holds them, else filled with them."""
+        """Bound of ``g`` (a J^T v, flat over the inputs); ``scales``: its
+        arguments' scales where known (see _scales_of)."""
         probes, modes = self.probes, self.modes
         split = probes.flat.split(g)
         if probes.full:
             scales = [modes.jmax_vjp] * len(split)
-        elif not scales:
-            found = [max(top, probes.slope_scale) for top in _xp.absmaxes(*split)]
-            scales = found if scales is None else (scales.extend(found) or scales)
+        elif scales is None:
+            scales = self._scales_of(g)
         parts = [
             tol.ad_bound(p, "float64" if modes.ad64 else self.dtypes[i], self.rtol, self.atol, s)
             for p, i, s in zip(split, probes.flat.args, scales)

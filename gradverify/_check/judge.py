@@ -59,9 +59,9 @@ class Judge:
     @functools.cached_property
     def lhs(self) -> list[list[float]]:
         """<J^T v_a, u_b> for every projection (directional checks)."""
-        us = self.probes.us
-        flat = iter(_xp.dots([(g, u) for g in self.modes.vjps for u in us]))
-        return [[next(flat) for _ in us] for _ in self.modes.vjps]
+        us, vjps = self.probes.us, self.modes.vjps
+        projected = projections(vjps, dict(enumerate(us)))
+        return [[projected[a, b] for b in range(len(us))] for a in range(len(vjps))]
 
     @functools.cached_property
     def g_terms(self) -> list[float]:

@@ -225,25 +225,19 @@ def ad_bound(
 def hoeffdings(terms: list[Callable[[], tuple[Any, Any]]]) -> list[float]:
     """``hoeffding(weights, bounds)`` of each pair ``terms[k]()`` returns:
     each pair is made and dropped in turn (one full-size term alive at a
-    time), and the sums of squares of device arrays come to the host in one
+    time), and the sums of squares of torch arrays come to the host in one
     read. A sum that overflows is worked out again, rescaled."""
-    squares, host = [], []
-    for make in terms:
+    out: list[float] = []
+    pending: list[tuple[int, Any]] = []  # (term, its sum of squares on the device)
+    for k, make in enumerate(terms):
         p = _xp.flat(_weighted(*make()))
-        if _xp.ns(p) is np:
-            host.append(hoeffding(1.0, p))
-            squares.append(None)
+        if hasattr(p, "detach"):
+            pending.append((k, p.dot(p)))
+            out.append(math.nan)
         else:
-            host.append(None)
-            squares.append(p.dot(p) if hasattr(p, "detach") else _xp.dot(p, p))
-    device = iter(_xp.read(*(q for q in squares if q is not None and not isinstance(q, float))))
-    out = []
-    for make, h, q in zip(terms, host, squares):
-        if h is not None:
-            out.append(h)
-            continue
-        q = q if isinstance(q, float) else next(device)
-        out.append(HOEFFDING_K * math.sqrt(q) if q < math.inf else hoeffding(*make()))
+            out.append(hoeffding(1.0, p))
+    for (k, _), q in zip(pending, _xp.read(*(q for _, q in pending))):
+        out[k] = HOEFFDING_K * math.sqrt(q) if q < math.inf else hoeffding(*terms[k]())
     return out
 
 
