@@ -5,7 +5,8 @@ Five parts, each printed as a table (CPU, one torch thread):
 * ``counts``: what one check of tanh(x + b) at n elements asks of a device,
   counted at torch's dispatcher with the FD arithmetic in blocks as large
   as on a GPU (one block up to 2^22 elements): kernel launches (every aten
-  operation that moves data; views and metadata left out), host reads (a
+  operation that moves data; views, metadata and allocations - ``aten.empty``
+  and its kind run no kernel and write nothing - left out), host reads (a
   scalar read, ``aten._local_scalar_dense``, or a tensor handed to the host
   by ``.tolist()``/``.numpy()``: each one a device synchronisation on a
   GPU), bytes written over the bytes of x, and fn's calls; passing (a
@@ -88,7 +89,7 @@ class Counts:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 name = str(func.overloadpacket)
-                if func.is_view or name in _NO_DATA or name in _METADATA:
+                if func.is_view or name in _NO_DATA or name in _METADATA or name in _ALLOCATIONS:
                     return out
                 outer.launches += 1
                 outer.reads += name == "aten._local_scalar_dense"
@@ -134,6 +135,8 @@ class Counts:
 
 #: operations that only say something about a tensor (no data moved)
 _METADATA = {"aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.dim"}
+#: operations that only reserve memory (no kernel, nothing written)
+_ALLOCATIONS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided"}
 
 
 def _jax_compiles(f) -> int:

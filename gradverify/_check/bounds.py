@@ -64,7 +64,8 @@ class Bounds:
 
     def _scales_of(self, g: np.ndarray) -> list[float]:
         """Each argument's part of ``g``: the scale of its rounding bound."""
-        return [max(top, self.probes.slope_scale) for top in _xp.absmaxes(*self.probes.flat.split(g))]
+        slope = self.probes.slope_scale * self.probes.v_max
+        return [max(top, slope) for top in _xp.absmaxes(*self.probes.flat.split(g))]
 
     def of_vjp(self, g: np.ndarray, scales: list[float] | None = None) -> np.ndarray:
         """Bound of ``g`` (a J^T v, flat over the inputs); ``scales``: its

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,9 @@ from .judge import Judge, projections
 from .locate import Localiser
 from .lowprecision import LowPrecision
 from .messages import adjoint_mismatch, fd_mismatch, inconclusive
+from .modes import Modes
 from .oracle import Oracle
+from .probes import Probes
 from .worst import ElementWorst, JacobianWorst, ProjectionWorst
 
 __all__ = ["MEASURED_ROUNDING", "Comparisons"]
@@ -166,18 +169,21 @@ class Comparisons(Judge):
         rounding model's, with the VJP's element that FD along e_j convicts on
         its own (then the measurement along u_b could only say the same)."""
         refs = [self._ref_for_projection(b) for b in range(len(self.oracle.refs))]
-        # v is +-1 on finite outputs and err is 0 elsewhere: (v err)^2 = err^2
+        vs = self.probes.vs
         usable = [b for b, r in enumerate(refs) if r is not None]
-        terms = tol.hoeffdings([functools.partial(lambda r: (1.0, r[1]), refs[b]) for b in usable])
+        pairs = [(a, b) for a in range(len(vs)) for b in usable]
+        terms = tol.hoeffdings([functools.partial(lambda v, r: (v, r[1]), vs[a], refs[b]) for a, b in pairs])
         # Against the model's reference a projection must pass with room for
         # the measured one's centre, which may sit anywhere within |R1 - R2|
         # of it: then it passes against the measured one too.
-        fd_terms = {b: t - (self.oracle.refs[b].shift_term if self.oracle.refs[b].modelled else 0.0)
-                    for b, t in zip(usable, terms)}  # fmt: skip
-        projected = projections(self.probes.vs, {b: refs[b][0] for b in usable})
+        fd_terms = {}
+        for (a, b), t in zip(pairs, terms):
+            ref = self.oracle.refs[b]
+            fd_terms[a, b] = t - (ref.shift_terms[a] if ref.modelled and ref.shift_terms else 0.0)
+        projected = projections(vs, {b: refs[b][0] for b in usable})
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
-            return (projected[a, b], fd_terms[b]) if (a, b) in projected else None
+            return (projected[a, b], fd_terms[a, b]) if (a, b) in projected else None
 
         worst = self._worst_projection(rhs)
         if worst is not None and jvp_ok and any(r.modelled for r in self.oracle.refs):
@@ -265,12 +271,14 @@ class Comparisons(Judge):
         if self.probes.full:
             self._adjoint_full()
             return
-        finite = _xp.ns(self.primal.values).where(self.primal.finite, 1.0, 0.0)
         jvps, vs = self.modes.jvps, self.probes.vs
         bound = self.bounds.jvp
-        jv_terms = tol.hoeffdings([functools.partial(lambda b: (finite, bound(b)), b) for b in range(len(jvps))])
+        # (v is 0 on non-finite outputs: they weigh nothing)
+        pairs = [(a, b) for a in range(len(vs)) for b in range(len(jvps))]
+        jv_terms = tol.hoeffdings([functools.partial(lambda a, b: (vs[a], bound(b)), a, b) for a, b in pairs])
+        jv_terms = dict(zip(pairs, jv_terms))
         projected = projections(vs, dict(enumerate(jvps)))
-        worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[b]))
+        worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[a, b]))
         if worst is None:
             return
         a, b = worst.cotangent, worst.direction
@@ -279,17 +287,10 @@ class Comparisons(Judge):
             measured = abs(_xp.dot(g3, self.probes.us[b]) - worst.lhs) + abs(_xp.dot(vs[a], jv3) - worst.rhs)
             if abs(worst.lhs - worst.rhs) <= worst.bound + MEASURED_ROUNDING * measured:
                 return
-        # A rule that subtracts its inputs before exponentiating (softmax
-        # weights exp(x - lse)) rounds them to u |x|: at inputs of 1e6 its
-        # derivative carries 1e-10 of relative rounding, and forward and
-        # reverse mode round it differently. Within ROUNDING_TERMS x u x the
-        # largest input, relative to the projections, the disagreement is a
-        # precision warning; beyond it, an error.
-        # (at most sqrt(u): rounding that cost half the digits is no longer rounding)
-        u = tol.unit_roundoff(self.modes.ad_out)
-        terms = min(tol.ROUNDING_TERMS * u * self.probes.inputs_max, u**0.5)
-        within = abs(worst.lhs - worst.rhs) <= worst.bound + terms * max(abs(worst.lhs), abs(worst.rhs))
-        self._report_vjp(worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None)
+        terms, size = _rounding_of_terms(self.modes, self.probes, a, b)
+        scale = max(size, abs(worst.lhs), abs(worst.rhs))
+        within = abs(worst.lhs - worst.rhs) <= worst.bound + terms * scale
+        self._report_vjp(worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale)
 
     def _adjoint_full(self) -> None:
         modes, probes, bounds = self.modes, self.probes, self.bounds
@@ -355,6 +356,34 @@ class _Witness(Excuse):
         why = f"at argument {arg} {idx}, {found.undecided}"
         oracle.refs[case.b] = ref.gave_up_at(np.array([self.i]), lambda _: why)
         return True
+
+
+def _rounding_of_terms(modes: Modes, probes: Probes, a: int, b: int) -> tuple[float, float]:
+    """The relative rounding of terms as large as the inputs, and the scale it
+    is relative to, for the adjoint identity of cotangent a and direction b.
+
+    A rule that subtracts its inputs before exponentiating (softmax weights
+    exp(x - lse)) rounds them to u |x|: at inputs of 1e6 its derivative
+    carries 1e-10 of relative rounding, and forward and reverse mode round it
+    differently. Within ROUNDING_TERMS x u x the largest input (at most
+    sqrt(u): rounding that cost half the digits is no longer rounding) of the
+    projection's size the disagreement is a precision warning; beyond it, an
+    error. Its size: the larger of the projections and of the 2-norm of their
+    terms, sqrt(sum (v_i (J u)_i)^2) - what |<v, J u>| is on average over the
+    random signs, so that a projection whose terms happened to cancel to a
+    small value is not held to the rounding of that value."""
+    u = tol.unit_roundoff(modes.ad_out)
+    terms = min(tol.ROUNDING_TERMS * u * probes.inputs_max, u**0.5)
+    v, g = probes.vs[a], modes.vjps[a]
+    squares = _xp.read(_squares(v, modes.jvps[b]), _squares(g, probes.us[b]))
+    return terms, math.sqrt(max(squares))
+
+
+def _squares(a: Any, b: Any) -> Any:
+    """sum (a_i b_i)^2, a 0-d array beside them."""
+    xp = _xp.ns(a, b)
+    w = a * b
+    return xp.sum(w * w)
 
 
 def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:

@@ -23,7 +23,7 @@ class Options:
     rtol: float | None
     atol: float | None
     full: bool | None
-    k: int  #: random directions
+    k: int | None  #: random directions (None: one, and a second where the first leaves doubt)
     vectorise: bool = True  #: a full Jacobian's rows and columns in one vmap call each
     batched: bool = False  #: the modes under vmap too (see batched)
     #: a migrated suite's own (atol, rtol): an AD value within atol + rtol |FD|
@@ -42,7 +42,7 @@ class Options:
             ("rtol", self.rtol, None),
             ("atol", self.atol, None),
             ("full", self.full, None),
-            ("directions", self.k, 2),
+            ("directions", self.k, None),
             ("vectorise", self.vectorise, True),
             ("batched", self.batched, False),
             ("suite_tol", self.suite, None),

@@ -45,6 +45,7 @@ class Evaluator(Vectorised):
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
         self.wrt = tuple(wrt)
+        self.vmaps = backend.vectorises(getattr(self.fn, "fn", self.fn) if hasattr(self.fn, "views") else self.fn)
         self.counts: Counter[str] = Counter()
         #: arrays fn's output depends on that are not its arguments (read
         #: from the first reverse-mode call at the point; None: not yet read)

@@ -64,11 +64,14 @@ class Judge:
         return [[projected[a, b] for b in range(len(us))] for a in range(len(vjps))]
 
     @functools.cached_property
-    def g_terms(self) -> list[float]:
-        """The Hoeffding term of each VJP's rounding in a projection: |u_b| =
-        scale, so (u_b g)^2 = (scale g)^2 whatever the direction."""
-        scale, vjp = self.probes.scale, self.bounds.vjp
-        return tol.hoeffdings([functools.partial(lambda a: (scale, vjp(a)), a) for a in range(len(self.modes.vjps))])
+    def g_terms(self) -> dict[tuple[int, int], float]:
+        """The Hoeffding term of VJP a's rounding in its projection on u_b,
+        for every pair: the weights are u_b's elements (a random sign times a
+        magnitude each)."""
+        us, vjp = self.probes.us, self.bounds.vjp
+        pairs = [(a, b) for a in range(len(self.modes.vjps)) for b in range(len(us))]
+        terms = tol.hoeffdings([functools.partial(lambda a, b: (us[b], vjp(a)), a, b) for a, b in pairs])
+        return dict(zip(pairs, terms))
 
     def column_slopes(self, b: int) -> np.ndarray:
         """|AD| along column b of a full Jacobian (real units), per output
@@ -150,7 +153,7 @@ class Judge:
                     continue
                 rhs, bound = rb
                 lhs = self.lhs[a][b]
-                bound += self.g_terms[a]
+                bound += self.g_terms[a, b]
                 ratio = abs(lhs - rhs) / (bound + 1e-300)
                 self.closeness.note(ratio)
                 if ratio > 1 and (worst is None or ratio > worst.ratio):
@@ -158,7 +161,13 @@ class Judge:
         return worst
 
     def _report_vjp(
-        self, w: ProjectionWorst, pair: tuple[str, str], *, use_jvp: bool, terms: float | None = None
+        self,
+        w: ProjectionWorst,
+        pair: tuple[str, str],
+        *,
+        use_jvp: bool,
+        terms: float | None = None,
+        terms_scale: float = 0.0,
     ) -> None:
         found = w.found or self.locate.vjp(w.cotangent, w.direction, use_jvp)
         arg, idx = self.probes.flat.locate(found.element)
@@ -175,9 +184,10 @@ class Judge:
                 modelled=w.found is not None,  # (judged against FD with the rounding model's noise)
                 user_bounds=self.bounds.user,
                 ad_out=self.modes.ad_out,
-                cotangent=f"cotangent v {w.cotangent + 1} (random signs, seed {self.probes.seed})",
+                cotangent=f"cotangent v {w.cotangent + 1} (random, seed {self.probes.seed})",
                 how=found.how,
                 terms=terms,
+                terms_scale=terms_scale,
             )
         )
 

@@ -50,7 +50,7 @@ class LowPrecision:
             elif mode == "JVP":
                 scale = max(_xp.absmax(ref), probes.slope_scale * probes.scale_max)
             else:
-                scale = modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale)
+                scale = modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale * probes.v_max)
             model = tol.ad_bound(ref, dtype, bounds.rtol, bounds.atol, scale)
             top = _xp.absmax(ref) if scale is None else scale
             effective = prec.float32_as if dtype == "float32" else dtype
@@ -162,7 +162,7 @@ class LowPrecision:
             arg, idx = probes.flat.locate(probes.flat.offsets[k] + j)
             out_idx = None
             what = f"(J^T v) at arg{arg}{list(idx)}"
-            where = f"cotangent v {a + 1}" + (f" (random signs, seed {probes.seed})" if not probes.full else "")
+            where = f"cotangent v {a + 1}" + (f" (random, seed {probes.seed})" if not probes.full else "")
         common: dict[str, Any] = {
             "pair": (mode, f"{mode} float64"),
             "argument": arg,

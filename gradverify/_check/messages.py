@@ -96,20 +96,23 @@ def projection_mismatch(
     cotangent: str,
     how: str,
     terms: float | None = None,
+    terms_scale: float = 0.0,
 ) -> Finding:
     """A projection <J^T v, u> that disagrees with <v, J u> from FD or from the
     JVP, localised to one element of J^T v (``values``, ``located_bound``);
     ``terms``: the relative rounding of terms as large as the inputs, within
-    which a JVP-vs-VJP disagreement is a precision warning."""
+    which a JVP-vs-VJP disagreement is a precision warning, relative to
+    ``terms_scale`` (the projection's size, see compare._rounding_of_terms)."""
     proj = (
         f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
         + ("JVP" if pair == ("JVP", "VJP") else "FD" + (MODELLED_NOISE if modelled else ""))
         + f" (bound {bound:.3g}: Hoeffding {tol.HOEFFDING_K:g} sigma over random signs)"
     )
     if terms is not None:
-        relative = abs(lhs - rhs) / max(abs(lhs), abs(rhs), 1e-300)
+        relative = abs(lhs - rhs) / max(terms_scale, abs(lhs), abs(rhs), 1e-300)
         said = (
-            f"forward and reverse mode round differently: the adjoint identity holds to {relative:.2g} relative, "
+            f"forward and reverse mode round differently: the adjoint identity holds to {relative:.2g} "
+            "relative to the projection's size, "
             f"within the rounding of terms as large as the inputs ({terms:.2g}; a rule that subtracts its inputs "
             f"before exponentiating rounds them to u |x|): (J^T v) at arg{arg}{list(idx)}"
         )

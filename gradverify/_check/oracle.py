@@ -7,6 +7,7 @@ through it and replace its references. What FD cannot decide becomes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -218,8 +219,11 @@ class Oracle:
             if ref.shift is not None:
                 ref.shift /= c
         if ref.shift is not None:
-            # (a projection uses its Hoeffding term alone: the vector is not kept)
-            ref.shift_term, ref.shift = tol.hoeffding(1.0, ref.shift), None
+            # (a projection uses its Hoeffding term alone, weighted by its
+            # cotangent: the vector is not kept; a full Jacobian has none)
+            shift, vs = ref.shift, () if self.probes.full else self.probes.vs
+            ref.shift_terms = tuple(tol.hoeffdings([functools.partial(lambda v: (v, shift), v) for v in vs]))
+            ref.shift = None
         if not self.primal.all_finite:
             ref.status = _xp.put(ref.status, ~self.primal.finite, fd.UNRELIABLE)
             ref.all_smooth = False
@@ -237,6 +241,10 @@ class Oracle:
         # a full Jacobian's columns: small, many stencils - fn at all their
         # points at once, and the rounding model's references in one pass
         have = self.stencils(us, probes.cs) if probes.full else None  # (None where not vectorised)
+        if probes.full and have is None and _xp.on_host(probes.x):
+            # (fn's points one call each, the model's arithmetic still in one pass)
+            offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
+            have = [dict(zip(fd.MODEL_OFFSETS, [F(t) for t in offsets])) for F in map(self.F, us, probes.cs)]
         cs = probes.cs[: len(us)]
         points = [self.terms(c, column=probes.full) for c in cs]
         tols = [bound(b) if jvps else 0.0 for b in range(len(us))]

@@ -4,7 +4,7 @@ The check runs as stages, each a module with a typed result (see
 docs/how-a-check-works.md): the primal on copies, for mutation
 (``primal.evaluate``; again for nondeterminism, ``primal.repeat``: at once on
 small inputs, after the comparisons on large ones and only where they leave
-doubt, see ``_decisive``) -> the oracle's
+doubt, see ``tiers``) -> the oracle's
 precision, float64 when fn accepts it (``primal.choose``) -> the probes,
 directions u and cotangents v (``probes``) -> JVP J u and VJP J^T v
 (``modes``) -> the FD oracle with fn's noise measured and kinks told apart
@@ -42,6 +42,7 @@ from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
 from .singular import resolve as resolve_singular
+from .tiers import TIERED, decisive, doubtful
 from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
 from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_tolerances
 from .views.base import Layer, View, compose
@@ -63,7 +64,7 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     full: bool | None = None,
-    directions: int = 2,
+    directions: int | None = None,
     name: str | None = None,
     vectorise: bool = True,
     batched: bool = False,
@@ -93,7 +94,10 @@ def check(
         atol: replaces the rounding model for AD values, absolute.
         full: True forces the full Jacobian, False forbids it (default: the
             full Jacobian on small inputs, random directions otherwise).
-        directions: how many random directions a directional check takes.
+        directions: how many random directions (and cotangents) a
+            directional check takes; None (the default) takes one, and two
+            where the first leaves doubt (it passed, but not decisively: see
+            docs/verdicts.md, "Guards that run on doubt").
         name: the function's name in the report (default: its ``__name__``).
         vectorise: a full Jacobian's columns and rows from one vmap call per
             mode, and fn at its finite differences' points from one more,
@@ -141,7 +145,8 @@ def check(
         )
     suite = validate_tolerances(suite_tol, nondet_tol)
     asked = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
-    options = Options(int(seed), rtol, atol, full, int(directions), vectorise, batched, suite, float(nondet_tol))
+    k = None if directions is None else int(directions)
+    options = Options(int(seed), rtol, atol, full, k, vectorise, batched, suite, float(nondet_tol))
     with _observe.call(
         "check",
         fn,
@@ -309,6 +314,15 @@ def _check_real(
 
 def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
     outcome = _stages(ev, options, order)
+    if outcome.doubt and options.k is None:
+        # The first direction passed, but not decisively: the check again
+        # with two (the first among them, so nothing it compared is lost).
+        ratio = outcome.worst_ratio
+        outcome = _stages(ev, dataclasses.replace(options, k=TIERED[1]), order)
+        outcome.notes.append(
+            f"one random direction left doubt (a comparison at {ratio:.2g} of its bound, or a warning): "
+            f"{TIERED[1]} were checked"
+        )
     if outcome.vectorised and not outcome.ok:
         # A failure is reported from fn and its derivatives as written,
         # one point and one column at a time, never from their vectorised
@@ -393,6 +407,7 @@ class _Outcome:
     worst_ratio: float = 0.0
     vectorised: bool = False
     unshaped: Unshaped | None = None  # fn's output needs a view first
+    doubt: bool = False  # a directional check that passed, but not decisively
 
     @property
     def ok(self) -> bool:
@@ -416,7 +431,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         outcome.output = primal.summary
         # The second evaluation at the point is a guard: a full Jacobian
         # (small inputs, cheap) always takes it; a directional check only
-        # where the derivatives leave doubt (see _decisive).
+        # where the derivatives leave doubt (see tiers.decisive).
         guarded = _probes.full_jacobian(ev, primal, options.full)
         if guarded:
             _primal.repeat(ev, primal, report, options.nondet_tol)
@@ -434,7 +449,8 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         precision = _primal.choose(ev, primal)
         outcome.oracle = precision.name
         outcome.notes = list(precision.notes)
-        probes = _probes.choose(ev, primal, precision, seed=options.seed, k=options.k, full=options.full)
+        k = TIERED[0] if options.k is None else options.k
+        probes = _probes.choose(ev, primal, precision, seed=options.seed, k=k, full=options.full)
         outcome.strategy = probes.strategy
         outcome.notes += _primal.resolution(precision, probes.strategy)
         ctx = Context(ev, primal, precision, probes, options, report, closeness)
@@ -448,9 +464,10 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             modes, bounds = resolve_singular(ctx, ad, oracle, modes, bounds)
             ad.status["FD"] = oracle.label
             Comparisons(ctx, ad, oracle, modes, bounds).run()
-            if not guarded and not _decisive(report, closeness, oracle):
+            if not guarded and not decisive(report, closeness, oracle):
                 _primal.repeat(ev, primal, report, options.nondet_tol)
                 report.items.sort(key=lambda f: f.kind != Kind.NONDETERMINISM)  # (said first, as it explains)
+                outcome.doubt = doubtful(report, closeness)
             if options.batched:
                 _batched.run(ctx, ad)
             if not modes.jvps and not modes.vjps:
@@ -468,24 +485,6 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
             oracle.close()  # (its references' measure() hold fn and the point)
         outcome.worst_ratio = closeness.worst
     return outcome
-
-
-#: A directional check whose every comparison came within this fraction of
-#: its bound passes decisively (correct functions come within 0.01 to 0.3).
-DECISIVE = 0.25
-
-
-def _decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
-    """Whether a directional check passed beyond doubt: nothing found (but a
-    mode fn has no rule for), every
-    FD reference the rounding model's (its elementwise kink, convergence and
-    noise tests passed at all six points), and every comparison within
-    DECISIVE of its bound. fn evaluated differently at the same point by more
-    than rounding would have shown at those points, element by element, as
-    noise the model does not allow or as a disagreement with the JVP."""
-    if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
-        return False
-    return all(ref.modelled for ref in oracle.refs)
 
 
 # -- second order ---------------------------------------------------------------------

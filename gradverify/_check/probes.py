@@ -4,12 +4,16 @@ forward mode and by finite differences) and the cotangents v for J^T v.
 Each input element's step scale is its magnitude, or the rms of its argument
 where that is larger (floored so that a step of it stays a normal float64).
 AD never sees those scales: a direction is handed to it divided by a power of
-two c that brings its largest element to [1, 2), and FD runs along c u, so
+two c that brings its largest element to (1/2, 2), and FD runs along c u, so
 subnormal, huge and zero inputs give tangents that neither underflow nor
 overflow; every comparison is in the units of the normalised u.
 
 Small inputs get the full Jacobian (u = e_j, v = e_i: n JVPs, m VJPs, which
-names the exact element); large ones a few random-sign directions."""
+names the exact element); large ones a few random directions: each element
+a random sign times a random magnitude in (1, 2), drawn independently, so
+that no structured error (two wrong elements of equal size and opposite
+effect, a gradient with two entries swapped) cancels in J u or in <J^T v, u>
+for a fair share of seeds, as it would with signs alone."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ __all__ = [
     "choose",
     "full_jacobian",
     "power_of_two",
+    "random_directions",
     "rms",
     "signs",
 ]
@@ -71,8 +76,8 @@ class Probes:
     flat: Flat
     x: Any  # the point, flat float64 (working arrays, see xp)
     raw_scale: Any  # each element's step scale
-    scale: Any  # |u| per element (ones for the full Jacobian)
-    scale_max: float
+    scale: Any  # each element's scale in u: |u_b| / scale in (1, 2) (ones for the full Jacobian, |u| itself)
+    scale_max: float  # the largest |u| of any direction
     us: tuple[Any, ...]  # directions (normalised)
     cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
     vs: tuple[Any, ...]  # cotangents (0 on non-finite outputs)
@@ -81,6 +86,7 @@ class Probes:
     seed: int
     slope_scale: float  # |f| over |x|: the slope a derivative formula works at
     inputs_max: float  # the largest input magnitude
+    v_max: float = 1.0  # the largest |v| of any cotangent
 
     def direction_name(self, b: int) -> str:
         if self.full:
@@ -154,21 +160,23 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         vs = _bases(m, x)
         strategy = f"full Jacobian ({m}x{n})"
     else:
-        c = power_of_two(max(tops))
+        c = 2.0 * power_of_two(max(tops))  # (|u| / scale in (1, 2): the largest |u| in (1/2, 2))
         scale = raw_scale / c
-        us = tuple(signs(rng, n, scale, like=x) for _ in range(k))
+        # (drawn in pairs: the first k of them are the same whatever k is)
+        pairs = [(random_directions(rng, n, scale, like=x), random_directions(rng, m, like=x)) for _ in range(k)]
+        us, vs = tuple(u for u, _ in pairs), tuple(v for _, v in pairs)
         cs = (c,) * k
-        vs = tuple(signs(rng, m, like=x) for _ in range(k))
-        strategy = f"directional ({k} random-sign directions, seed {seed})"
+        strategy = f"directional ({k} random direction{'s' if k > 1 else ''}, seed {seed})"
     if not primal.all_finite:
         # non-finite outputs are not checked: give them no weight
         vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
+    ends = [] if use_full else _xp.absmaxes(*us, *vs)  # (the largest |u| and |v|: one read)
     return Probes(
         flat=flat,
         x=x,
         raw_scale=raw_scale,
         scale=scale,
-        scale_max=_xp.absmax(scale),
+        scale_max=_xp.absmax(scale) if use_full else max(ends[: len(us)]),
         us=us,
         cs=cs,
         vs=vs,
@@ -177,6 +185,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         seed=seed,
         slope_scale=slope_scale,
         inputs_max=_xp.absmax(x),
+        v_max=1.0 if use_full else max(ends[len(us) :], default=1.0),
     )
 
 
@@ -202,6 +211,38 @@ def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = No
     if scale is not None:
         s *= scale  # (our own array: in place where arrays are mutable)
     return s
+
+
+#: Every 16-bit draw's direction element: its high bit the sign, its low 15
+#: bits the magnitude 1 + (k + 1/2) / 2^15, in (1, 2) (exact in binary).
+_DRAWS = np.arange(1 << 16)
+_DIRECTION_TABLE = (1.0 - 2.0 * (_DRAWS >> 15)) * (1.0 + ((_DRAWS & 0x7FFF) + 0.5) / 32768.0)
+#: The table beside a device (one copy per array namespace and device).
+_TABLES: dict[tuple[int, str], Any] = {}
+
+
+def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = None) -> Any:
+    """n random elements, each a fair random sign times an independent
+    magnitude in (1, 2) (16 random bits each, see _DIRECTION_TABLE), times
+    ``scale``, float64, beside ``like``. The signs keep the Hoeffding bounds
+    of the projections (a sum of sign-weighted terms, each magnitude a known
+    weight); the magnitudes keep two equal errors from cancelling (with signs
+    alone, e (u_i - u_j) vanishes for half the seeds; now for one in 2^16).
+    The same seed gives the same elements on every backend: the bits are
+    drawn on the host and cross as they are (2 bytes an element), looked up
+    where ``like`` lives."""
+    drawn = np.frombuffer(rng.bytes(2 * n), dtype="<u2")
+    if like is None or _xp.on_host(like):
+        out = _DIRECTION_TABLE[drawn]
+    else:
+        xp = _xp.ns(like)
+        key = (id(xp), str(_xp.device(like)))
+        if key not in _TABLES:
+            _TABLES[key] = _xp.like(_DIRECTION_TABLE, like, xp.float64)
+        out = xp.take(_TABLES[key], xp.astype(_xp.like(drawn, like, xp.uint16), xp.int64))
+    if scale is not None:
+        out *= scale  # (our own array: in place where arrays are mutable)
+    return out
 
 
 def rms(a: Any) -> float:

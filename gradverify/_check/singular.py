@@ -223,7 +223,7 @@ def _convicted(
         values = {"VJP": ad_value, "FD": fd_value}
         kw = {} if i is None else {"output_index": unravel(i, primal.shape)}
         if a is not None:
-            kw["where"] = f"cotangent v {a + 1} (random signs, seed {probes.seed})"
+            kw["where"] = f"cotangent v {a + 1} (random, seed {probes.seed})"
     if arg is not None:
         kw.update(argument=arg, input_index=idx)
     ctx.report.add(Kind.NONFINITE_GRADIENT, ERROR, message, pair=(mode, "FD"), values=values, **kw)

@@ -2,8 +2,9 @@
 
 Nothing here scales with the number of elements: per-element bounds come from
 the dtype's rounding and the finite-difference error estimate; sums over many
-elements (projections <v, J u>) use Hoeffding bounds, valid because the
-directions are random signs drawn independently of the errors they weight.
+elements (projections <v, J u>) use Hoeffding bounds, valid because each
+element of a direction or cotangent is a random sign, drawn independently of
+the errors it weights, times a magnitude that the bound takes as the weight.
 """
 
 from __future__ import annotations

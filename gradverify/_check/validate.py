@@ -124,8 +124,12 @@ def validate_options(
             raise ArgumentValueError(
                 explain(name, "None or a finite number >= 0", repr(value), f"e.g. {name}=1e-5, or None for the model")
             )
-    if not isinstance(directions, numbers.Integral) or isinstance(directions, bool) or directions < 1:
-        raise ArgumentValueError(explain("directions", "an int >= 1", repr(directions), "e.g. directions=2"))
+    if directions is not None and (
+        not isinstance(directions, numbers.Integral) or isinstance(directions, bool) or directions < 1
+    ):
+        raise ArgumentValueError(
+            explain("directions", "an int >= 1, or None (the default)", repr(directions), "e.g. directions=2")
+        )
     if not isinstance(vectorise, bool):
         raise ArgumentValueError(explain("vectorise", "True or False", repr(vectorise), "e.g. vectorise=False"))
     if not isinstance(batched, bool):

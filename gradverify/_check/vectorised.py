@@ -35,6 +35,8 @@ class Vectorised:
     native_precision: str
     #: False once fn at stacked points failed or disagreed with its plain run.
     batches: bool = True
+    #: False where the backend's vmap is sure to refuse fn (Backend.vectorises).
+    vmaps: bool = True
 
     def array(self, a: Any, like: Any, dtype: str, fresh: bool = False) -> Any:
         raise NotImplementedError
@@ -59,7 +61,7 @@ class Vectorised:
         exception: then evaluate one point at a time, which says what went
         wrong. One call, counted as one evaluation of fn."""
         k = int(stacks[0].shape[0]) if stacks else 0
-        if self.rule is not None or not self.batches or k < 2:
+        if self.rule is not None or not (self.batches and self.vmaps) or k < 2:
             return None
         with self.backend.precision(precision or self.native_precision):
             operands = [(a, precision or self.dtypes[i]) for a, i in zip(stacks, self.wrt)]
@@ -86,7 +88,7 @@ class Vectorised:
         call. None where that call cannot be made - a gv.Rule, or fn (or a
         rule inside it) that the backend cannot vectorise, or any exception:
         then ask one direction at a time, which says what went wrong."""
-        if self.rule is None and len(tangents) > 1:
+        if self.rule is None and self.vmaps and len(tangents) > 1:
             with self.backend.precision(precision or self.native_precision):
                 stacks = [
                     (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)

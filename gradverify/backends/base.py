@@ -233,6 +233,12 @@ class Backend:
         a framework that keeps a graph of the call can see them."""
         yield
 
+    def vectorises(self, fn: Callable) -> bool:
+        """False where this backend's vmap is sure to refuse fn itself
+        (``jvps`` and ``primals`` are then not tried; ``vjps`` batches the
+        backward pass, not fn); True where it may run."""
+        return True
+
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         """``jvp`` along k directions in one vectorised call (the backend's vmap):
         each wrt index's tangents stacked on a new leading axis of length k, the

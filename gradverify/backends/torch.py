@@ -162,6 +162,19 @@ class TorchBackend(Backend):
             return [torch.zeros_like(inputs[i]) for i in wrt]
         return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
 
+    def vectorises(self, fn: Callable) -> bool:
+        # An autograd.Function's apply runs under torch.func only with a
+        # setup_context, and under vmap only with a vmap rule (its own, or
+        # generate_vmap_rule=True): torch raises otherwise, whatever the inputs.
+        owner = getattr(fn, "__self__", None)
+        if not (isinstance(owner, type) and issubclass(owner, torch.autograd.Function)):
+            return True
+        if getattr(fn, "__func__", None) is not getattr(torch.autograd.Function.apply, "__func__", None):
+            return True  # (some other classmethod)
+        if owner.setup_context is torch.autograd.Function.setup_context:
+            return False
+        return bool(owner.generate_vmap_rule) or owner.vmap is not torch.autograd.Function.vmap
+
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         # torch.func's jvp under vmap: an autograd.Function takes part only
         # where it supports torch.func (setup_context, and a vmap rule).

@@ -10,10 +10,14 @@ from gradverify._sweep.examples import naive_cases
 # -- where the arguments live (test_device*) ----------------------------------------------------
 N = 1_000_000
 COLS = 10
-#: A crossing of at least this many elements counts as full-size. The random
-#: signs cross packed, N/8 bytes, from the host's generator (the same seed
-#: gives the same directions on every backend).
+#: A device-to-host crossing of at least this many elements counts as
+#: full-size; a host-to-device one of more than FULL_BYTES, 2 bytes an input
+#: element. The random directions' bits cross as they are, 16 an element (a
+#: quarter of the inputs' bytes), from the host's generator (the same seed
+#: gives the same directions on every backend); a copy of x, or of any
+#: float64 array of its size, is 8 bytes an element.
 FULL = N // 4
+FULL_BYTES = 2 * (N + COLS)
 FLIP = 123_457  # flat index of the wrong element of x
 
 

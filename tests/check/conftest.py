@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from ._helpers import FULL
+from ._helpers import FULL, FULL_BYTES
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def torch_crossings(monkeypatch):
 
     def into(name, function):
         def watched(obj, *args, **kwargs):
-            if isinstance(obj, np.ndarray) and obj.size >= FULL:
+            if isinstance(obj, np.ndarray) and obj.nbytes > FULL_BYTES:
                 seen.append(name)
             return function(obj, *args, **kwargs)
 
@@ -73,11 +73,13 @@ def jax_crossings(monkeypatch, capfd):
 
         def __exit__(self, *exc):
             self.guard.__exit__(*exc)
-            for dims in re.findall(
-                r"host-to-device transfer: aval=ShapedArray\(\w+\[([\d,]*)\]", capfd.readouterr().err
+            for dtype, dims in re.findall(
+                r"host-to-device transfer: aval=ShapedArray\((\w+)\[([\d,]*)\]", capfd.readouterr().err
             ):
-                if math.prod(int(d) for d in dims.split(",") if d) >= FULL:
-                    seen.append(f"host-to-device {dims}")
+                itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 8
+                size = math.prod(int(d) for d in dims.split(",") if d) * itemsize
+                if size > FULL_BYTES:
+                    seen.append(f"host-to-device {dtype}[{dims}]")
             self.extend(seen)
 
     return Crossings()

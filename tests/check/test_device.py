@@ -29,7 +29,7 @@ def test_the_watchers_see_a_crossing(torch_crossings, jax_crossings):
     with jax_crossings, jax.enable_x64(True):
         y = jnp.asarray(x)
         y.tolist()
-    assert jax_crossings == ["jax.Array._value", f"host-to-device {N // COLS},{COLS}"]
+    assert jax_crossings == ["jax.Array._value", f"host-to-device float64[{N // COLS},{COLS}]"]
 
 
 # -- the caller's tensors --------------------------------------------------------------------

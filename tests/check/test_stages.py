@@ -90,7 +90,7 @@ def test_probe_tangents_neither_underflow_nor_overflow(magnitude):
     probes = _probes.choose(ev, primal, _primal.choose(ev, primal), seed=0, k=2, full=False)
     for u, c in zip(probes.us, probes.cs):
         top = float(np.max(np.abs(u)))
-        assert 1.0 <= top < 2.0  # what AD sees, whatever the input's magnitude
+        assert 0.5 < top < 2.0  # what AD sees, whatever the input's magnitude
         assert np.all(np.abs(u) > 0) and np.isfinite(c) and c > 0
         assert np.all(np.isfinite(c * u)) and np.all(np.abs(c * u) >= np.abs(x).min() / 2)
 

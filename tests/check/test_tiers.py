@@ -133,3 +133,77 @@ def test_a_passing_large_check_reads_its_scalars_together():
     rule = tanh_bias_flipped("torch", None)
     reads = _host_reads(lambda: gv.check(rule, x, b))
     assert reads <= 45, reads
+
+
+# -- one direction first, a second on doubt -------------------------------------------
+@pytest.mark.parametrize("forward_rule", [True, False])
+def test_a_decisive_pass_takes_one_direction_and_one_cotangent(forward_rule):
+    x, b = _point(1000)
+    r = gv.check(tanh_bias_flipped("torch", None, forward_rule=forward_rule), x, b)
+    assert r.ok, str(r)
+    assert r.strategy == "directional (1 random direction, seed 0)"
+    assert r.evaluations["vjp"] == 1
+    if forward_rule:
+        assert r.evaluations["jvp"] == 1
+    else:  # (one call says the Function has no forward rule)
+        assert r.modes["JVP"] == "unavailable" and r.evaluations["jvp"] <= 1
+    assert not any("left doubt" in n for n in r.notes)
+    assert "directions=" not in r.reproduce
+
+
+def _slightly_off(eps: float):
+    """tanh whose JVP and VJP carry a relative error eps everywhere."""
+
+    def jvp(p, t):
+        return (1 - np.tanh(p[0]) ** 2) * t[0] * (1 + eps)
+
+    def vjp(p, g):
+        return ((1 - np.tanh(p[0]) ** 2) * g * (1 + eps),)
+
+    return gv.Rule(np.tanh, jvp=jvp, vjp=vjp)
+
+
+def test_doubt_takes_a_second_direction_that_keeps_the_first():
+    """An error beyond gradverify's bound that a migrated suite's tolerance
+    covers is a warning: the first direction leaves doubt, and the verdict is
+    that of two directions, the first pair among them (the same warning)."""
+    x = np.random.default_rng(3).standard_normal(5000)
+    fn = _slightly_off(1e-7)
+    first = gv.check(fn, x, directions=1, suite_tol=(1e-5, 1e-5))
+    r = gv.check(fn, x, suite_tol=(1e-5, 1e-5))
+    assert first.ok and first.warnings, str(first)
+    assert r.ok and r.strategy == "directional (2 random directions, seed 0)", str(r)
+    assert any("one random direction left doubt" in n for n in r.notes), r.notes
+    two = gv.check(fn, x, directions=2, suite_tol=(1e-5, 1e-5))
+    assert [f.message for f in r.findings] == [f.message for f in two.findings]
+    for key in ("primal", "jvp", "vjp"):  # (both tiers' calls, counted)
+        assert r.evaluations[key] == first.evaluations[key] + two.evaluations[key], key
+    # without the suite's tolerance the same rule fails on the first direction alone
+    bad = gv.check(fn, x)
+    assert not bad.ok and bad.strategy == "directional (1 random direction, seed 0)", str(bad)
+
+
+def test_an_explicit_number_of_directions_is_taken_as_asked():
+    x = np.random.default_rng(4).standard_normal(5000)
+    for k in (1, 2, 3):
+        r = gv.check(_slightly_off(0.0), x, directions=k)
+        assert r.ok and r.evaluations["jvp"] == k and r.evaluations["vjp"] == k, str(r)
+        assert f"directions={k}" in r.reproduce
+    with pytest.raises(gv.ArgumentValueError, match="directions"):
+        gv.check(_slightly_off(0.0), x, directions=0)
+
+
+def test_the_first_tier_is_the_first_pair_of_two():
+    """probes draws directions and cotangents in pairs: the one-direction
+    check's u and v are the two-direction check's first."""
+    from gradverify._check import primal as _primal, probes as _probes
+    from gradverify._check.evaluate import Evaluator
+    from gradverify._check.findings import Findings
+
+    x = np.random.default_rng(5).standard_normal(3000)
+    ev = Evaluator.for_call(np.tanh, (x,))
+    primal = _primal.evaluate(ev, Findings())
+    precision = _primal.choose(ev, primal)
+    one, two = (_probes.choose(ev, primal, precision, seed=9, k=k, full=False) for k in (1, 2))
+    assert np.array_equal(one.us[0], two.us[0]) and np.array_equal(one.vs[0], two.vs[0])
+    assert not np.array_equal(two.us[0], two.us[1])

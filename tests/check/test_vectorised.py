@@ -129,6 +129,112 @@ _WrongOnlyWhenBatched = _exp(lambda g, y: 2.0 if _batched(g) else 1.0)
 _WrongBackward = _exp(_element_2_off)
 
 
+class _SetupContextSquare(torch.autograd.Function):
+    """setup_context style, but no vmap rule: torch.func's vmap refuses it."""
+
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * x
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * 2 * x
+
+
+class _OwnVmapSquare(_SetupContextSquare):
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return _OwnVmapSquare.apply(x), in_dims[0]
+
+
+def _square_helper(x):
+    return x * x
+
+
+@pytest.mark.parametrize(
+    ("fn", "vectorises"),
+    [
+        (_OldStyleSquare.apply, False),  # forward(ctx, ...)
+        (_SetupContextSquare.apply, False),  # no vmap rule
+        (_exp(lambda g, y: 1.0).apply, True),  # generate_vmap_rule = True
+        (_OwnVmapSquare.apply, True),  # a vmap staticmethod of its own
+        (_square_helper, True),  # a plain function: vmap may run it
+        (_OldStyleSquare.forward, True),  # (not apply: nothing is known)
+    ],
+)
+def test_torch_knows_which_functions_its_vmap_refuses(fn, vectorises):
+    from gradverify.backends import backend_of
+
+    backend = backend_of((torch.zeros(2),))
+    assert backend.vectorises(fn) is vectorises
+    if not vectorises:  # (torch itself agrees)
+        with pytest.raises(RuntimeError):
+            torch.func.vmap(fn)(torch.ones(3, 2, dtype=torch.float64))
+    elif fn is not _OldStyleSquare.forward:
+        torch.func.vmap(fn)(torch.ones(3, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("function", [_OldStyleSquare, _SetupContextSquare])
+def test_a_function_vmap_refuses_is_not_put_to_vmap(function):
+    """No vectorised call is tried for fn's points or its JVP (each would
+    raise): the columns' JVPs are asked one at a time from the start, and
+    the verdict is the same as vectorise=False's."""
+    x = torch.linspace(-1, 1.5, 6, dtype=torch.float64)
+    r = gv.check(function.apply, x)
+    plain = gv.check(function.apply, x, vectorise=False)
+    assert r.ok, str(r)
+    forward_rule = function is _SetupContextSquare
+    assert r.evaluations["jvp"] == (6 if forward_rule else 1)  # (old style: one call says it has no JVP)
+    assert r.evaluations["primal"] == plain.evaluations["primal"]
+    assert r.modes == plain.modes and r.worst_ratio == plain.worst_ratio
+
+
+def test_a_function_in_a_pytree_is_judged_by_its_own_vmap_support():
+    """fn seen through a view (a dict argument) is still the Function
+    inside: no vectorised call of it is tried."""
+
+    def fn(d):
+        return _SetupContextSquare.apply(d["x"])
+
+    x = {"x": torch.linspace(-1, 1.5, 6, dtype=torch.float64)}
+    r = gv.check(fn, x)
+    assert r.ok, str(r)
+    assert r.evaluations["jvp"] == 1 + 6  # (a plain function: one attempt, refused, then one per column)
+
+
+def test_a_full_jacobian_asked_plainly_judges_its_columns_in_one_pass(monkeypatch):
+    """fn's points one call each, the rounding model's arithmetic on every
+    column at once: no column is worked out on its own where the model
+    decides them all."""
+    import importlib
+
+    from gradverify._check import fd
+
+    reference_module = importlib.import_module("gradverify._check.fd.reference")
+
+    single = []
+    original = reference_module.model_reference
+    monkeypatch.setattr(reference_module, "model_reference", lambda *a, **k: single.append(1) or original(*a, **k))
+    batched = []
+    original_many = fd.model_references
+    monkeypatch.setattr(fd, "model_references", lambda *a, **k: batched.append(1) or original_many(*a, **k))
+    x = torch.linspace(-1, 1.5, 6, dtype=torch.float64)
+    r = gv.check(_OldStyleSquare.apply, x)
+    assert r.ok, str(r)
+    assert (len(batched), len(single)) == (1, 0)
+
+
 def test_a_failure_under_vmap_is_rechecked_with_plain_calls():
     x = torch.linspace(-1, 1, 5, dtype=torch.float64)
     r = gv.check(_WrongOnlyWhenBatched.apply, x)

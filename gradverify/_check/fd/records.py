@@ -60,10 +60,10 @@ class Reference:
     # measures fn's noise and returns the measured reference
     measure: Callable[[], Reference] | None = None
     # with it: how far the measured value may sit from this one (|R1 - R2| at
-    # most), per element, and the Hoeffding term of that in a projection
-    # (the oracle keeps the term and lets the vector go)
+    # most), per element, and the Hoeffding term of that in each cotangent's
+    # projection (the oracle keeps the terms and lets the vector go)
     shift: Array | None = None
-    shift_term: float | None = None
+    shift_terms: tuple[float, ...] | None = None
     eps_f: float = 0.0  # the rounding model's error of one F value at the first step
 
     @property

@@ -40,15 +40,17 @@ __all__ = ["Held", "held_entries"]
 def held_entries(backend: Backend, args: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
     """Per argument, the mask of its non-finite entries (None: all finite,
     or not a floating array)."""
-    masks: list[np.ndarray | None] = []
-    for a in args:
-        floating = hasattr(a, "dtype") and (backend.is_floating(a) or backend.is_complex(a))
-        v = a.detach() if hasattr(a, "detach") else a
-        if not floating or xp.size(v) == 0 or bool(xp.ns(v).all(xp.ns(v).isfinite(v))):
-            masks.append(None)
-            continue
-        bad = ~np.isfinite(backend.to_numpy(a))
-        masks.append(bad if bad.any() else None)
+    masks: list[np.ndarray | None] = [None] * len(args)
+    asked: dict[int, Any] = {}  # (whether each floating argument is all finite, read together)
+    for k, a in enumerate(args):
+        if hasattr(a, "dtype") and (backend.is_floating(a) or backend.is_complex(a)):
+            v = a.detach() if hasattr(a, "detach") else a
+            if xp.size(v) != 0:
+                asked[k] = xp.ns(v).all(xp.ns(v).isfinite(v))
+    for k, finite in zip(asked, xp.read(*asked.values())):
+        if not finite:
+            bad = ~np.isfinite(backend.to_numpy(args[k]))
+            masks[k] = bad if bad.any() else None
     return tuple(masks)
 
 

@@ -1,0 +1,47 @@
+"""What a directional check spends on doubt: the guards and the second
+direction that run only where the first comparisons leave the verdict in
+doubt (see docs/verdicts.md, "Guards that run on doubt")."""
+
+from __future__ import annotations
+
+from .._result import ERROR, WARNING, Kind
+from .findings import Closeness, Findings
+from .oracle import Oracle
+
+__all__ = ["DECISIVE", "TIERED", "decisive", "doubtful"]
+
+#: A directional check whose every comparison came within this fraction of
+#: its bound passes decisively (correct functions come within 0.01 to 0.3).
+DECISIVE = 0.25
+
+#: Random directions (and cotangents) of a directional check by default: the
+#: first tier's, and where it leaves doubt (see doubtful) the second's. The
+#: first tier's pair is the second's first pair (probes draws them in pairs).
+TIERED = (1, 2)
+
+
+def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
+    """Whether a directional check passed beyond doubt: nothing found (but a
+    mode fn has no rule for), every FD reference the rounding model's (its
+    elementwise kink, convergence and noise tests passed at all six points),
+    and every comparison within DECISIVE of its bound. fn evaluated
+    differently at the same point by more than rounding would have shown at
+    those points, element by element, as noise the model does not allow or as
+    a disagreement with the JVP: the second evaluation at the point is not
+    needed."""
+    if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
+        return False
+    return all(ref.modelled for ref in oracle.refs)
+
+
+def doubtful(report: Findings, closeness: Closeness) -> bool:
+    """Whether a directional check's first tier leaves its verdict in doubt,
+    so that a second direction is worth its cost: it passed, but a comparison
+    came within reach of its bound (beyond DECISIVE of it) or a warning was
+    made (a mode fn has no rule for aside). A failure is final (more
+    directions only add comparisons); an info (a kink, set aside) stays where
+    it is along any direction."""
+    if any(f.level == ERROR for f in report.items):
+        return False
+    warned = any(f.level == WARNING and f.kind != Kind.MODE_UNAVAILABLE for f in report.items)
+    return warned or closeness.worst > DECISIVE
