@@ -468,6 +468,8 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
                 _primal.repeat(ev, primal, report, options.nondet_tol)
                 report.items.sort(key=lambda f: f.kind != Kind.NONDETERMINISM)  # (said first, as it explains)
                 outcome.doubt = doubtful(report, closeness)
+                if outcome.doubt and options.k is None:
+                    return outcome  # (checked again with two directions, the rest with them)
             if options.batched:
                 _batched.run(ctx, ad)
             if not modes.jvps and not modes.vjps:
