@@ -375,15 +375,20 @@ def _rounding_of_terms(modes: Modes, probes: Probes, a: int, b: int) -> tuple[fl
     u = tol.unit_roundoff(modes.ad_out)
     terms = min(tol.ROUNDING_TERMS * u * probes.inputs_max, u**0.5)
     v, g = probes.vs[a], modes.vjps[a]
-    squares = _xp.read(_squares(v, modes.jvps[b]), _squares(g, probes.us[b]))
-    return terms, math.sqrt(max(squares))
+    size = max(_norm(v, modes.jvps[b]), _norm(g, probes.us[b]))
+    return terms, size if math.isfinite(size) else 0.0  # (a size beyond floats widens nothing)
 
 
-def _squares(a: Any, b: Any) -> Any:
-    """sum (a_i b_i)^2, a 0-d array beside them."""
-    xp = _xp.ns(a, b)
+def _norm(a: Any, b: Any) -> float:
+    """sqrt(sum (a_i b_i)^2), its squares taken after a power of two brings
+    the largest term to [1/2, 1) (none overflows or underflows to nothing)."""
     w = a * b
-    return xp.sum(w * w)
+    top = _xp.absmax(w)
+    if not 0.0 < top < math.inf:
+        return top
+    scale = math.ldexp(1.0, math.frexp(top)[1])
+    w = w / scale
+    return scale * math.sqrt(_xp.dot(w, w))
 
 
 def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:

@@ -48,9 +48,11 @@ class LowPrecision:
             if mode == "JVP" and probes.full:
                 scale = None if modes.jmax_jvp is None else modes.jmax_jvp * float(probes.scale[key])
             elif mode == "JVP":
-                scale = max(_xp.absmax(ref), probes.slope_scale * probes.scale_max)
+                scale = max(_xp.absmax(ref), probes.slope_scale * probes.u_top(key))
             else:
-                scale = modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale * probes.v_max)
+                scale = (
+                    modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale * probes.v_top(key[0]))
+                )
             model = tol.ad_bound(ref, dtype, bounds.rtol, bounds.atol, scale)
             top = _xp.absmax(ref) if scale is None else scale
             effective = prec.float32_as if dtype == "float32" else dtype

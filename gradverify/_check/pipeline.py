@@ -317,10 +317,14 @@ def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
     if outcome.doubt and options.k is None:
         # The first direction passed, but not decisively: the check again
         # with two (the first among them, so nothing it compared is lost).
-        ratio = outcome.worst_ratio
+        ratio, first = outcome.worst_ratio, outcome.findings
         outcome = _stages(ev, dataclasses.replace(options, k=TIERED[1]), order)
+        if not any(f.kind == Kind.NONDETERMINISM for f in outcome.findings):
+            # (jitter the first tier's repeat saw is said, whether or not the second's sees it again)
+            outcome.findings[:0] = [f for f in first if f.kind == Kind.NONDETERMINISM]
         outcome.notes.append(
-            f"one random direction left doubt (a comparison at {ratio:.2g} of its bound, or a warning): "
+            f"one random direction left doubt (a comparison at {ratio:.2g} of its bound, or a disagreement "
+            "let pass with a warning): "
             f"{TIERED[1]} were checked"
         )
     if outcome.vectorised and not outcome.ok:

@@ -86,7 +86,18 @@ class Probes:
     seed: int
     slope_scale: float  # |f| over |x|: the slope a derivative formula works at
     inputs_max: float  # the largest input magnitude
-    v_max: float = 1.0  # the largest |v| of any cotangent
+    u_tops: tuple[float, ...] = ()  # each direction's largest |u| (directional checks)
+    v_tops: tuple[float, ...] = ()  # each cotangent's largest |v| (directional checks)
+
+    def u_top(self, b: int) -> float:
+        """The largest |u_b| (each direction's bounds are its own)."""
+        return self.u_tops[b] if self.u_tops else self.scale_max
+
+    def v_top(self, a: int | None) -> float:
+        """The largest |v_a| (1 for a full Jacobian's e_i; None: of any cotangent)."""
+        if not self.v_tops:
+            return 1.0
+        return max(self.v_tops) if a is None else self.v_tops[a]
 
     def direction_name(self, b: int) -> str:
         if self.full:
@@ -160,7 +171,10 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         vs = _bases(m, x)
         strategy = f"full Jacobian ({m}x{n})"
     else:
-        c = 2.0 * power_of_two(max(tops))  # (|u| / scale in (1, 2): the largest |u| in (1/2, 2))
+        # (|u| / scale in (1, 2): the largest |u| in (1/2, 2), or below 4
+        # where doubling c would overflow, for inputs near the largest float)
+        c = power_of_two(max(tops))
+        c = 2.0 * c if c < 2.0**1023 else c
         scale = raw_scale / c
         # (drawn in pairs: the first k of them are the same whatever k is)
         pairs = [(random_directions(rng, n, scale, like=x), random_directions(rng, m, like=x)) for _ in range(k)]
@@ -170,13 +184,15 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     if not primal.all_finite:
         # non-finite outputs are not checked: give them no weight
         vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
-    ends = [] if use_full else _xp.absmaxes(*us, *vs)  # (the largest |u| and |v|: one read)
+    ends = [] if use_full else _xp.absmaxes(*us, *vs)  # (each direction's and cotangent's largest: one read)
     return Probes(
         flat=flat,
         x=x,
         raw_scale=raw_scale,
         scale=scale,
         scale_max=_xp.absmax(scale) if use_full else max(ends[: len(us)]),
+        u_tops=tuple(ends[: len(us)]),
+        v_tops=tuple(ends[len(us) :]),
         us=us,
         cs=cs,
         vs=vs,
@@ -185,7 +201,6 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         seed=seed,
         slope_scale=slope_scale,
         inputs_max=_xp.absmax(x),
-        v_max=1.0 if use_full else max(ends[len(us) :], default=1.0),
     )
 
 
@@ -239,7 +254,9 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
         key = (id(xp), str(_xp.device(like)))
         if key not in _TABLES:
             _TABLES[key] = _xp.like(_DIRECTION_TABLE, like, xp.float64)
-        out = xp.take(_TABLES[key], xp.astype(_xp.like(drawn, like, xp.uint16), xp.int64))
+        # (int16 crosses on every torch version; widened, its bits are the draw's)
+        index = xp.astype(_xp.like(drawn.view(np.int16), like, xp.int16), xp.int64)
+        out = xp.take(_TABLES[key], xp.bitwise_and(index, 0xFFFF))
     if scale is not None:
         out *= scale  # (our own array: in place where arrays are mutable)
     return out

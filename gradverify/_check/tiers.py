@@ -8,7 +8,7 @@ from .._result import ERROR, WARNING, Kind
 from .findings import Closeness, Findings
 from .oracle import Oracle
 
-__all__ = ["DECISIVE", "TIERED", "decisive", "doubtful"]
+__all__ = ["DECISIVE", "DISAGREEING", "TIERED", "decisive", "doubtful"]
 
 #: A directional check whose every comparison came within this fraction of
 #: its bound passes decisively (correct functions come within 0.01 to 0.3).
@@ -34,14 +34,21 @@ def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
     return all(ref.modelled for ref in oracle.refs)
 
 
+#: The warnings a comparison makes of a disagreement it let pass (a suite's
+#: tolerance decided, FD could not resolve it, rounding explains it): the
+#: ones another direction could turn into an error. The others (a NaN
+#: output, fn's tolerated jitter, a kink, elements FD cannot decide) say the
+#: same along any direction.
+DISAGREEING = (Kind.MISMATCH, Kind.PRECISION)
+
+
 def doubtful(report: Findings, closeness: Closeness) -> bool:
     """Whether a directional check's first tier leaves its verdict in doubt,
     so that a second direction is worth its cost: it passed, but a comparison
-    came within reach of its bound (beyond DECISIVE of it) or a warning was
-    made (a mode fn has no rule for aside). A failure is final (more
-    directions only add comparisons); an info (a kink, set aside) stays where
-    it is along any direction."""
+    came within reach of its bound (beyond DECISIVE of it) or let a
+    disagreement pass with a warning (DISAGREEING). A failure is final (more
+    directions only add comparisons)."""
     if any(f.level == ERROR for f in report.items):
         return False
-    warned = any(f.level == WARNING and f.kind != Kind.MODE_UNAVAILABLE for f in report.items)
+    warned = any(f.level == WARNING and f.kind in DISAGREEING for f in report.items)
     return warned or closeness.worst > DECISIVE

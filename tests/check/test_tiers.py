@@ -207,3 +207,41 @@ def test_the_first_tier_is_the_first_pair_of_two():
     one, two = (_probes.choose(ev, primal, precision, seed=9, k=k, full=False) for k in (1, 2))
     assert np.array_equal(one.us[0], two.us[0]) and np.array_equal(one.vs[0], two.vs[0])
     assert not np.array_equal(two.us[0], two.us[1])
+
+
+def test_a_warning_that_no_direction_changes_takes_one_direction():
+    """A NaN output is said along any direction: no second one for it."""
+    x = np.abs(np.random.default_rng(6).standard_normal(4001)) + 0.1
+    x[7] = -1.0
+    square = gv.Rule(
+        lambda z: np.where(z < 0, np.nan, z * z), jvp=lambda p, t: 2 * p[0] * t[0], vjp=lambda p, g: (2 * p[0] * g,)
+    )
+    r = gv.check(square, x)
+    assert r.ok and r.by_kind(gv.Kind.NONFINITE_OUTPUT), str(r)
+    assert r.strategy == "directional (1 random direction, seed 0)", str(r)
+
+
+def test_directions_near_the_largest_float_stay_finite():
+    """Inputs up to 9.5e307: the direction's normalisation does not overflow
+    (its largest element stays below 4), and the check compares what FD can
+    decide there."""
+    x = np.random.default_rng(7).uniform(1e306, 9.5e307, 4000)
+    half = gv.Rule(lambda z: z / 2, jvp=lambda p, t: t[0] / 2, vjp=lambda p, g: (g / 2,))
+    r = gv.check(half, x)
+    assert r.ok, str(r)
+    assert not r.by_kind(gv.Kind.NOTHING_COMPARED) and not r.by_kind(gv.Kind.NOTHING_CHECKED), str(r)
+    # (FD's own sums of F values near 1e308 overflow at some elements: those are inconclusive, not all)
+    assert all("at 4000 element" not in f.message for f in r.findings), str(r)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e150, 1e160, 1e300])
+def test_the_adjoint_identity_holds_a_wrong_backward_at_any_scale(scale):
+    """A backward 1e-9 too large in every element breaks <v, J u> = <J^T v, u>
+    far beyond the rounding of terms as large as the inputs (|x| ~ 1), however
+    large the derivatives: the projection's size is measured without
+    overflowing its squares."""
+    x = np.random.default_rng(8).standard_normal(5000)
+    rule = gv.Rule(lambda z: scale * z, jvp=lambda p, t: scale * t[0], vjp=lambda p, g: (scale * (1 + 1e-9) * g,))
+    r = gv.check(rule, x, full=False)
+    assert not r.ok, str(r)
+    assert any(f.pair == ("JVP", "VJP") for f in r.errors), str(r)
