@@ -318,7 +318,7 @@ def _run_stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         # The first direction passed, but not decisively: the check again
         # with two (the first among them, so nothing it compared is lost).
         ratio, first = outcome.worst_ratio, outcome.findings
-        outcome = _stages(ev, dataclasses.replace(options, k=TIERED[1]), order)
+        outcome = _stages(ev, options, order, tier=1)
         if not any(f.kind == Kind.NONDETERMINISM for f in outcome.findings):
             # (jitter the first tier's repeat saw is said, whether or not the second's sees it again)
             outcome.findings[:0] = [f for f in first if f.kind == Kind.NONDETERMINISM]
@@ -418,9 +418,12 @@ class _Outcome:
         return not any(f.level == ERROR for f in self.findings)
 
 
-def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
+def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outcome:
     """primal -> precision -> probes -> modes -> oracle -> comparisons (with
-    localisation) -> second order; each stage's findings go to ``report``."""
+    localisation) -> second order; each stage's findings go to ``report``.
+    ``tier``: which of TIERED's direction counts a check of the default
+    ``directions`` takes (its derivatives' checks are tiered afresh)."""
+    tiered = options.k is None
     report = Findings()
     outcome = _Outcome(report.items)
     closeness = Closeness()
@@ -453,7 +456,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
         precision = _primal.choose(ev, primal)
         outcome.oracle = precision.name
         outcome.notes = list(precision.notes)
-        k = TIERED[0] if options.k is None else options.k
+        k = TIERED[tier] if tiered else options.k
         probes = _probes.choose(ev, primal, precision, seed=options.seed, k=k, full=options.full)
         outcome.strategy = probes.strategy
         outcome.notes += _primal.resolution(precision, probes.strategy)
@@ -472,7 +475,7 @@ def _stages(ev: Evaluator, options: Options, order: int) -> _Outcome:
                 _primal.repeat(ev, primal, report, options.nondet_tol)
                 report.items.sort(key=lambda f: f.kind != Kind.NONDETERMINISM)  # (said first, as it explains)
                 outcome.doubt = doubtful(report, closeness)
-                if outcome.doubt and options.k is None:
+                if outcome.doubt and tiered and tier == 0:
                     return outcome  # (checked again with two directions, the rest with them)
             if options.batched:
                 _batched.run(ctx, ad)
