@@ -43,7 +43,7 @@ class Bounds:
             scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
         else:
             if b not in self._jvp_scale:
-                self._jvp_scale[b] = max(_xp.absmax(jv), probes.slope_scale * probes.u_top(b))
+                self._jvp_scale[b] = max(_xp.absmax(jv), probes.slope_scale * probes.u_tops[b])
             scale = self._jvp_scale[b]
         bound = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
         if _xp.size(bound) <= KEEP_BOUNDS:

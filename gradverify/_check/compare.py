@@ -10,17 +10,15 @@ runs again. What survives is localised and reported (texts in messages)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from . import fd, suite, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
-from .judge import Judge, projections
+from .judge import Judge, pair_terms, projections
 from .locate import Localiser
 from .lowprecision import LowPrecision
 from .messages import adjoint_mismatch, fd_mismatch, inconclusive
@@ -171,15 +169,13 @@ class Comparisons(Judge):
         refs = [self._ref_for_projection(b) for b in range(len(self.oracle.refs))]
         vs = self.probes.vs
         usable = [b for b, r in enumerate(refs) if r is not None]
-        pairs = [(a, b) for a in range(len(vs)) for b in usable]
-        terms = tol.hoeffdings([functools.partial(lambda v, r: (v, r[1]), vs[a], refs[b]) for a, b in pairs])
+        fd_terms = pair_terms(range(len(vs)), usable, lambda a, b: (vs[a], refs[b][1]))
         # Against the model's reference a projection must pass with room for
         # the measured one's centre, which may sit anywhere within |R1 - R2|
         # of it: then it passes against the measured one too.
-        fd_terms = {}
-        for (a, b), t in zip(pairs, terms):
+        for a, b in fd_terms:
             ref = self.oracle.refs[b]
-            fd_terms[a, b] = t - (ref.shift_terms[a] if ref.modelled and ref.shift_terms else 0.0)
+            fd_terms[a, b] -= ref.shift_terms[a] if ref.modelled and ref.shift_terms else 0.0
         projected = projections(vs, {b: refs[b][0] for b in usable})
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
@@ -274,9 +270,7 @@ class Comparisons(Judge):
         jvps, vs = self.modes.jvps, self.probes.vs
         bound = self.bounds.jvp
         # (v is 0 on non-finite outputs: they weigh nothing)
-        pairs = [(a, b) for a in range(len(vs)) for b in range(len(jvps))]
-        jv_terms = tol.hoeffdings([functools.partial(lambda a, b: (vs[a], bound(b)), a, b) for a, b in pairs])
-        jv_terms = dict(zip(pairs, jv_terms))
+        jv_terms = pair_terms(range(len(vs)), range(len(jvps)), lambda a, b: (vs[a], bound(b)))
         projected = projections(vs, dict(enumerate(jvps)))
         worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[a, b]))
         if worst is None:
@@ -375,20 +369,10 @@ def _rounding_of_terms(modes: Modes, probes: Probes, a: int, b: int) -> tuple[fl
     u = tol.unit_roundoff(modes.ad_out)
     terms = min(tol.ROUNDING_TERMS * u * probes.inputs_max, u**0.5)
     v, g = probes.vs[a], modes.vjps[a]
-    size = max(_norm(v, modes.jvps[b]), _norm(g, probes.us[b]))
+    # (sqrt(sum (v_i (J u)_i)^2) is a Hoeffding term without its multiplier)
+    norms = tol.hoeffdings([lambda: (v, modes.jvps[b]), lambda: (g, probes.us[b])])
+    size = max(norms) / tol.HOEFFDING_K
     return terms, size if math.isfinite(size) else 0.0  # (a size beyond floats widens nothing)
-
-
-def _norm(a: Any, b: Any) -> float:
-    """sqrt(sum (a_i b_i)^2), its squares taken after a power of two brings
-    the largest term to [1/2, 1) (none overflows or underflows to nothing)."""
-    w = a * b
-    top = _xp.absmax(w)
-    if not 0.0 < top < math.inf:
-        return top
-    scale = math.ldexp(1.0, math.frexp(top)[1])
-    w = w / scale
-    return scale * math.sqrt(_xp.dot(w, w))
 
 
 def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:

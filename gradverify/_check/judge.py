@@ -7,7 +7,7 @@ the excuses, the report of a projection that fails."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -69,9 +69,7 @@ class Judge:
         for every pair: the weights are u_b's elements (a random sign times a
         magnitude each)."""
         us, vjp = self.probes.us, self.bounds.vjp
-        pairs = [(a, b) for a in range(len(self.modes.vjps)) for b in range(len(us))]
-        terms = tol.hoeffdings([functools.partial(lambda a, b: (us[b], vjp(a)), a, b) for a, b in pairs])
-        return dict(zip(pairs, terms))
+        return pair_terms(range(len(self.modes.vjps)), range(len(us)), lambda a, b: (us[b], vjp(a)))
 
     def column_slopes(self, b: int) -> np.ndarray:
         """|AD| along column b of a full Jacobian (real units), per output
@@ -190,6 +188,15 @@ class Judge:
                 terms_scale=terms_scale,
             )
         )
+
+
+def pair_terms(
+    cotangents: Iterable[int], directions: Iterable[int], term: Callable[[int, int], tuple[Any, Any]]
+) -> dict[tuple[int, int], float]:
+    """The Hoeffding term (tol.hoeffdings) of the weights and bounds
+    ``term(a, b)`` returns, for every cotangent a and direction b."""
+    pairs = [(a, b) for a in cotangents for b in directions]
+    return dict(zip(pairs, tol.hoeffdings([functools.partial(term, a, b) for a, b in pairs])))
 
 
 def projections(left: Sequence[Any], right: dict[int, Any]) -> dict[tuple[int, int], float]:

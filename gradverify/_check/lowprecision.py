@@ -48,7 +48,7 @@ class LowPrecision:
             if mode == "JVP" and probes.full:
                 scale = None if modes.jmax_jvp is None else modes.jmax_jvp * float(probes.scale[key])
             elif mode == "JVP":
-                scale = max(_xp.absmax(ref), probes.slope_scale * probes.u_top(key))
+                scale = max(_xp.absmax(ref), probes.slope_scale * probes.u_tops[key])
             else:
                 scale = (
                     modes.jmax_vjp if probes.full else max(_xp.absmax(ref), probes.slope_scale * probes.v_top(key[0]))

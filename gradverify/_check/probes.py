@@ -77,7 +77,6 @@ class Probes:
     x: Any  # the point, flat float64 (working arrays, see xp)
     raw_scale: Any  # each element's step scale
     scale: Any  # each element's scale in u: |u_b| / scale in (1, 2) (ones for the full Jacobian, |u| itself)
-    scale_max: float  # the largest |u| of any direction
     us: tuple[Any, ...]  # directions (normalised)
     cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
     vs: tuple[Any, ...]  # cotangents (0 on non-finite outputs)
@@ -88,10 +87,6 @@ class Probes:
     inputs_max: float  # the largest input magnitude
     u_tops: tuple[float, ...] = ()  # each direction's largest |u| (directional checks)
     v_tops: tuple[float, ...] = ()  # each cotangent's largest |v| (directional checks)
-
-    def u_top(self, b: int) -> float:
-        """The largest |u_b| (each direction's bounds are its own)."""
-        return self.u_tops[b] if self.u_tops else self.scale_max
 
     def v_top(self, a: int | None) -> float:
         """The largest |v_a| (1 for a full Jacobian's e_i; None: of any cotangent)."""
@@ -190,7 +185,6 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         x=x,
         raw_scale=raw_scale,
         scale=scale,
-        scale_max=_xp.absmax(scale) if use_full else max(ends[: len(us)]),
         u_tops=tuple(ends[: len(us)]),
         v_tops=tuple(ends[len(us) :]),
         us=us,
