@@ -17,6 +17,7 @@ for a fair share of seeds, as it would with signs alone."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +144,8 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
     xp = _xp.ns(x)
     raw, tops, rs = [], [], []
-    for s, top in zip(segs, _xp.absmaxes(*segs)):
+    seg_tops = _xp.absmaxes(*segs)
+    for s, top in zip(segs, seg_tops):
         r = _rms(s, top)
         rs.append(r)
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
@@ -194,7 +196,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         strategy=strategy,
         seed=seed,
         slope_scale=slope_scale,
-        inputs_max=_xp.absmax(x),
+        inputs_max=math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops, default=0.0),
     )
 
 
@@ -222,35 +224,29 @@ def signs(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = No
     return s
 
 
-#: Every 16-bit draw's direction element: its high bit the sign, its low 15
-#: bits the magnitude 1 + (k + 1/2) / 2^15, in (1, 2) (exact in binary).
-_DRAWS = np.arange(1 << 16)
-_DIRECTION_TABLE = (1.0 - 2.0 * (_DRAWS >> 15)) * (1.0 + ((_DRAWS & 0x7FFF) + 0.5) / 32768.0)
-#: The table beside a device (one copy per array namespace and device).
-_TABLES: dict[tuple[int, str], Any] = {}
-
-
 def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, like: Any = None) -> Any:
     """n random elements, each a fair random sign times an independent
-    magnitude in (1, 2) (16 random bits each, see _DIRECTION_TABLE), times
-    ``scale``, float64, beside ``like``. The signs keep the Hoeffding bounds
-    of the projections (a sum of sign-weighted terms, each magnitude a known
-    weight); the magnitudes keep two equal errors from cancelling (with signs
-    alone, e (u_i - u_j) vanishes for half the seeds; now for one in 2^16).
-    The same seed gives the same elements on every backend: the bits are
-    drawn on the host and cross as they are (2 bytes an element), looked up
-    where ``like`` lives."""
-    drawn = np.frombuffer(rng.bytes(2 * n), dtype="<u2")
+    magnitude in (1, 2), times ``scale``, float64, beside ``like``. The signs
+    keep the Hoeffding bounds of the projections (a sum of sign-weighted
+    terms, each magnitude a known weight); the magnitudes keep two equal
+    errors from cancelling (with signs alone, e (u_i - u_j) vanishes for half
+    the seeds; now for one in 2^16).
+
+    Each element is 16 random bits s (a signed integer): w = (s + 1/2) / 2^15
+    lies in (-1, 1), never 0, and the element is w + sign(w) - its sign w's,
+    its magnitude 1 + |w| (exact in binary). The same seed gives the same
+    elements on every backend: the bits are drawn on the host and cross as
+    they are (2 bytes an element); the arithmetic runs where ``like`` lives."""
+    drawn = np.frombuffer(rng.bytes(2 * n), dtype="<i2")
     if like is None or _xp.on_host(like):
-        out = _DIRECTION_TABLE[drawn]
+        out = drawn.astype(np.float64)
+        xp = np
     else:
         xp = _xp.ns(like)
-        key = (id(xp), str(_xp.device(like)))
-        if key not in _TABLES:
-            _TABLES[key] = _xp.like(_DIRECTION_TABLE, like, xp.float64)
-        # (int16 crosses on every torch version; widened, its bits are the draw's)
-        index = xp.astype(_xp.like(drawn.view(np.int16), like, xp.int16), xp.int64)
-        out = xp.take(_TABLES[key], xp.bitwise_and(index, 0xFFFF))
+        out = xp.astype(_xp.like(drawn, like, xp.int16), xp.float64)
+    out += 0.5
+    out *= 2.0**-15
+    out += xp.sign(out)
     if scale is not None:
         out *= scale  # (our own array: in place where arrays are mutable)
     return out

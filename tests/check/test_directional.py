@@ -58,7 +58,9 @@ def test_one_flipped_forward_element_is_located():
 
 def test_adjoint_identity_catches_what_float32_fd_cannot_resolve():
     """A function that only runs in float32 (FD in float32 is coarse): a VJP
-    off by 1e-3 relative in one element still breaks <v, J u> = <J^T v, u>."""
+    off by 10% in one element of 4096 still breaks <v, J u> = <J^T v, u>
+    beyond float32's rounding of the sum, on every seed (at 5% it is near
+    the band: caught on most seeds, a precision warning on the others)."""
     import torch
 
     class Tanh(torch.autograd.Function):
@@ -77,7 +79,7 @@ def test_adjoint_identity_catches_what_float32_fd_cannot_resolve():
         def backward(ctx, g):
             (y,) = ctx.saved_tensors
             gx = g * (1 - y * y)
-            gx[17] *= 1.05
+            gx[17] *= 1.1
             return gx
 
         @staticmethod
@@ -86,11 +88,12 @@ def test_adjoint_identity_catches_what_float32_fd_cannot_resolve():
             return (1 - y * y) * t
 
     x = torch.from_numpy(np.random.default_rng(0).standard_normal(4096).astype(np.float32))
-    r = gv.check(Tanh.apply, x)
-    assert "float32" in r.modes["FD"] and "float32 only" in r.modes["FD"] or r.oracle_dtype == "float32"
-    assert not r.ok, str(r)
-    f = r.by_kind(gv.Kind.MISMATCH)[0]
-    assert f.input_index == (17,)
+    for seed in range(8):
+        r = gv.check(Tanh.apply, x, seed=seed)
+        assert "float32" in r.modes["FD"] and "float32 only" in r.modes["FD"] or r.oracle_dtype == "float32"
+        assert not r.ok, str(r)
+        f = r.by_kind(gv.Kind.MISMATCH)[0]
+        assert f.input_index == (17,), (seed, str(r))
 
 
 def test_dense_jacobian_directional():
