@@ -66,3 +66,6 @@ class Context:
     options: Options
     report: Findings
     closeness: Closeness
+    #: FD along the directions from the coarse model (fd.COARSE_OFFSETS): a
+    #: tiered directional check's first tier (see tiers).
+    coarse: bool = False

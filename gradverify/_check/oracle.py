@@ -38,6 +38,7 @@ class Oracle:
         ev, precision, probes = ctx.ev, ctx.precision, ctx.probes
         self.ev, self.primal, self.precision, self.probes = ev, ctx.primal, precision, probes
         self.vectorise = ctx.options.vectorise  # fn at many points of a small check in one vectorised call
+        self.coarse = ctx.coarse  # (the directions' references from the coarse model)
         self.batched = False  # whether any F value came from such a call
         # F(0): the finite differences' centre, from the same fn as their
         # stencil (a compiled fn may round unlike its eager run)
@@ -163,6 +164,7 @@ class Oracle:
         point: float | None = None,
         have: dict[int, np.ndarray] | None = None,
         quick: Any = fd.UNKNOWN,
+        coarse: bool = False,
     ) -> fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -173,7 +175,7 @@ class Oracle:
         estimated (see fd.reference's ``sparse``). ``point``: the magnitude
         at which the point and fn's terms round, in units of c (see
         fd.model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
-        default; along e_j see ``terms``. ``quick``: see fd.reference."""
+        default; along e_j see ``terms``. ``quick``, ``coarse``: see fd.reference."""
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)
@@ -190,7 +192,9 @@ class Oracle:
             inputs=self.probes.inputs_max,
             point=point,
         )
-        ref = fd.reference(problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick)
+        ref = fd.reference(
+            problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick, coarse=coarse
+        )
         return self._in_units(ref, c)
 
     def column(self, j: int) -> tuple[Any, Any, bool]:
@@ -265,7 +269,15 @@ class Oracle:
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
             ref = self.fd(
-                u, tols[b], cs[b], model_first=True, ad=jv, point=points[b], have=have and have[b], quick=quick[b]
+                u,
+                tols[b],
+                cs[b],
+                model_first=True,
+                ad=jv,
+                point=points[b],
+                have=have and have[b],
+                quick=quick[b],
+                coarse=self.coarse and not probes.full,
             )
             self.refs.append(ref)
 

@@ -460,7 +460,8 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
         probes = _probes.choose(ev, primal, precision, seed=options.seed, k=k, full=options.full)
         outcome.strategy = probes.strategy
         outcome.notes += _primal.resolution(precision, probes.strategy)
-        ctx = Context(ev, primal, precision, probes, options, report, closeness)
+        coarse = tiered and tier == 0 and not probes.full
+        ctx = Context(ev, primal, precision, probes, options, report, closeness, coarse)
         ad = AD(ctx)
         outcome.modes = ad.status
         try:

@@ -23,7 +23,7 @@ TIERED = (1, 2)
 def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
     """Whether a directional check passed beyond doubt: nothing found (but a
     mode fn has no rule for), every FD reference the rounding model's (its
-    elementwise kink, convergence and noise tests passed at all six points),
+    elementwise kink and noise tests passed at every point of its stencil),
     and every comparison within DECISIVE of its bound. fn evaluated
     differently at the same point by more than rounding would have shown at
     those points, element by element, as noise the model does not allow or as

@@ -136,7 +136,8 @@ def test_jax_evaluations_are_compiled_where_fn_traces(monkeypatch):
         assert r.ok, r.findings
         runs[traceable] = (len(calls), r.evaluations)
     (compiled, ev_compiled), (eager, ev_eager) = runs[True], runs[False]
-    assert ev_compiled == ev_eager and ev_compiled["primal"] >= 8
+    # (at least the point, its compiled twin and the first tier's four stencil points)
+    assert ev_compiled == ev_eager and ev_compiled["primal"] >= 6
     # every evaluation beyond the two eager ones at the point ran compiled, bar one trace
     assert eager - compiled >= ev_compiled["primal"] - 3, runs
 

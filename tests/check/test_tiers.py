@@ -26,9 +26,24 @@ def test_a_decisive_pass_evaluates_fn_once_at_the_point(forward_rule):
     r = gv.check(tanh_bias_flipped("torch", None, forward_rule=forward_rule), x, b)
     assert r.ok, str(r)
     assert r.strategy.startswith("directional")
-    # once at the point and six times along the first direction: no repeat
-    assert r.evaluations["primal"] == 7, r.evaluations
+    # once at the point and four times along the first direction (the coarse
+    # stencil, fd.COARSE_OFFSETS): no repeat, no second tier
+    assert r.evaluations["primal"] == 5, r.evaluations
     assert r.worst_ratio <= 0.25
+    # asked for one direction outright: the full model's six points
+    r = gv.check(tanh_bias_flipped("torch", None, forward_rule=forward_rule), x, b, directions=1)
+    assert r.ok and r.evaluations["primal"] == 7, r.evaluations
+
+
+@pytest.mark.parametrize("forward_rule", [True, False])
+def test_the_coarse_first_tier_still_names_a_flipped_element(forward_rule):
+    """The four-point first tier convicts as the full model does: the same
+    element, on every seed."""
+    x, b = _point(1000)
+    for seed in range(4):
+        r = gv.check(tanh_bias_flipped("torch", 4321, forward_rule=forward_rule), x, b, seed=seed)
+        assert not r.ok, str(r)
+        assert r.by_kind(gv.Kind.MISMATCH)[0].input_index == (432, 1), str(r)
 
 
 def test_a_full_jacobian_still_evaluates_twice_at_the_point():

@@ -31,7 +31,7 @@ large as the derivatives themselves.
 """
 
 from .blocks import CHUNK, DEVICE_CHUNK, blockwise, compiled
-from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference, model_references
+from .model import COARSE_OFFSETS, KEEP_POINTS, MODEL_OFFSETS, model_reference, model_references
 from .noise import WIDE_SPACINGS, WIDE_SPAN, WideTable, wide_table
 from .records import ASIDE, JUMP, KINK, SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .reference import mark_unresolved, reference
@@ -52,6 +52,7 @@ from .stencil import (
 __all__ = [
     "ASIDE",
     "CHUNK",
+    "COARSE_OFFSETS",
     "DEVICE_CHUNK",
     "GRID_NOISE",
     "JUMP",

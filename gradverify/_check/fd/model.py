@@ -12,7 +12,7 @@ from .blocks import block_slices, compiled
 from .records import Array
 from .stencil import DIFF_WEIGHT, KAPPA_WEIGHT, R1_WEIGHT, R2_WEIGHT, model_noise, richardson, scales, tolerance_parts
 
-__all__ = ["KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references"]
+__all__ = ["COARSE_OFFSETS", "KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references"]
 
 
 #: A model reference of at most this many elements keeps its six points for
@@ -25,6 +25,12 @@ KEEP_POINTS = 1 << 16
 MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
 
 
+#: The coarse model's points: D(h) and D(h/2), so R1 (t = +-h, +-h/2). A
+#: directional check's first tier takes them (see model_reference's
+#: ``coarse``); two evaluations of fn fewer than MODEL_OFFSETS.
+COARSE_OFFSETS = (-4, -2, 2, 4)
+
+
 def model_reference(
     f: dict[int, Array],
     f0: Array,
@@ -35,7 +41,8 @@ def model_reference(
     ad: Array | None = None,
     chunk: int | None = None,
     point: float = 1.0,
-) -> tuple[Array, Array, Array, float] | None:
+    coarse: bool = False,
+) -> tuple[Array, Array, Array | None, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
     points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
     R2, one of which the measured estimate takes, lie from value - or None where any element is
@@ -49,9 +56,17 @@ def model_reference(
     measured one element by element, and an AD value that agrees with it
     agrees with the measured reference too. Measuring costs two more
     evaluations of fn and a difference table; a comparison asks for it only
-    when it is about to fail."""
+    when it is about to fail.
+
+    ``coarse``: from COARSE_OFFSETS alone (see _coarse_block): R1 with D(h/2)'s
+    error estimate |R1 - D(h/2)| as its truncation bound, which bounds R1's
+    own (of order h^4, D(h/2)'s of order h^2) wherever the estimate holds at
+    all. It stands on its own rather than inside the measured interval (its
+    truncation bound is the wider one), so it has no shift (None); at the
+    oracle's step the noise, the same as R1's above, is most of the bound."""
     shape = tuple(f0.shape)
-    F = {k: _xp.flat(f[k]) for k in MODEL_OFFSETS}
+    offsets = COARSE_OFFSETS if coarse else MODEL_OFFSETS
+    F = {k: _xp.flat(f[k]) for k in offsets}
     f0f = _xp.flat(f0)
     adf = None if ad is None else _xp.flat(ad)
     n = _xp.size(f0f)
@@ -69,26 +84,29 @@ def model_reference(
         kappa_max = (tol.NOISE_SAFETY * KAPPA_WEIGHT) * eps_f
         drift_max = (tol.NOISE_SAFETY * DIFF_WEIGHT / h) * eps_f
         limits = (noise1, noise2, typical, kappa_max, drift_max)
-        kernel = compiled(_model_block, f0f)
+        kernel = compiled(_coarse_block if coarse else _model_block, f0f)
         scratch = _xp.Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
         if scratch is None:  # (jax: one compiled block)
             b = blocks[0]
             t = tol_f[b] if tol_array else tol_f
             ok, value, err, shift = kernel(
-                tuple(F[k][b] for k in MODEL_OFFSETS), f0f[b], t, None if adf is None else adf[b], h, limits
+                tuple(F[k][b] for k in offsets), f0f[b], t, None if adf is None else adf[b], h, limits
             )
             if not bool(ok):
                 return None
         else:
-            value, err, shift = (_xp.empty(n, f0f) for _ in range(3))
+            value, err = _xp.empty(n, f0f), _xp.empty(n, f0f)
+            shift = None if coarse else _xp.empty(n, f0f)
             for b in blocks:
                 t = tol_f[b] if tol_array else tol_f
                 ad_b = None if adf is None else adf[b]
-                fs = tuple(F[k][b] for k in MODEL_OFFSETS)
-                ok, _, _, _ = kernel(fs, f0f[b], t, ad_b, h, limits, (value[b], err[b], shift[b]), scratch)
+                fs = tuple(F[k][b] for k in offsets)
+                outs = (value[b], err[b], None if shift is None else shift[b])
+                ok, _, _, _ = kernel(fs, f0f[b], t, ad_b, h, limits, outs, scratch)
                 if not bool(ok):
                     return None
-    return xp.reshape(value, shape), xp.reshape(err, shape), xp.reshape(shift, shape), typical
+    shift = None if shift is None else xp.reshape(shift, shape)
+    return xp.reshape(value, shape), xp.reshape(err, shape), shift, typical
 
 
 def model_references(
@@ -207,3 +225,56 @@ def _model_block(
         out_s[...] = shift
         shift = out_s
     return ok, v, e, shift
+
+
+def _coarse_block(
+    fs: tuple[Array, ...],
+    f0: Array,
+    t: Array | float,
+    ad: Array | None,
+    h: float,
+    limits: tuple[float, ...],
+    outs: tuple[Array, Array, None] | None = None,
+    scratch: _xp.Scratch | None = None,
+) -> tuple:
+    """The coarse model on one block, from the points ``fs`` (in the order of
+    COARSE_OFFSETS): (every element passes, value, err, None). R1 and the
+    kink indicator bit for bit as _model_block computes them; R1's interval
+    R1 +- (FD_SAFETY |R1 - D(h/2)| + R1's noise) in place of the intersection
+    with R2's, and no drift test (it needs D(h/4): a kink the indicator
+    misses is left to the comparison, which measures before it fails)."""
+    noise1, _, typical, kappa_max, _ = limits
+    f = dict(zip(COARSE_OFFSETS, fs))
+    xp = _xp.ns(f0, *fs)
+    m = tuple(f0.shape)[0]
+
+    def tmp(name: str) -> Array | None:
+        return None if scratch is None else scratch(name, m)
+
+    out_v, out_e, _ = outs if outs is not None else (None, None, None)
+    # (as richardson() computes D(h), D(h/2) and R1, bit for bit)
+    d1 = _xp.sub(f[4], f[-4], tmp("d1"))
+    d1 *= 0.5 / h
+    d2 = _xp.sub(f[2], f[-2], tmp("d2"))
+    d2 *= 1.0 / h
+    r1 = _xp.mul(d2, 4.0, out_v)
+    r1 -= d1
+    r1 *= 1.0 / 3.0
+    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
+    kappa *= 4.0
+    kappa -= _xp.add(f[4], f[-4], tmp("a"))
+    kappa -= _xp.mul(f0, 6.0, tmp("a"))
+    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
+    limit += kappa_max
+    ok = xp.all(_xp.iabs(kappa) <= limit)
+    e = _xp.iabs(_xp.sub(r1, d2, out_e))
+    e *= tol.FD_SAFETY
+    e += noise1
+    room = _xp.absolute(r1, tmp("room"))
+    room += typical
+    room *= 0.5
+    ok = ok & xp.all(e <= room)
+    if ad is not None:
+        room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
+        ok = ok & xp.all(_xp.iabs(_xp.sub(ad, r1, tmp("a"))) <= room)
+    return ok, r1, e, None

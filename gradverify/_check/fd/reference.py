@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import tolerance as tol, xp as _xp
 from .ladder import descend, noise_explains
-from .model import KEEP_POINTS, MODEL_OFFSETS, model_reference
+from .model import COARSE_OFFSETS, KEEP_POINTS, MODEL_OFFSETS, model_reference
 from .records import SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .stencil import OFFSETS, R1_WEIGHT, Stencil, estimate, evaluate_level, tolerance_parts, values_at
 
@@ -26,6 +26,7 @@ def reference(
     sparse: bool = False,
     have: dict[int, Array] | None = None,
     quick: Any = UNKNOWN,
+    coarse: bool = False,
 ) -> Reference:
     """FD reference for F'(0) of ``problem``, with kink analysis of flagged
     elements. ``model_first``: try the rounding model first (see
@@ -35,13 +36,16 @@ def reference(
     comparison needs it. ``sparse``: estimate only the outputs the steps move
     (see _on_support). ``have``: F's values at MODEL_OFFSETS, evaluated
     already (model_first); ``quick``: model_reference()'s result on them (None
-    included), where model_references() worked it out already."""
+    included), where model_references() worked it out already. ``coarse``:
+    the model from COARSE_OFFSETS (model_reference's ``coarse``): two
+    evaluations fewer, the rest evaluated only where it is measured."""
     F, f0, h, u_oracle, ad_tol = problem.F, problem.f0, problem.h, problem.u_oracle, problem.ad_tol
     f0_scale, point = problem.f0_scale, problem.point
     if model_first:
-        have = have or dict(zip(MODEL_OFFSETS, values_at(F, [k * h / 4 for k in MODEL_OFFSETS])))
+        offsets = COARSE_OFFSETS if coarse else MODEL_OFFSETS
+        have = have or dict(zip(offsets, values_at(F, [k * h / 4 for k in offsets])))
         if quick is UNKNOWN:
-            quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+            quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, coarse=coarse)
         if quick is not None:
             value, err, shift, typical = quick
             if _xp.size(value) > KEEP_POINTS:

@@ -121,8 +121,81 @@ def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole(
         compare_column_references(x, w, 0.0, fn)
 
 
+@pytest.mark.parametrize("case", sorted(SMOOTH_CASES))
+def test_the_coarse_model_overlaps_the_measured_reference(case):
+    """The coarse model (four points) stands on its own interval, wider in
+    truncation than the full model's: on smooth functions it flags nothing,
+    takes R1 bit for bit as the full model computes it, and its interval
+    meets the measured one at every element the measured estimate calls
+    smooth (both hold the derivative)."""
+    x, f = SMOOTH_CASES[case]
+
+    def F(t):
+        return f(x + t)
+
+    h, f0 = 2.0**-18 * 0.7, f(x)
+    have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
+    f0_scale = float(np.max(np.abs(f0)))
+    coarse = fd.model_reference({k: have[k] for k in fd.COARSE_OFFSETS}, f0, h, 2.0**-53, 0.0, f0_scale, coarse=True)
+    assert coarse is not None
+    value, err, shift, typical = coarse
+    assert shift is None
+    d1, d2 = (have[4] - have[-4]) * (0.5 / h), (have[2] - have[-2]) * (1.0 / h)
+    assert np.array_equal(value, (d2 * 4.0 - d1) * (1.0 / 3.0))  # R1, bit for bit
+    assert (err >= 4.0 * np.abs(value - d2)).all()  # D(h/2)'s own error, with its safety factor
+    measured = fd.reference(fd.Problem.of(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False))
+    ok = measured.status == fd.SMOOTH
+    assert ok.any()
+    slack = 1e-12 * (np.abs(measured.value) + measured.err)
+    assert (np.abs(measured.value - value) <= err + measured.err + slack)[ok].all()
+
+
+@pytest.mark.parametrize(
+    "f, df",
+    [
+        (np.tanh, lambda z: 1.0 - np.tanh(z) ** 2),
+        (lambda z: np.exp(3.0 * z), lambda z: 3.0 * np.exp(3.0 * z)),
+        (lambda z: np.sin(40.0 * z), lambda z: 40.0 * np.cos(40.0 * z)),
+    ],
+)
+@pytest.mark.parametrize("h", [2.0**-18 * 0.7, 2.0**-7])
+def test_the_coarse_model_holds_the_exact_derivative(f, df, h):
+    """Against the derivative itself: R1 +- FD_SAFETY |R1 - D(h/2)| + noise
+    holds f' at every element, curvature (exp, a fast sine) included; at the
+    long step R1's truncation is far above the noise, so the interval holds
+    only by its truncation term (the AD tolerance lets the kink test pass
+    the curvature's fourth differences)."""
+    x = np.linspace(-2, 2, 2001)
+    have = {k: f(x + k * h / 4) for k in fd.COARSE_OFFSETS}
+    f0 = f(x)
+    ad_tol = 0.0 if h < 1e-3 else 1e3
+    coarse = fd.model_reference(have, f0, h, 2.0**-53, ad_tol, float(np.max(np.abs(f0))), coarse=True)
+    assert coarse is not None
+    value, err, _, _ = coarse
+    miss = np.abs(value - df(x))
+    assert (miss <= err).all()
+    if h > 1e-3:
+        assert miss.max() > 1e3 * 2.0**-53 * np.abs(f0).max() / h  # (not the noise: the truncation)
+
+
+def test_the_coarse_model_steps_aside_at_a_kink_and_for_disagreeing_ad():
+    x = np.linspace(-1, 1, 101)
+    x[37] = 0.0
+    h = 2.0**-18 * 0.7
+    have = {k: np.abs(x + k * h / 4) for k in fd.COARSE_OFFSETS}
+    assert fd.model_reference(have, np.abs(x), h, 2.0**-53, 1e-12, 1.0, coarse=True) is None
+    smooth = np.linspace(0.5, 1, 101)
+    have = {k: np.tanh(smooth + k * h / 4) for k in fd.COARSE_OFFSETS}
+    right = 1 - np.tanh(smooth) ** 2
+    assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, right, coarse=True) is not None
+    wrong = right.copy()
+    wrong[60] *= 1 + 1e-6
+    assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong, coarse=True) is None
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_the_model_reference_does_not_depend_on_the_block_size(backend):
+@pytest.mark.parametrize("coarse", [False, True])
+def test_the_model_reference_does_not_depend_on_the_block_size(backend, coarse):
     """Block by block (into reused temporaries and the results' own slices) the
     model reference is the one-block reference bit for bit, with a
     per-element tolerance and the AD values it judges; and a block that
@@ -130,7 +203,7 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
     rng = np.random.default_rng(11)
     x = rng.standard_normal(1000) * 3.0
     h = 2.0**-18 * 0.7
-    have = {k: np.tanh(x + k * h / 4) for k in fd.MODEL_OFFSETS}
+    have = {k: np.tanh(x + k * h / 4) for k in (fd.COARSE_OFFSETS if coarse else fd.MODEL_OFFSETS)}
     f0 = np.tanh(x)
     ad = 1.0 - f0 * f0
     ad_tol = np.abs(ad) * 1e-12 + 1e-15
@@ -139,17 +212,20 @@ def test_the_model_reference_does_not_depend_on_the_block_size(backend):
         have = {k: torch.from_numpy(v) for k, v in have.items()}
         f0, ad, ad_tol = torch.from_numpy(f0), torch.from_numpy(ad), torch.from_numpy(ad_tol)
     args = (have, f0, h, 2.0**-53, ad_tol, 1.0, ad)
-    whole = fd.model_reference(*args)
+    whole = fd.model_reference(*args, coarse=coarse)
     assert whole is not None
     for chunk in (1, 7, 64, 999):
-        blocks = fd.model_reference(*args, chunk=chunk)
+        blocks = fd.model_reference(*args, chunk=chunk, coarse=coarse)
         assert blocks is not None and blocks[3] == whole[3]
         for a, b in zip(whole[:3], blocks[:3]):
-            assert np.array_equal(np.asarray(a), np.asarray(b)), chunk
+            if a is None:  # (the coarse model's shift)
+                assert coarse and b is None
+            else:
+                assert np.array_equal(np.asarray(a), np.asarray(b)), chunk
     wrong = ad * 1.0
     wrong[613] += 1e-3  # (AD off at one element: no model reference, in any blocking)
     for chunk in (None, 7, 64):
-        assert fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk) is None
+        assert fd.model_reference(have, f0, h, 2.0**-53, ad_tol, 1.0, wrong, chunk=chunk, coarse=coarse) is None
 
 
 @pytest.mark.parametrize("with_ad", [True, False])
