@@ -240,13 +240,12 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
     drawn = np.frombuffer(rng.bytes(2 * n), dtype="<i2")
     if like is None or _xp.on_host(like):
         out = drawn.astype(np.float64)
-        xp = np
     else:
         xp = _xp.ns(like)
         out = xp.astype(_xp.like(drawn, like, xp.int16), xp.float64)
     out += 0.5
     out *= 2.0**-15
-    out += xp.sign(out)
+    out += _xp.sign(out)
     if scale is not None:
         out *= scale  # (our own array: in place where arrays are mutable)
     return out

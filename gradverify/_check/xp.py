@@ -230,6 +230,14 @@ def iabs(a: Any) -> Any:
     return ns(a).abs(a)
 
 
+def sign(a: Any) -> Any:
+    """sign(a) of a real array with no NaN (torch: its own, one pass; the
+    array API's adds a pass that carries NaN through)."""
+    if hasattr(a, "sign") and not isinstance(a, np.ndarray):
+        return a.sign()
+    return ns(a).sign(a)
+
+
 def imaximum(a: Any, b: Any) -> Any:
     """maximum(a, b), into ``a`` where arrays are mutable (a temporary)."""
     return _into(a, b, "maximum")
