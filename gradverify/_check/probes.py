@@ -25,6 +25,7 @@ import numpy as np
 
 from . import tolerance as tol, xp as _xp
 from .evaluate import Evaluator
+from .fd import compiled
 from .findings import unravel
 from .primal import Precision, Primal
 
@@ -239,15 +240,21 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
     they are (2 bytes an element); the arithmetic runs where ``like`` lives."""
     drawn = np.frombuffer(rng.bytes(2 * n), dtype="<i2")
     if like is None or _xp.on_host(like):
-        out = drawn.astype(np.float64)
-    else:
-        xp = _xp.ns(like)
-        out = xp.astype(_xp.like(drawn, like, xp.int16), xp.float64)
+        return _elements(drawn, scale)
+    # (jax: one compiled program, not one per operation)
+    return compiled(_elements, like)(_xp.like(drawn, like, _xp.ns(like).int16), scale)
+
+
+def _elements(drawn: Any, scale: Any) -> Any:
+    """The directions' elements w + sign(w), w = (s + 1/2) / 2^15, from the
+    draws s, times ``scale``."""
+    xp = _xp.ns(drawn)
+    out = xp.astype(drawn, xp.float64)
     out += 0.5
     out *= 2.0**-15
     out += _xp.sign(out)
     if scale is not None:
-        out *= scale  # (our own array: in place where arrays are mutable)
+        out *= scale
     return out
 
 
