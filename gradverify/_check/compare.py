@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -236,9 +237,9 @@ class Comparisons(Judge):
             return None
         T = self.bounds.of_vjp_rows(J).T[: len(refs)]  # (columns, m)
         s = _xp.host(self.probes.scale)[: len(refs), None]
-        value = np.stack([np.broadcast_to(_xp.host(r.value), (m,)) for r in refs])
-        err = np.stack([np.broadcast_to(_xp.host(r.err), (m,)) for r in refs])
-        usable = np.stack([np.broadcast_to(_xp.host(self.oracle.usable(r)), (m,)) for r in refs])
+        value = _rows([r.value for r in refs], m)
+        err = _rows([r.err for r in refs], m)
+        usable = _rows([self.oracle.usable(r) for r in refs], m, bool)
         ad = J.T[: len(refs)]
         with np.errstate(all="ignore"):
             over = np.maximum((value - err) / s - ad, ad - (value + err) / s) - T
@@ -380,5 +381,14 @@ def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:
     (AD's NaN/inf where fn is not differentiable: see singular)."""
     if not refs:
         return diff
-    aside = np.stack([np.broadcast_to(_xp.host(r.status), (diff.shape[0],)) == fd.ASIDE for r in refs], axis=1)
+    aside = (_rows([r.status for r in refs], diff.shape[0], np.int8) == fd.ASIDE).T
     return np.where(aside, 0.0, diff)
+
+
+def _rows(items: Sequence[Any], m: int, dtype: Any = np.float64) -> np.ndarray:
+    """The columns' values (each a number or m of them) as the rows of one
+    host array: each row its item, broadcast."""
+    out = np.empty((len(items), m), dtype)
+    for k, a in enumerate(items):
+        out[k] = _xp.host(a)
+    return out
