@@ -122,7 +122,8 @@ class Evaluator(Vectorised):
                     return Unshaped(kind)
             self._check_output(out)
             if self.placed:
-                after = [self.backend.to_working(a) for a in args]
+                # (the arguments as fn left them, compared at once: ours, not copied again)
+                after = [self.backend.to_working(a, copy=False) for a in args]
                 return self.backend.to_working(out), self.backend.dtype_name(out), after
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after

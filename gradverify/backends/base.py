@@ -138,9 +138,10 @@ class Backend:
         otherwise why not (it then works on numpy copies)."""
         return "numpy arrays are on the host"
 
-    def to_working(self, x: Any) -> Any:
+    def to_working(self, x: Any, copy: bool = True) -> Any:
         """A fresh float64 copy of ``x`` on its device (floating ``x``; others
-        keep their dtype), in this backend's arrays."""
+        keep their dtype), in this backend's arrays; ``copy=False``: ``x``
+        itself where it is one already (to read, never to keep)."""
         raise NotImplementedError
 
     def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:

@@ -96,7 +96,7 @@ class JaxBackend(Backend):
         lacking = sorted({d.platform for a in args for d in a.devices()} - _FLOAT64_PLATFORMS)
         return f"jax has no float64 on {lacking[0]}" if lacking else None
 
-    def to_working(self, x: Any) -> Any:
+    def to_working(self, x: Any, copy: bool = True) -> Any:
         if not jnp.issubdtype(x.dtype, jnp.floating):
             return x  # (immutable: no copy)
         with jax.enable_x64(True):

@@ -92,9 +92,11 @@ class TorchBackend(Backend):
         lacking = sorted({a.device.type for a in args if a.device.type == "mps"})
         return f"torch has no float64 on {lacking[0]}" if lacking else None
 
-    def to_working(self, x: Any) -> Any:
+    def to_working(self, x: Any, copy: bool = True) -> Any:
         t = x.detach()
-        return t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()
+        if t.is_floating_point():
+            return t.to(torch.float64, copy=copy)
+        return t.clone() if copy else t
 
     def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
         return a.to(device=like.device, dtype=getattr(torch, dtype_name), copy=copy)
