@@ -14,6 +14,7 @@ import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
 from .bounds import Bounds
+from .calls import CallFailed
 from .context import Context
 from .excuses import (
     AllUnmeasured,
@@ -92,9 +93,26 @@ class Judge:
             if worst is None:
                 return None
             case, passes = excuses(worst)
-            if not any(excuse(self.oracle, case) for excuse in passes):
+            if not any(self._tried(excuse, case) for excuse in passes):
                 return worst
             self.closeness.restore(mark)
+
+    def _tried(self, excuse: Excuse, case: Disagreement) -> bool:
+        """Whether ``excuse`` explains ``case``; not where fn raises at the
+        points it looks at (outside a thin set fn is defined on): the
+        disagreement then stands, with a note."""
+        try:
+            return excuse(self.oracle, case)
+        except CallFailed as e:
+            if e.stage != "evaluating fn":
+                raise
+            note = (
+                f"fn raised at the points the {type(excuse).__name__} excuse evaluates ({type(e.exc).__name__}: "
+                f"{str(e.exc)[:120]}); it was not tried"
+            )
+            if note not in self.oracle.notes:
+                self.oracle.notes.append(note)
+            return False
 
     def _violation(self, ad: np.ndarray, ref: fd.Reference, ad_tol: np.ndarray, b: int | None = None) -> np.ndarray:
         """By how much ``ad`` lies outside the reference interval widened by its

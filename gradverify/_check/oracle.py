@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
+from .calls import CallFailed
 from .context import Context
 
 __all__ = ["FD_DIRECTIONS", "Oracle"]
@@ -29,6 +30,14 @@ REUSED_POINT = 1 << 16
 #: directions meet the VJP through the adjoint identity, which needs no FD and
 #: is sharper. A full Jacobian needs every column.
 FD_DIRECTIONS = 1
+
+
+#: Where fn raises at a point of a direction's stencil but not at x itself
+#: (its domain is thin there: boxes that must stay cubes, weights that must
+#: sum to one), the reference along it is taken again at a step this many
+#: times shorter, up to FINER_TRIES times, before the exception is said.
+FINER_ON_RAISE = 8.0
+FINER_TRIES = 3
 
 
 class Oracle:
@@ -47,6 +56,7 @@ class Oracle:
             self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
         self.refs = References()
         self._buffer: Any = None  # (see REUSED_POINT)
+        self.notes: list[str] = []  # (said in the check's notes)
 
     @property
     def label(self) -> str:
@@ -268,17 +278,35 @@ class Oracle:
             )
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
-            ref = self.fd(
-                u,
-                tols[b],
-                cs[b],
-                model_first=True,
-                ad=jv,
-                point=points[b],
-                have=have and have[b],
-                quick=quick[b],
-                coarse=self.coarse and not probes.full,
-            )
+            h = self.precision.h
+            for tried in range(FINER_TRIES + 1):
+                try:
+                    ref = self.fd(
+                        u,
+                        tols[b],
+                        cs[b],
+                        model_first=True,
+                        ad=jv,
+                        point=points[b],
+                        have=(have and have[b]) if tried == 0 else None,
+                        quick=quick[b] if tried == 0 else fd.UNKNOWN,
+                        coarse=self.coarse and not probes.full,
+                        h=h,
+                    )
+                    break
+                except CallFailed as e:
+                    # (a column moves one element and a small check says what raised as it is)
+                    if probes.full or tried == FINER_TRIES or e.stage != "evaluating fn":
+                        raise
+                    h /= FINER_ON_RAISE
+            if h != self.precision.h:
+                self.notes.append(
+                    f"fn raised at the finite differences' points along {probes.direction_name(b)} but not at x "
+                    f"(its inputs may be held to a thin set, as boxes that must stay cubes): FD took a step "
+                    f"{self.precision.h / h:g}x shorter, for the rest of the check"
+                )
+                # (every later evaluation - measuring, excuses, locating - steps from there)
+                self.precision = dataclasses.replace(self.precision, h=h)
             self.refs.append(ref)
 
     def measured(self, b: int) -> fd.Reference:

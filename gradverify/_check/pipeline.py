@@ -486,7 +486,7 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
             if order >= 2:
                 _higher_order(ev, options, primal, probes, ad, report, order)
         finally:
-            outcome.notes += ad.notes
+            outcome.notes += ad.notes + (oracle.notes if oracle is not None else [])
             outcome.vectorised = ad.vectorised or (oracle is not None and oracle.batched)
     except CallFailed as e:
         report.exception(e)

@@ -287,3 +287,66 @@ def test_random_directions_are_signs_times_magnitudes_alike_on_every_backend():
         assert np.array_equal(np.asarray(on_jax), host)
     scaled = random_directions(np.random.default_rng(7), n, np.full(n, 0.25))
     assert np.array_equal(scaled, host * 0.25)
+
+
+def _thin(x):
+    """fn defined where x[0] and x[1] agree (to 1e-6): a random direction's
+    stencil leaves that set at the oracle's step, a shorter one stays in it."""
+    import torch
+
+    if not torch.allclose(x[0], x[1], rtol=0.0, atol=1e-6):
+        raise ValueError("x[0] and x[1] must agree")
+    return torch.tanh(x)
+
+
+def test_fn_that_raises_off_a_thin_set_is_stepped_shorter_not_failed():
+    """Where fn raises at its stencil's points but not at x, FD steps shorter
+    and says so; the check passes a correct fn on every seed, and still
+    convicts a wrong rule on the same thin set."""
+    import torch
+
+    x = torch.linspace(-2.0, 2.0, 100, dtype=torch.float64)
+    x[1] = x[0]
+    shortened = 0
+    for seed in range(8):
+        r = gv.check(_thin, x, seed=seed)
+        assert r.ok and not r.by_kind(gv.Kind.EXCEPTION), str(r)
+        shortened += any("FD took a step" in n for n in r.notes)
+    assert shortened >= 4  # (the oracle's own step leaves the set for most draws)
+
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return _thin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, out):
+            ctx.save_for_backward(out)
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            gx = g * (1 - y * y)
+            gx[50] *= -1
+            return gx
+
+    for seed in range(4):
+        r = gv.check(Wrong.apply, x, seed=seed)
+        assert not r.ok and r.by_kind(gv.Kind.MISMATCH)[0].input_index == (50,), str(r)
+
+
+def test_fn_that_raises_at_every_step_says_the_exception():
+    """fn defined only at x itself: every step leaves its domain, and the
+    exception is said as it is (an error), not taken for a gradient."""
+    import torch
+
+    x = torch.linspace(-2.0, 2.0, 100, dtype=torch.float64)
+
+    def exact(z):
+        if not torch.equal(z, x):
+            raise ValueError("only at x")
+        return torch.tanh(z)
+
+    r = gv.check(exact, x)
+    assert not r.ok and r.by_kind(gv.Kind.EXCEPTION), str(r)
+    assert "only at x" in r.by_kind(gv.Kind.EXCEPTION)[0].message
