@@ -10,7 +10,18 @@ import numpy as np
 from .. import tolerance as tol, xp as _xp
 from .blocks import block_slices, compiled
 from .records import Array
-from .stencil import DIFF_WEIGHT, KAPPA_WEIGHT, R1_WEIGHT, R2_WEIGHT, model_noise, richardson, scales, tolerance_parts
+from .stencil import (
+    DIFF_WEIGHT,
+    KAPPA_WEIGHT,
+    R1_WEIGHT,
+    R2_WEIGHT,
+    first_level,
+    kink_test,
+    model_noise,
+    richardson,
+    scales,
+    tolerance_parts,
+)
 
 __all__ = ["COARSE_OFFSETS", "KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references"]
 
@@ -188,13 +199,7 @@ def _model_block(
     out_v, out_e, out_s = outs if outs is not None else (None, None, None)
     d1, d2, d4, r1, r2 = richardson(f, h, tmp)
     # (the kink indicator first, while the block's points are still in cache)
-    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
-    kappa *= 4.0
-    kappa -= _xp.add(f[4], f[-4], tmp("a"))
-    kappa -= _xp.mul(f0, 6.0, tmp("a"))
-    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
-    limit += kappa_max
-    ok = every(_xp.iabs(kappa) <= limit)
+    ok = every(kink_test(f, f0, t, h, kappa_max, tmp))
     trunc = _xp.iabs(_xp.sub(r1, r2, tmp("trunc")))
     trunc *= tol.FD_SAFETY
     e1 = _xp.mul(trunc, 16.0 / 15.0, tmp("e1"))
@@ -252,21 +257,8 @@ def _coarse_block(
         return None if scratch is None else scratch(name, m)
 
     out_v, out_e, _ = outs if outs is not None else (None, None, None)
-    # (as richardson() computes D(h), D(h/2) and R1, bit for bit)
-    d1 = _xp.sub(f[4], f[-4], tmp("d1"))
-    d1 *= 0.5 / h
-    d2 = _xp.sub(f[2], f[-2], tmp("d2"))
-    d2 *= 1.0 / h
-    r1 = _xp.mul(d2, 4.0, out_v)
-    r1 -= d1
-    r1 *= 1.0 / 3.0
-    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
-    kappa *= 4.0
-    kappa -= _xp.add(f[4], f[-4], tmp("a"))
-    kappa -= _xp.mul(f0, 6.0, tmp("a"))
-    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
-    limit += kappa_max
-    ok = xp.all(_xp.iabs(kappa) <= limit)
+    _, d2, r1 = first_level(f, h, tmp, out_v)
+    ok = xp.all(kink_test(f, f0, t, h, kappa_max, tmp))
     e = _xp.iabs(_xp.sub(r1, d2, out_e))
     e *= tol.FD_SAFETY
     e += noise1

@@ -417,21 +417,45 @@ def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Arr
     return fmax((f2 - fm2) * (1.0 / h)), xp.maximum(fmax(fm4), fmax(f4)), fmax(f0)
 
 
+def first_level(
+    f: dict[int, Array], h: float, tmp: Callable[[str], Array | None], out: Array | None = None
+) -> tuple[Array, Array, Array]:
+    """D(h), D(h/2) and R1 = R(h, h/2) from the points +-h, +-h/2 of ``f``
+    (R1 into ``out`` where given): richardson()'s first level, and the
+    coarse model's whole one."""
+    d1 = _xp.sub(f[4], f[-4], tmp("d1"))
+    d1 *= 0.5 / h
+    d2 = _xp.sub(f[2], f[-2], tmp("d2"))
+    d2 *= 1.0 / h
+    r1 = _xp.mul(d2, 4.0, out)
+    r1 -= d1
+    r1 *= 1.0 / 3.0
+    return d1, d2, r1
+
+
+def kink_test(
+    f: dict[int, Array], f0: Array, t: Array | float, h: float, kappa_max: float, tmp: Callable[[str], Array | None]
+) -> Array:
+    """Where the kink indicator 4 (F(h/2) + F(-h/2)) - (F(h) + F(-h)) - 6 F(0)
+    (of order h^4 on a smooth function) stays within ``t`` h + ``kappa_max``."""
+    kappa = _xp.add(f[2], f[-2], tmp("kappa"))
+    kappa *= 4.0
+    kappa -= _xp.add(f[4], f[-4], tmp("a"))
+    kappa -= _xp.mul(f0, 6.0, tmp("a"))
+    limit = _xp.mul(t, h, tmp("limit")) if _xp.is_array(t) else t * h
+    limit += kappa_max
+    return _xp.iabs(kappa) <= limit
+
+
 def richardson(
     f: dict[int, Array], h: float, tmp: Callable[[str], Array | None] = lambda name: None
 ) -> tuple[Array, Array, Array, Array, Array]:
     """D(h), D(h/2), D(h/4) and R1 = R(h, h/2), R2 = R(h/2, h/4) from the
     stencil ``f`` (offset -> F): estimate() and model_reference() share them
     bit for bit. ``tmp(name)``: a buffer to compute into, or None."""
-    d1 = _xp.sub(f[4], f[-4], tmp("d1"))
-    d1 *= 0.5 / h
-    d2 = _xp.sub(f[2], f[-2], tmp("d2"))
-    d2 *= 1.0 / h
+    d1, d2, r1 = first_level(f, h, tmp, tmp("r1"))
     d4 = _xp.sub(f[1], f[-1], tmp("d4"))
     d4 *= 2.0 / h
-    r1 = _xp.mul(d2, 4.0, tmp("r1"))
-    r1 -= d1
-    r1 *= 1.0 / 3.0
     r2 = _xp.mul(d4, 4.0, tmp("r2"))
     r2 -= d2
     r2 *= 1.0 / 3.0

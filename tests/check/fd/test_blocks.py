@@ -63,19 +63,23 @@ SMOOTH_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(SMOOTH_CASES))
-def test_the_model_reference_lies_inside_the_measured_one(case):
-    """The rounding model's interval sits inside the measured interval element
-    by element: AD that agrees with it agrees with the measured reference, so
-    measuring only where the model's test fails changes no verdict."""
+def _smooth_stencil(case):
+    """(F, h, F(0), F at MODEL_OFFSETS, max |F(0)|) of a smooth case."""
     x, f = SMOOTH_CASES[case]
 
     def F(t):
         return f(x + t)
 
     h, f0 = 2.0**-18 * 0.7, f(x)
-    have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
-    f0_scale = float(np.max(np.abs(f0)))
+    return F, h, f0, {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}, float(np.max(np.abs(f0)))
+
+
+@pytest.mark.parametrize("case", sorted(SMOOTH_CASES))
+def test_the_model_reference_lies_inside_the_measured_one(case):
+    """The rounding model's interval sits inside the measured interval element
+    by element: AD that agrees with it agrees with the measured reference, so
+    measuring only where the model's test fails changes no verdict."""
+    F, h, f0, have, f0_scale = _smooth_stencil(case)
     model = fd.model_reference(have, f0, h, 2.0**-53, 0.0, f0_scale)
     measured = fd.reference(fd.Problem.of(F, f0, h, 1e-12, 2.0**-53, 0.0, f0_scale=f0_scale, ladder=False))
     assert model is not None  # smooth everywhere: the model flags nothing
@@ -128,14 +132,7 @@ def test_the_coarse_model_overlaps_the_measured_reference(case):
     takes R1 bit for bit as the full model computes it, and its interval
     meets the measured one at every element the measured estimate calls
     smooth (both hold the derivative)."""
-    x, f = SMOOTH_CASES[case]
-
-    def F(t):
-        return f(x + t)
-
-    h, f0 = 2.0**-18 * 0.7, f(x)
-    have = {k: F(k * h / 4) for k in fd.MODEL_OFFSETS}
-    f0_scale = float(np.max(np.abs(f0)))
+    F, h, f0, have, f0_scale = _smooth_stencil(case)
     coarse = fd.model_reference({k: have[k] for k in fd.COARSE_OFFSETS}, f0, h, 2.0**-53, 0.0, f0_scale, coarse=True)
     assert coarse is not None
     value, err, shift, typical = coarse
