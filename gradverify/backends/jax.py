@@ -202,8 +202,13 @@ class JaxBackend(Backend):
         ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
         try:
             with _no_leaked_traces():
-                if form in ("primal", "primal_flat"):
-                    return getattr(entry, form)(*host)
+                if form == "primal":
+                    return entry.primal(*host)
+                if form == "primal_flat":
+                    # (small arrays: fn's own compiled form, flattened after - one
+                    # program fewer to compile than a flat form of its own)
+                    out = entry.primal(*host)
+                    return out.reshape(-1) if hasattr(out, "reshape") else out
                 return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
         except Exception:
             return None

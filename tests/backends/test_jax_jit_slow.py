@@ -333,3 +333,19 @@ def test_under_disable_jit_a_check_traces_nothing():
     assert "DynamicJaxprTracer" not in seen, seen
     assert gv.check(fn, x).ok
     assert "DynamicJaxprTracer" in seen, seen  # (the test can see a trace)
+
+
+def test_a_small_check_compiles_each_form_of_fn_once_and_no_flat_twin():
+    """A small check compiles fn whole once per form: fn itself (the oracle's
+    float64 centre is its output, flattened after, not a flat program of its
+    own), the JVPs and the VJPs (float32 inputs: in float32 and in float64)
+    and the batched stencil - six programs, however many columns."""
+
+    def fn(x):
+        return jnp.tanh(x) * 0.5 + jnp.sin(x)
+
+    x = jnp.asarray(np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4))
+    r, compiled = _compilations(lambda: gv.check(fn, x))
+    assert r.ok and r.strategy.startswith("full Jacobian"), str(r)
+    whole = [m for m in compiled if m.startswith("Compiling jit(<lambda>)")]
+    assert len(whole) == 6, whole
