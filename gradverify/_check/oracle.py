@@ -278,7 +278,7 @@ class Oracle:
             )
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
-            h = self.precision.h
+            h, floor, raised = self.precision.h, self.precision.floor, None
             for tried in range(FINER_TRIES + 1):
                 try:
                     ref = self.fd(
@@ -295,15 +295,18 @@ class Oracle:
                     )
                     break
                 except CallFailed as e:
-                    # (a column moves one element and a small check says what raised as it is)
-                    if probes.full or tried == FINER_TRIES or e.stage != "evaluating fn":
+                    # (a column moves one element and a small check says what raised as it is;
+                    # no step below the floor the kink ladder goes down to)
+                    shorter = h / FINER_ON_RAISE
+                    if probes.full or tried == FINER_TRIES or e.stage != "evaluating fn" or shorter < floor:
                         raise
-                    h /= FINER_ON_RAISE
+                    h, raised = shorter, e.exc
             if h != self.precision.h:
                 self.notes.append(
                     f"fn raised at the finite differences' points along {probes.direction_name(b)} but not at x "
-                    f"(its inputs may be held to a thin set, as boxes that must stay cubes): FD took a step "
-                    f"{self.precision.h / h:g}x shorter, for the rest of the check"
+                    f"({type(raised).__name__}: {str(raised)[:120]}; its inputs may be held to a thin set, as boxes "
+                    f"that must stay cubes): FD took a step {self.precision.h / h:g}x shorter, for the rest of "
+                    "the check"
                 )
                 # (every later evaluation - measuring, excuses, locating - steps from there)
                 self.precision = dataclasses.replace(self.precision, h=h)

@@ -240,16 +240,19 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
     they are (2 bytes an element); the arithmetic runs where ``like`` lives."""
     drawn = np.frombuffer(rng.bytes(2 * n), dtype="<i2")
     if like is None or _xp.on_host(like):
-        return _elements(drawn, scale)
+        return _elements(drawn.astype(np.float64), scale)
     # (jax: one compiled program, not one per operation)
-    return compiled(_elements, like)(_xp.like(drawn, like, _xp.ns(like).int16), scale)
+    return compiled(_device_elements, like)(_xp.like(drawn, like, _xp.ns(like).int16), scale)
 
 
-def _elements(drawn: Any, scale: Any) -> Any:
-    """The directions' elements w + sign(w), w = (s + 1/2) / 2^15, from the
-    draws s, times ``scale``."""
+def _device_elements(drawn: Any, scale: Any) -> Any:
     xp = _xp.ns(drawn)
-    out = xp.astype(drawn, xp.float64)
+    return _elements(xp.astype(drawn, xp.float64), scale)
+
+
+def _elements(out: Any, scale: Any) -> Any:
+    """The directions' elements w + sign(w), w = (s + 1/2) / 2^15, from the
+    draws s (float64: ours, in place where arrays are mutable), times ``scale``."""
     out += 0.5
     out *= 2.0**-15
     out += _xp.sign(out)

@@ -260,3 +260,25 @@ def test_the_adjoint_identity_holds_a_wrong_backward_at_any_scale(scale):
     r = gv.check(rule, x, full=False)
     assert not r.ok, str(r)
     assert any(f.pair == ("JVP", "VJP") for f in r.errors), str(r)
+
+
+def test_a_curved_functions_small_error_is_caught_as_the_six_points_catch_it():
+    """sin(300 x): at the oracle's step D(h/2)'s truncation is far above the
+    noise, so the coarse first tier steps aside and the six points decide. A
+    rule off by 1e-8 relative everywhere fails on every seed, as with
+    directions=1; the correct rule passes."""
+    import numpy as np
+
+    w = 300.0
+
+    def rule(delta):
+        def d(x):
+            return w * np.cos(w * x) * (1 + delta)
+
+        return gv.Rule(lambda x: np.sin(w * x), jvp=lambda xs, ts: d(xs[0]) * ts[0], vjp=lambda xs, g: (d(xs[0]) * g,))
+
+    x = np.random.default_rng(0).standard_normal(5000)
+    for seed in range(4):
+        assert not gv.check(rule(1e-8), x, seed=seed).ok
+        assert not gv.check(rule(1e-8), x, seed=seed, directions=1).ok
+        assert gv.check(rule(0.0), x, seed=seed).ok

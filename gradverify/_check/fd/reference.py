@@ -46,6 +46,11 @@ def reference(
         have = have or dict(zip(offsets, values_at(F, [k * h / 4 for k in offsets])))
         if quick is UNKNOWN:
             quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, coarse=coarse)
+            if quick is None and coarse:
+                # (the coarse model stepped aside: the six points' model decides, two evaluations more)
+                missing = [k for k in MODEL_OFFSETS if k not in have]
+                have.update(zip(missing, values_at(F, [k * h / 4 for k in missing])))
+                quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
         if quick is not None:
             value, err, shift, typical = quick
             if _xp.size(value) > KEEP_POINTS:
