@@ -316,12 +316,16 @@ class _Signals:
 
 
 def _in_finalizer(frame: Any) -> bool:
-    """Whether ``frame`` runs inside a weakref finalizer or a ``__del__``."""
+    """Whether ``frame`` runs inside a weakref finalizer, a ``__del__`` or a
+    garbage-collector callback (Hypothesis registers one): code whose
+    exceptions Python reports as ignored and drops."""
+    import gc
     import weakref
 
     finalize = weakref.finalize.__call__.__code__
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
     while frame is not None:
-        if frame.f_code is finalize or frame.f_code.co_name == "__del__":
+        if frame.f_code is finalize or frame.f_code.co_name == "__del__" or frame.f_code in callbacks:
             return True
         frame = frame.f_back
     return False
