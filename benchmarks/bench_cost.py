@@ -28,6 +28,9 @@ Five parts, each printed as a table (CPU, one torch thread):
   allocator keeps after a release, and varies from run to run) and live
   (torch: the most full-size arrays the check holds at once, read at the
   dispatcher).
+* ``passing``: a passing check of tanh(x + b) (a torch Function with a JVP,
+  and backward only) at n elements, the median of rounds alternating with
+  one forward+backward pass, as a multiple of that pass.
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
   rounds that alternate the tools: gradverify's default check against
@@ -43,7 +46,7 @@ Five parts, each printed as a table (CPU, one torch thread):
   about half a second, with the default shrink budget: its wall time and
   whether shrinking was cut.
 
-    python benchmarks/bench_cost.py [--parts counts large small first shrink] [--sizes 1000000] [--rounds 7]
+    python benchmarks/bench_cost.py [--parts counts large passing small first shrink] [--sizes 1000000] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -506,6 +509,33 @@ def shrink() -> None:
     print(f"| {one:.2f} | {t:.1f} | {not r.ok} | {r.shrink_cut or 'no'} |")
 
 
+def passing(sizes: list[int], rounds: int) -> None:
+    import gradverify as gv
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    print("| n | check | gradverify (ms) | one fwd+bwd (ms) | ratio |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        rng = np.random.default_rng([0, n])
+        x, b = torch.tensor(rng.standard_normal((n // 10, 10))), torch.tensor(rng.standard_normal(10))
+        for label, forward in (("torch Function with JVP", True), ("torch Function, backward only", False)):
+            rule = tanh_bias_flipped("torch", None, forward_rule=forward)
+            xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
+
+            def unit():
+                y = rule(xr, br)
+                y.backward(torch.ones_like(y))
+
+            unit()
+            assert gv.check(rule, x, b).ok
+            units, checks = [], []
+            for _ in range(rounds):
+                units.append(_timed(unit)[1])
+                checks.append(_timed(lambda: gv.check(rule, x, b))[1])
+            c, u = statistics.median(checks), statistics.median(units)
+            print(f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", nargs="+", default=["counts", "large", "small", "first", "shrink"])
@@ -524,6 +554,8 @@ def main() -> None:
                 counts(n, args.rounds)
         elif part == "large":
             large(args.sizes, args.positions)
+        elif part == "passing":
+            passing(args.sizes, args.rounds)
         elif part == "small":
             small(args.rounds)
         elif part == "first":
