@@ -288,15 +288,15 @@ class Oracle:
                         model_first=True,
                         ad=jv,
                         point=points[b],
-                        have=(have and have[b]) if tried == 0 else None,
-                        quick=quick[b] if tried == 0 else fd.UNKNOWN,
-                        coarse=self.coarse and not probes.full,
+                        have=have and have[b],
+                        quick=quick[b],
+                        coarse=self.coarse,
                         h=h,
                     )
                     break
                 except CallFailed as e:
-                    # (a column moves one element and a small check says what raised as it is;
-                    # no step below the floor the kink ladder goes down to)
+                    # (a column moves one element and a small check - the only one given its
+                    # points - says what raised as it is; no step below the kink ladder's floor)
                     shorter = h / FINER_ON_RAISE
                     if probes.full or tried == FINER_TRIES or e.stage != "evaluating fn" or shorter < floor:
                         raise
