@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from ._errors import UsageError, explain
 from .backends import backend_name_of
 
 __all__ = [
+    "dtype_name",
+    "literal",
     "environment",
     "json_lines",
     "report_head",
@@ -367,3 +370,29 @@ def environment() -> dict[str, Any]:
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "versions": versions,
     }
+
+
+def dtype_name(a: Any) -> str:
+    """An array's dtype as a name (``float64``; a Python scalar's type's)."""
+    return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
+
+
+def literal(a: Any) -> str:
+    """A Python expression that rebuilds ``a`` exactly in its own backend
+    (a dict, list or tuple of arrays as such a literal of them)."""
+    if backend_name_of(a) is None:
+        if isinstance(a, dict) and type(a) is dict:
+            return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in a.items()) + "}"
+        if type(a) in (list, tuple):
+            inner = ", ".join(literal(v) for v in a) + ("," if type(a) is tuple and len(a) == 1 else "")
+            return f"[{inner}]" if type(a) is list else f"({inner})"
+        return repr(a)
+    dt = dtype_name(a)
+    # (repr writes inf and nan as names Python does not know: a mask's -inf as float("-inf"))
+    body = re.sub(r"\b(inf|nan)\b", r'float("\1")', repr(np.asarray(to_numpy(a)).tolist()))
+    backend = backend_name_of(a)
+    if backend == "torch":
+        return f"torch.tensor({body}, dtype=torch.{dt})"
+    if backend == "jax":
+        return f"jnp.array({body}, dtype=jnp.{dt})"
+    return f"np.array({body}, dtype=np.{dt})"

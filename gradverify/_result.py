@@ -273,9 +273,24 @@ def render_finding(f: Finding) -> list[str]:
     if f.where:
         lines.append(f"    where: {f.where}")
     if f.detail:
-        detail = f.detail.rstrip().splitlines()[-_MAX_DETAIL_LINES:]
-        lines.extend("    | " + d for d in detail)
+        lines.extend("    | " + d for d in _detail_lines(f.detail))
     return lines
+
+
+def _detail_lines(detail: str) -> list[str]:
+    """A finding's detail as the report shows it: at most _MAX_DETAIL_LINES
+    lines. A traceback keeps its innermost frames and its exception's first
+    line; the rest of a long exception text is left to the JSON record."""
+    lines = detail.rstrip().splitlines()
+    if len(lines) <= _MAX_DETAIL_LINES:
+        return lines
+    # (frames are indented; the exception's text starts at column 0)
+    start = next((i for i, ln in enumerate(lines) if i and ln[:1].strip() and not ln.startswith("Traceback")), None)
+    if start is None or len(lines) - start <= 2:
+        return lines[-_MAX_DETAIL_LINES:]
+    frames = lines[:start][-(_MAX_DETAIL_LINES - 2) :]
+    said = lines[start].partition(":")[0]
+    return [*frames, f"{said}: ({len(lines) - start} lines, the first above; all in the JSON record)"]
 
 
 #: Below this relative disagreement a mismatch may be an approximation by

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +25,11 @@ from typing import Any
 import numpy as np
 
 from . import _io, _observe
+from ._check.keywords import keyword_names, options_checked
 from ._check.pipeline import check
 from ._check.unchecked import unchecked
+from ._check.validate import validate_fn
+from ._io import literal
 from ._result import CheckResult, Kind
 from ._verify_args import all_refused, refusals, refused, validate, yielded_tuple
 from .backends import backend_name_of, compiling
@@ -153,8 +155,7 @@ def verify(
         (``saved``); ``print(result)`` is the report.
 
     Raises:
-        ArgumentTypeError: fn is not callable, args_strategy is not a
-            strategy, or an option is not one of gv.check's.
+        ArgumentTypeError: fn is not a function, args_strategy no strategy, or an option not gv.check's.
         ArgumentValueError: ``max_examples`` or ``seed`` out of range, or
             fn refused every drawn input (``except_``).
 
@@ -169,6 +170,7 @@ def verify(
     from hypothesis import example as explicit, given, reject, seed as hypothesis_seed
     from hypothesis.errors import Unsatisfiable
 
+    _refuse_misuse(fn, check_options)
     examples = validate(fn, args_strategy, max_examples, seed, examples, max_shrinks, max_shrinking_seconds)
     refusing, given_keys = refusals(except_), {_key(args) for args in examples}
     label = check_options.get("name") or getattr(fn, "__name__", type(fn).__name__)
@@ -219,6 +221,16 @@ def verify(
     if outermost:
         _observe.finished("verify", result)
     return result
+
+
+#: verify's own keywords (a near miss of one is looked for among them and check's)
+_OWN = keyword_names(verify)
+
+
+def _refuse_misuse(fn: Any, check_options: dict[str, Any]) -> None:
+    """fn not a function (an autograd.Function class), or an option check() does not take: said with the fix."""
+    validate_fn(fn, "gv.verify")
+    options_checked("gv.verify()", check_options, _OWN, fn, check)
 
 
 def _run(prop: Callable[[], None]) -> None:
@@ -418,7 +430,7 @@ class _State:
             function=label,
             backend=res.backend if res is not None else None,
             shrink_steps=self.shrink_steps if failed else 0,
-            saved=_save(args, label, seed, report_dir) if failed else None,
+            saved=save_args(args, label, seed, report_dir) if failed else None,
             strategy=strategy,
             worst_ratio=self.worst_ratio,
             shrink_cut=self.cut if failed else None,
@@ -427,10 +439,6 @@ class _State:
 
 
 # -- the counterexample, exactly ----------------------------------------------------------
-def _dtype_of(a: Any) -> str:
-    return str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
-
-
 def exact_leaves(args: tuple[Any, ...]) -> list[dict[str, Any]]:
     """The arguments' array leaves exactly (``_io.exact``), each with its ``name`` (``arg0['w']``)."""
     return [{"name": n, **_io.exact(np.asarray(_io.to_numpy(a)))} for n, a in _leaves(args)]
@@ -448,28 +456,7 @@ def _leaves(args: tuple[Any, ...]) -> list[tuple[str, Any]]:
     return out
 
 
-def literal(a: Any) -> str:
-    """A Python expression that rebuilds ``a`` exactly in its own backend
-    (a dict, list or tuple of arrays as such a literal of them)."""
-    if backend_name_of(a) is None:
-        if isinstance(a, dict) and type(a) is dict:
-            return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in a.items()) + "}"
-        if type(a) in (list, tuple):
-            inner = ", ".join(literal(v) for v in a) + ("," if type(a) is tuple and len(a) == 1 else "")
-            return f"[{inner}]" if type(a) is list else f"({inner})"
-        return repr(a)
-    dt = _dtype_of(a)
-    # (repr writes inf and nan as names Python does not know: a mask's -inf as float("-inf"))
-    body = re.sub(r"\b(inf|nan)\b", r'float("\1")', repr(np.asarray(_io.to_numpy(a)).tolist()))
-    backend = backend_name_of(a)
-    if backend == "torch":
-        return f"torch.tensor({body}, dtype=torch.{dt})"
-    if backend == "jax":
-        return f"jnp.array({body}, dtype=jnp.{dt})"
-    return f"np.array({body}, dtype=np.{dt})"
-
-
-def _save(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
+def save_args(args: tuple[Any, ...], label: str, seed: int, report_dir: Any) -> str:
     """Write the counterexample to ``<dir>/<label>-seed<seed>.npz`` atomically."""
     directory = Path(tempfile.mkdtemp(prefix="gradverify-")) if report_dir is None else Path(report_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -500,7 +487,7 @@ def render_verify(r: VerifyResult) -> str:
     for name, a in _leaves(tuple(r.counterexample or ())):
         ex = _io.exact(np.asarray(_io.to_numpy(a)))
         shape = "x".join(map(str, ex["shape"])) or "scalar"
-        lines.append(f"    {name}: {_dtype_of(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
+        lines.append(f"    {name}: {_io.dtype_name(a)}[{shape}] = {np.asarray(_io.to_numpy(a)).tolist()!r}")
         if ex["hex"] is not None and len(ex["hex"]) <= 16:
             lines.append(f"          exact: {' '.join(ex['hex'])}")
     parts = [literal(a) for a in r.counterexample or ()]

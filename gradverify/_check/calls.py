@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "Unshaped", "fns_warnings_only"]
+__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "Unshaped", "brief", "fns_warnings_only"]
 
 #: Packages whose own warnings, raised while gradverify takes a derivative,
 #: are the machinery's and not fn's.
@@ -30,6 +30,38 @@ def fns_warnings_only() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=_FRAMEWORK_MODULES)
         yield
+
+
+#: An exception's text in a finding: its first lines, at most this many
+#: characters (the whole text is in the finding's detail, kept in the JSON record).
+BRIEF_LINES, BRIEF_CHARS = 3, 400
+
+
+def brief(exc: BaseException) -> str:
+    """The first meaningful lines of an exception's text: its first paragraph,
+    at most BRIEF_LINES lines and BRIEF_CHARS characters, with how much was
+    left out (a framework's error can run to a hundred lines: torch's
+    dispatcher lists every backend)."""
+    text = str(exc).strip()
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    kept: list[str] = []
+    for ln in lines:
+        if not ln.strip():
+            if kept:
+                break  # (the first paragraph)
+            continue
+        kept.append(ln)
+        if len(kept) == BRIEF_LINES:
+            break
+    short = "\n".join(kept)
+    if len(short) > BRIEF_CHARS:
+        cut = short[:BRIEF_CHARS]
+        end = cut.rfind(". ")
+        short = cut[: end + 1] if end > BRIEF_CHARS // 2 else cut.rstrip() + "..."
+    left = len(lines) - len(short.splitlines())
+    if left > 0:
+        short += f" [{left} more line{'s' if left != 1 else ''} in the JSON record]"
+    return short
 
 
 class CallFailed(Exception):

@@ -32,9 +32,9 @@ class Options:
     #: two evaluations of fn differing by at most this are not nondeterminism errors
     nondet_tol: float = 0.0
 
-    def reproduce(self, label: str, nargs: int, wrt: Any, order: int) -> str:
-        """The ``gv.check`` call that repeats a check with these options."""
-        argnames = ", ".join(f"arg{i}" for i in range(nargs))
+    def reproduce(self, code: str, argcode: str, wrt: Any, order: int, name: str | None = None) -> str:
+        """The ``gv.check`` call that repeats a check with these options: fn
+        as ``code``, its arguments as ``argcode``."""
         opts = [f"seed={self.seed}"]
         for key, value, default in (
             ("wrt", wrt, None),
@@ -50,7 +50,9 @@ class Options:
         ):
             if value != default:
                 opts.append(f"{key}={value!r}")
-        return f"gv.check({label}, {argnames}, {', '.join(opts)})"
+        if name is not None:
+            opts.append(f"name={name!r}")
+        return f"gv.check({code}, {argcode}, {', '.join(opts)})"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._result import ERROR, Finding, Kind
-from .calls import CallFailed
+from .calls import CallFailed, brief
 
 __all__ = ["Closeness", "Findings", "unravel"]
 
@@ -35,7 +35,7 @@ class Findings:
         self.add(
             Kind.EXCEPTION,
             ERROR,
-            f"{type(e.exc).__name__} raised while {e.stage}: {e.exc}",
+            f"{type(e.exc).__name__} raised while {e.stage}: {brief(e.exc)}",
             detail=e.traceback,
             raised=raised_by(e.exc) if e.stage == "evaluating fn" else None,
         )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .._errors import ModeUnavailable
 from .._result import Finding, Kind
 from . import modes as _modes, xp
-from .calls import CallFailed
+from .calls import CallFailed, brief
 from .evaluate import Evaluator
 
 __all__ = ["missing_rules"]
@@ -62,7 +62,7 @@ def missing_rules(ev: Evaluator, findings: Sequence[Finding], modes: dict[str, s
                 except CallFailed as e:
                     if not _is_missing_rule(e.exc):
                         return {}
-                    found.setdefault(mode, {})[i] = f"{type(e.exc).__name__}: {e.exc}"
+                    found.setdefault(mode, {})[i] = f"{type(e.exc).__name__}: {brief(e.exc)}"
                 except ModeUnavailable:
                     pass
     except CallFailed:

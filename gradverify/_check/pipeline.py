@@ -36,11 +36,13 @@ from .compare import Comparisons
 from .context import Context, Options
 from .evaluate import Evaluator
 from .findings import Closeness, Findings
+from .keywords import keywords_checked, options_checked
 from .missing import missing_rules as _missing_rules
 from .modes import AD
 from .oracle import Oracle
 from .primal import Primal, summary
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
+from .reproduce import reproducer
 from .singular import resolve as resolve_singular
 from .tiers import TIERED, decisive, doubtful
 from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
@@ -55,6 +57,7 @@ from .views.tree import Tree
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check", "run"]
 
 
+@keywords_checked("gv.check()")
 def check(
     fn: Callable[..., Any],
     *args: Any,
@@ -204,7 +207,7 @@ def run(
     unlisted = not_arguments(fn, reached or ())
     if unlisted is not None:
         result = dataclasses.replace(result, findings=(*result.findings, unlisted))
-    return result
+    return dataclasses.replace(result, reproduce=reproducer(fn, name, args, wrt, order, options))
 
 
 def _boundary(
@@ -306,7 +309,7 @@ def _check_real(
         strategy=outcome.strategy,
         modes=dict(outcome.modes),
         evaluations=dict(ev.counts),
-        reproduce=options.reproduce(label, len(args), wrt, order),
+        reproduce=options.reproduce(label, ", ".join(f"arg{i}" for i in range(len(args))), wrt, order),
         worst_ratio=outcome.worst_ratio,
         notes=tuple(outcome.notes),
     )
@@ -394,6 +397,7 @@ def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:
 
 def assert_gradients(fn: Callable[..., Any], *args: Any, **options: Any) -> CheckResult:
     """``check`` that raises ``GradientError`` (an AssertionError) on failure."""
+    options_checked("gv.assert_gradients()", options, (), fn, check)
     result = check(fn, *args, **options)
     if not result.ok:
         raise GradientError(result)

@@ -23,14 +23,26 @@ __all__ = [
 ]
 
 
-def validate_fn(fn: Any) -> None:
+def validate_fn(fn: Any, call: str = "gv.check") -> None:
+    """fn is a function (``call`` names the public call in the message)."""
+    if isinstance(fn, type) and any(
+        c.__name__ == "Function" and c.__module__.startswith("torch.autograd") for c in fn.__mro__[1:]
+    ):
+        raise ArgumentTypeError(
+            explain(
+                f"{call}(fn, ...)",
+                "a function: an autograd.Function is called through its apply",
+                f"the class {fn.__qualname__} itself",
+                f"pass {fn.__qualname__}.apply: {call}({fn.__qualname__}.apply, ...)",
+            )
+        )
     if not callable(fn):
         raise ArgumentTypeError(
             explain(
-                "gv.check(fn, ...)",
+                f"{call}(fn, ...)",
                 "a callable as the first argument",
                 f"{type(fn).__name__} {fn!r:.40}",
-                "pass the function first, then its arguments: gv.check(fn, x, b)",
+                f"pass the function first, then its arguments: {call}(fn, ...)",
             )
         )
 

@@ -47,8 +47,20 @@ ENTRIES = [m.groupdict() for m in BLOCK.finditer(PAGE.read_text())]
 
 def test_the_page_holds_every_entry():
     ids = [e["id"] for e in ENTRIES]
-    assert len(ids) == len(set(ids)) >= 13, ids
-    for lib in ("torch", "jax", "kornia", "numpyro", "pypose", "cuda"):
+    assert len(ids) == len(set(ids)) >= 18, ids
+    for lib in (
+        "torch",
+        "jax",
+        "kornia",
+        "numpyro",
+        "pypose",
+        "cuda",
+        "entmax",
+        "torchkbnufft",
+        "gpytorch",
+        "optax",
+        "jaxopt",
+    ):
         assert any(lib in e["needs"] for e in ENTRIES), lib
 
 

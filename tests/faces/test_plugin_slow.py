@@ -131,11 +131,18 @@ def test_profile():
 @pytest.mark.gradverify(max_exampels=3)
 def test_typo(gradverify):
     pass
+
+@pytest.mark.gradverify(5)
+def test_positional(gradverify):
+    pass
 """
     )
     result = pytester.runpytest_subprocess("--gradverify-profile=ci", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*expected options from*found [[]'max_exampels'[]]*"])
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*expected options from*found [[]'max_exampels'[]]*did you mean 'max_examples'*"])
+    result.stdout.fnmatch_lines(
+        ["*expected keyword options*found positional 5*@pytest.mark.gradverify(max_examples=5)*"]
+    )
 
 
 def test_loading_the_plugin_imports_no_backend():

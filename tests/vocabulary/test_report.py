@@ -21,7 +21,9 @@ def test_failure_report_fits_a_screen_and_names_the_element():
     assert "arg0[123, 4]" in text
     assert "VJP = " in text and "FD = " in text
     assert "arg0: float64[500x10] in [" in text
-    assert lines[-1] == "  reproduce: gv.check(<lambda>, arg0, arg1, seed=5)"
+    assert lines[-1] == (
+        "  reproduce: gv.check(fn, arg0, arg1, seed=5)  (fn: the gv.Rule checked; arg0, ...: the inputs above)"
+    )
     assert "bound:" in text and "Hoeffding" in text
 
 
@@ -54,3 +56,32 @@ def test_to_dict_is_plain_json():
     d = json.loads(json.dumps(r.to_dict()))
     assert d["ok"] is True and d["inconclusive"] is True
     assert d["findings"][0]["kind"] == "nondifferentiable"
+
+
+def _wrong_sine(x):
+    return np.sin(x)
+
+
+WRONG_SINE = gv.Rule(np.sin, jvp=lambda p, t: np.cos(p[0]) * t[0], vjp=lambda p, g: (1.5 * np.cos(p[0]) * g,))
+
+
+def test_the_reproducer_runs_as_written_or_says_what_stands_in():
+    import functools
+
+    x = np.array([0.25, -0.5])
+    r = gv.check(WRONG_SINE, x, seed=3, name="sine, wrong VJP (demo)")
+    # small arguments are literals; name= is an option, not code
+    assert r.reproduce == (
+        "gv.check(fn, np.array([0.25, -0.5], dtype=np.float64), seed=3, name='sine, wrong VJP (demo)')"
+        "  (fn: the gv.Rule of sin checked)"
+    )
+    again = eval(r.reproduce.split("  (")[0], {"gv": gv, "np": np, "fn": WRONG_SINE})  # noqa: S307
+    assert not again.ok and [e.values for e in again.errors] == [e.values for e in r.errors]
+    # a named function is written by its name
+    assert gv.check(_wrong_sine, x).reproduce.startswith("gv.check(_wrong_sine, np.array(")
+    # a lambda, a partial and large arguments are said as such
+    assert gv.check(lambda a: np.sin(a), x).reproduce.endswith("  (fn: the lambda checked)")
+    part = gv.check(functools.partial(np.multiply, 2.0), x).reproduce
+    assert part.endswith("(fn: the functools.partial of multiply checked)")
+    big = gv.check(_wrong_sine, np.linspace(0.0, 1.0, 100)).reproduce
+    assert big == "gv.check(_wrong_sine, arg0, seed=0)  (arg0, ...: the inputs above)"

@@ -36,18 +36,22 @@ for a settings profile.
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import _io, _observe
-from ._check.pipeline import check
-from ._errors import GradientError
-from ._replace import MODES, rerouted
-from ._sweep import reports
-from ._verify import MAX_SHRINKING_SECONDS, derive_seed, exact_leaves, verify
+from .. import _io, _observe
+from .._check.pipeline import check
+from .._errors import GradientError
+from .._replace import MODES, rerouted
+from .._sweep import reports
+from .._verify import MAX_SHRINKING_SECONDS, save_args, verify
+from .fixture import allow_under_given, seed_for, seeded_generators
+from .records import record_of, shown_by
 
 _CHECK_OPTIONS = ("order", "rtol", "atol", "full", "directions", "wrt", "vectorise", "batched")
 _SHRINK_OPTIONS = ("max_shrinks", "max_shrinking_seconds")
@@ -250,20 +254,6 @@ def _patched(config: pytest.Config) -> list[str]:
     return config.stash.get(_rerouting_key, (None, []))[1]
 
 
-def seed_key(item: pytest.Item) -> str:
-    """What a test's seed is derived from: its file's name and its name
-    within the file, parameters included (``test_ops.py::TestX::test_y[a]``).
-    Unlike the node id it does not change with the directory pytest runs
-    from (the rootdir); renaming the test or its file does change it, which
-    ``@pytest.mark.gradverify(seed=...)`` pins against."""
-    return "::".join([item.path.name, *item.nodeid.split("::")[1:]])
-
-
-def seed_for(base: int, item: pytest.Item) -> int:
-    """The seed a test's gradverify calls get from the base seed (``--gradverify-seed``)."""
-    return derive_seed(base, seed_key(item))
-
-
 class Checker:
     """``gv.check`` and ``gv.verify`` bound to one test's seed and options
     (every call a test makes is recorded, through the fixture or not)."""
@@ -311,56 +301,36 @@ def _raise_if_failed(res: Any) -> Any:
     return res
 
 
-def _record(nodeid: str, kind: str, res: Any) -> dict[str, Any]:
-    """A JSON-ready record of one gv.check (``kind`` "check") or gv.verify call."""
-
-    check = res.result if kind == "verify" else res
-    worst = check.errors[0] if check is not None and check.errors else None
-    ratio = res.worst_ratio
-    if worst is not None and worst.error is not None and worst.bound:
-        ratio = max(ratio, worst.error / worst.bound)  # the failure's own: above 1
-    counterexample = getattr(res, "counterexample", None)
-    return {
-        "nodeid": nodeid,
-        "call": kind,
-        "function": res.function,
-        "backend": res.backend,
-        "seed": res.seed,
-        "ok": res.ok,
-        "inconclusive": int(res.inconclusive),
-        **({"examples_run": res.examples_run} if kind == "verify" else {}),
-        # the largest error / bound of the call: over the passing inputs, or the failure's
-        "worst_ratio": ratio,
-        "pair": None if worst is None or worst.pair is None else " vs ".join(worst.pair),
-        "values": {} if worst is None else dict(worst.values),
-        "where": None if worst is None else worst.message,
-        "error": None if worst is None else worst.error,
-        "bound": None if worst is None else worst.bound,
-        "counterexample": None if counterexample is None else exact_leaves(tuple(counterexample)),
-        "npz": getattr(res, "saved", None),
-        "reproduce": None if check is None else check.reproduce,
-        "report": None if res.ok else str(res),
-    }
-
-
 _checker_key = pytest.StashKey[Checker]()
 
 
 @pytest.fixture
-def gradverify(request: pytest.FixtureRequest) -> Checker:
-    """gv.check / gv.verify bound to this test's seed and marker options."""
+def gradverify(request: pytest.FixtureRequest) -> Iterator[Checker]:
+    """gv.check / gv.verify bound to this test's seed and marker options; the
+    global generators (Python's, numpy's, torch's) seeded from that seed
+    while the test runs; safe to share between the examples of a ``@given``
+    test."""
     marker = request.node.get_closest_marker("gradverify")
     options = dict(marker.kwargs) if marker else {}
+    if marker and marker.args:
+        raise pytest.UsageError(
+            f"@pytest.mark.gradverify: expected keyword options ({', '.join(_MARKER_OPTIONS)}); found positional "
+            f"{', '.join(map(repr, marker.args))}. Fix: name each, e.g. @pytest.mark.gradverify(max_examples=5)"
+        )
     unknown = sorted(set(options) - set(_MARKER_OPTIONS))
     if unknown:
+        near = {k: difflib.get_close_matches(k, _MARKER_OPTIONS, n=1, cutoff=0.75) for k in unknown}
+        hints = "; ".join(f"did you mean {m[0]!r} for {k!r}?" for k, m in near.items() if m)
         raise pytest.UsageError(
             f"@pytest.mark.gradverify: expected options from {list(_MARKER_OPTIONS)}; found {unknown}. "
-            "Fix: drop or rename them"
+            f"Fix: {hints or 'drop or rename them'}"
         )
     settings = request.config.stash[_settings_key]
     checker = Checker(request.node.nodeid, settings, options, seed_for(settings.seed, request.node))
     request.node.stash[_checker_key] = checker
-    return checker
+    allow_under_given(request.node)
+    with seeded_generators(checker.seed):
+        yield checker
 
 
 _results_key = pytest.StashKey[list[dict[str, Any]]]()
@@ -372,15 +342,23 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     records: list[dict[str, Any]] = []  # this attempt's (a rerun starts afresh)
     item.stash[_results_key] = records
 
+    checking: list[Any] = []  # (the arguments of the check under way)
+
+    def inputs(kind: str, fn: Any, args: Any, options: dict[str, Any]) -> None:
+        checking[:] = [args] if kind == "check" else []
+
     def observer(kind: str, result: Any) -> None:
         if kind == "compare":
             _compared(records, item.nodeid, result)
         elif kind == "record":
             _write_record(_records_dir(item.config), item.nodeid, result)
         else:
-            records.append(_record(item.nodeid, kind, result))
+            records.append(record_of(item.nodeid, kind, result))
+            if kind == "check" and not result.ok and checking:  # (saved if the test fails: see _save_inputs)
+                item.stash.setdefault(_inputs_key, {})[id(records[-1])] = tuple(checking[0])
+        checking.clear()
 
-    with _observe.observing_results(observer):
+    with _observe.observing(inputs), _observe.observing_results(observer):
         return (yield)
 
 
@@ -458,11 +436,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for r in recs:
             r["reproduce_test"] = _reproduce_test(item, r, checker)
             r["test_failed"] = report.failed  # (a test may assert that a check fails)
-        failing = [r for r in recs if not r["ok"]]
+        _save_inputs(item, recs if report.failed else [])
+        said = shown_by(call.excinfo.value) if call.excinfo is not None else ""
+        failing = [r for r in recs if not r["ok"] and r["report"] not in said]
         if report.failed and failing:
             # the full report of each failing call, beside the test's failure
             report.sections.append(("gradverify report", "\n\n".join(r["report"] for r in failing)))
         setattr(report, _RECORDS_ATTR, list(recs))  # serialized to the xdist controller
+
+
+_inputs_key = pytest.StashKey[dict[int, tuple[Any, ...]]]()
+
+
+def _save_inputs(item: pytest.Item, recs: list[dict[str, Any]]) -> None:
+    """The inputs of each failing gv.check of a failing test saved as an
+    ``.npz`` (in the report directory's ``cases/``, else a temporary one),
+    as a failing gv.verify saves its counterexample; the rest let go."""
+    held = item.stash.get(_inputs_key, {})
+    report = item.config.stash[_settings_key].report
+    for r in recs:
+        args = held.get(id(r))
+        if args is not None:
+            r["npz"] = save_args(args, r["function"], r["seed"], None if report is None else Path(report) / "cases")
+    held.clear()
 
 
 def _reproduce_test(item: pytest.Item, record: dict[str, Any], checker: Checker | None) -> str:
