@@ -37,6 +37,7 @@ from .context import Context, Options
 from .evaluate import Evaluator
 from .findings import Closeness, Findings
 from .keywords import keywords_checked, options_checked
+from .known import said_known
 from .missing import missing_rules as _missing_rules
 from .modes import AD
 from .oracle import Oracle
@@ -157,7 +158,7 @@ def check(
         {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched}
         | ({"suite_tol": suite, "nondet_tol": nondet_tol} if suite or nondet_tol else {}),
     ) as outermost:
-        result = unchecked(run(fn, args, wrt, order, name, options), allow_unchecked)
+        result = said_known(fn, args, unchecked(run(fn, args, wrt, order, name, options), allow_unchecked))
     if outermost:
         _observe.finished("check", result)
     return result
