@@ -21,7 +21,21 @@ from .._errors import ArgumentValueError, explain
 from .._io import Record
 from .verdict import Verdict
 
-__all__ = ["Z95", "JunitRow", "Run", "junit_files", "read_junit", "triage_junit", "verdict_of_runs", "wilson"]
+__all__ = [
+    "SEED_FIELDS",
+    "Z95",
+    "JunitRow",
+    "Run",
+    "follows_seed",
+    "junit_files",
+    "node_id",
+    "read_junit",
+    "seed_field",
+    "seed_of",
+    "triage_junit",
+    "verdict_of_runs",
+    "wilson",
+]
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -141,16 +155,75 @@ class JunitRow(Record):
     verdict: Verdict
     separating_fields: dict[str, dict[str, list[str]]]  # field -> its values on failing and on passing runs
     failing_files: list[str]
+    nodeid: str = ""  # the test as pytest names it (pastes into pytest and triage rerun)
+    failing_seeds: list[str] = dataclasses.field(default_factory=list)  # the seeds of its failing runs, where recorded
+    passing_seeds: list[str] = dataclasses.field(default_factory=list)
+    seed_field: str | None = None  # which of SEED_FIELDS the seeds are
+    failing_inputs: list[str] = dataclasses.field(default_factory=list)  # the .npz the plugin saved of a failing call
+
+    OPTIONAL = frozenset({"seed_field"})
 
 
-def verdict_of_runs(runs: int, failures: int, passed_on_rerun: int, separating: bool) -> Verdict:
+def verdict_of_runs(
+    runs: int, failures: int, passed_on_rerun: int, separating: bool, follows_seed: bool = False
+) -> Verdict:
     """The verdict of a test's CI runs: it passes, fails in every run (none of
-    them saved by a rerun), fails where a recorded field says, or flips."""
+    them saved by a rerun), fails on some seeds and on each of them every time
+    (a bug those seeds' inputs reach: a seed is no environment), fails where a
+    recorded environment field says (the same seed passes elsewhere), or flips."""
     if failures == 0:
         return Verdict.PASSES
     if failures == runs and not passed_on_rerun:
         return Verdict.FAILS_EVERYWHERE
+    if follows_seed:
+        return Verdict.BUG
     return Verdict.ENVIRONMENT_SPECIFIC if separating else Verdict.FLAKY
+
+
+#: The fields that say which seed a run drew its inputs with: the base seed
+#: triage ran it with (``--gradverify-seed`` and ``--hypothesis-seed``), else
+#: the test's own gradverify seed (a per-test property of the plugin, which
+#: ``@pytest.mark.gradverify(seed=...)`` pins). They are not environments.
+SEED_FIELDS = ("triage.seed", "gradverify_seed")
+
+
+def seed_field(runs: Sequence[Run], test: str) -> str | None:
+    """The seed field the test's runs record (the first of SEED_FIELDS any has)."""
+    have = set().union(*({*r.env, *r.properties.get(test, {})} for r in runs)) if runs else set()
+    return next((f for f in SEED_FIELDS if f in have), None)
+
+
+def seed_of(run: Run, test: str, field: str | None) -> str | None:
+    """The seed the test ran with in ``run`` (None: not recorded)."""
+    return None if field is None else {**run.env, **run.properties.get(test, {})}.get(field)
+
+
+def follows_seed(bad: Sequence[Run], good: Sequence[Run], test: str) -> bool:
+    """Whether the test's failures follow its seed: every run's seed is
+    recorded, no seed both fails and passes, and some failing seed failed in
+    more than one run (so that a flake that struck once is not taken for it)."""
+    field = seed_field([*bad, *good], test)
+    failing = [seed_of(r, test, field) for r in bad]
+    passing = {seed_of(r, test, field) for r in good}
+    if not failing or not passing or None in failing or None in passing or set(failing) & passing:
+        return False
+    return any(failing.count(s) > 1 for s in set(failing))
+
+
+def node_id(test: str, run: Run | None = None) -> str:
+    """A JUnit test id (``classname::name``) as pytest's node id
+    (``path/to/test_file.py::TestClass::test_name[param]``): the plugin's
+    record of it where there is one, else read off the dotted class name (its
+    leading lower-case parts the module's path, the rest classes)."""
+    recorded = None if run is None else run.properties.get(test, {}).get("gradverify_nodeid")
+    if recorded:
+        return recorded
+    classname, sep, name = test.rpartition("::")
+    if not sep:
+        return test
+    parts = classname.split(".")
+    split = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts))
+    return "::".join(["/".join(parts[:split]) + ".py", *parts[split:], name])
 
 
 def triage_junit(runs: Sequence[Run]) -> list[JunitRow]:
@@ -165,9 +238,12 @@ def triage_junit(runs: Sequence[Run]) -> list[JunitRow]:
         hidden = [r for r in bad if r.outcomes[t] == "passed"]  # failed, then passed on a rerun
         n, k = len(seen), len(bad)
         tried = [a for r in seen for a in r.attempts.get(t, ["passed"])]
-        # gradverify's per-test figures (verdict, error, seed) are outcomes, not environments
+        # gradverify's per-test figures (verdict, error, seed) are outcomes, and a seed is
+        # no environment: neither separates machines
         found = _separating(_envs(bad, t), _envs(good, t))
-        sep = {f: v for f, v in found.items() if not f.startswith("gradverify_")}
+        sep = {f: v for f, v in found.items() if not f.startswith("gradverify_") and f not in SEED_FIELDS}
+        field = seed_field(seen, t)
+        seeds = sorted({s for r in bad if (s := seed_of(r, t, field)) is not None}, key=_numeric_first)
         out.append(
             JunitRow(
                 test=t,
@@ -178,9 +254,24 @@ def triage_junit(runs: Sequence[Run]) -> list[JunitRow]:
                 failed_attempts=sum(a in ("failed", "error") for a in tried),
                 flip_rate=k / n if n else 0.0,
                 interval95=list(wilson(k, n)),
-                verdict=verdict_of_runs(n, k, len(hidden), bool(sep)),
+                verdict=verdict_of_runs(n, k, len(hidden), bool(sep), follows_seed(bad, good, t)),
                 separating_fields=sep,
                 failing_files=[r.file for r in bad],
+                nodeid=node_id(t, next(iter(seen), None)),
+                failing_seeds=seeds,
+                passing_seeds=sorted({s for r in good if (s := seed_of(r, t, field)) is not None}, key=_numeric_first),
+                seed_field=field,
+                failing_inputs=sorted(
+                    {p for r in bad if (p := r.properties.get(t, {}).get("gradverify_counterexample"))}
+                ),
             )
         )
     return out
+
+
+def _numeric_first(seed: str) -> tuple[int, float, str]:
+    """Seeds in numeric order where they are numbers."""
+    try:
+        return (0, float(seed), seed)
+    except ValueError:
+        return (1, 0.0, seed)

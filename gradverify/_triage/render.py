@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVIDENCE_KEYS",
+    "MAX_FILES",
     "JUNIT_SCHEMA",
     "RERUN_SCHEMA",
     "Row",
+    "failing_lines",
     "junit_html",
     "junit_markdown",
     "node_text",
@@ -70,6 +72,39 @@ def _worst_first(rows: Sequence[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (-r["failures"], r["test"]))
 
 
+def _name(r: Row) -> str:
+    """The test as pytest names it (rows from before node ids: JUnit's id)."""
+    return r.get("nodeid") or r["test"]
+
+
+#: At most this many failing files are listed per test.
+MAX_FILES = 10
+
+
+def failing_lines(r: Row) -> list[str]:
+    """A failing test's seeds and files, and the commands that run it again."""
+    if not r["failures"]:
+        return []
+    lines = []
+    if r.get("failing_seeds"):
+        passing = f" (passing: {', '.join(r['passing_seeds'])})" if r.get("passing_seeds") else ""
+        lines.append(f"failing seeds: {', '.join(r['failing_seeds'])}{passing}")
+        seed = r["failing_seeds"][0]
+        if r.get("seed_field") == "triage.seed":
+            lines.append(f"a failing run: pytest '{_name(r)}' --gradverify-seed {seed} --hypothesis-seed {seed}")
+        else:
+            lines.append(f"a failing run: pytest '{_name(r)}' with @pytest.mark.gradverify(seed={seed}) on the test")
+    if r.get("failing_inputs"):
+        lines.append(f"failing input: {r['failing_inputs'][0]} (arg0, ...: np.load(path))")
+    files = r["failing_files"]
+    lines.append(
+        f"failing in: {', '.join(files[:MAX_FILES])}"
+        + (f" and {len(files) - MAX_FILES} more" if len(files) > MAX_FILES else "")
+    )
+    lines.append(f"its gradient calls rerun: gradverify triage rerun '{_name(r)}'")
+    return lines
+
+
 def _failed_line(rows: Sequence[Row], files: int) -> str:
     return f"{files} run(s); {sum(r['failures'] > 0 for r in rows)} test(s) failed at least once."
 
@@ -85,7 +120,10 @@ def junit_markdown(rows: Sequence[Row], files: int) -> str:
     ]
     for r in _worst_first(rows):
         sep = "; ".join(separating_lines(r))
-        lines.append(f"| {r['test']} | {_failures_cell(r)} | {_flip(r)} | {r['verdict']} | {sep or '-'} |")
+        lines.append(f"| {_name(r)} | {_failures_cell(r)} | {_flip(r)} | {r['verdict']} | {sep or '-'} |")
+    for r in _worst_first(rows):
+        if r["failures"]:
+            lines += ["", f"## {_name(r)}: {r['verdict']}", "", *(f"- {ln}" for ln in failing_lines(r))]
     return "\n".join(lines) + "\n"
 
 
@@ -98,11 +136,24 @@ def junit_html(rows: Sequence[Row], files: int) -> str:
     ]
     for r in _worst_first(rows):
         sep = "; ".join(separating_lines(r))
+        name = e(_name(r))
+        cell = f'<a href="#{name}">{name}</a>' if r["failures"] else name
         body.append(
-            f"<tr><td>{e(r['test'])}</td><td>{e(_failures_cell(r))}</td><td>{_flip(r)}</td>"
+            f"<tr><td>{cell}</td><td>{e(_failures_cell(r))}</td><td>{_flip(r)}</td>"
             f'<td class="verdict">{e(r["verdict"])}</td><td>{e(sep or "-")}</td></tr>'
         )
     body.append("</table>")
+    for r in _worst_first(rows):
+        if r["failures"]:
+            items = []
+            for ln in failing_lines(r):
+                if ln.startswith("failing in: "):  # (each failing run's file, a link to it)
+                    links = ", ".join(f'<a href="{e(f)}">{e(f)}</a>' for f in r["failing_files"][:MAX_FILES])
+                    items.append(f"failing in: {links}")
+                else:
+                    items.append(e(ln))
+            body.append(f'<h2 id="{e(_name(r))}">{e(_name(r))}: {e(r["verdict"])}</h2>')
+            body.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
     return _io.html_page("gradverify triage (JUnit)", body, _STYLE)
 
 
@@ -172,6 +223,8 @@ def rerun_markdown(records: Sequence[Mapping[str, Any]]) -> str:
         lines.append(f"| {r['target']} | **{r['verdict']}** | {_evidence_line(r)} |")
     for r in records:
         lines += ["", f"## {r['target']}: {r['verdict']}", "", f"reproduce: `{r['reproduce']}`"]
+        if r.get("runs"):
+            lines += ["", *(f"- {ln}" for ln in _run_lines(r["runs"]))]
         for c in [r, *r.get("calls", ())]:
             if c is not r:
                 lines += ["", f"### {c['call']} {c['function']}: {c['verdict']}"]
@@ -198,6 +251,8 @@ def rerun_html(records: Sequence[Mapping[str, Any]]) -> str:
     for r in records:
         body.append(f'<h2 id="{e(r["target"])}">{e(r["target"])}: {e(r["verdict"])}</h2>')
         body.append(f"<p>reproduce: <code>{e(r['reproduce'])}</code></p>")
+        if r.get("runs"):
+            body.append("<ul>" + "".join(f"<li>{e(ln)}</li>" for ln in _run_lines(r["runs"])) + "</ul>")
         for c in [r, *r.get("calls", ())]:
             if c is not r:
                 body.append(f"<h3>{e(c['call'])} {e(c['function'])}: {e(c['verdict'])}</h3>")
@@ -219,6 +274,14 @@ def write_rerun(directory: str, records: Sequence[Mapping[str, Any]]) -> None:
         _io.atomic_write(Path(directory) / name, text)
 
 
+def _run_lines(runs: Row) -> list[str]:
+    """What a triaged node's own CI runs say: the fields that separate its
+    failures, its failing seeds and a command that fails (its runs' files are
+    triage's own, gone with it)."""
+    keep = [ln for ln in failing_lines(runs) if not ln.startswith(("failing in:", "its gradient calls"))]
+    return [*separating_lines(runs), *keep]
+
+
 def node_text(t: Mapping[str, Any], threads: Sequence[int], reproduce: str) -> str:
     """A triaged test on the console: its verdict, its CI runs, each gradient call."""
     lines = [f"{t['test']}: {t['verdict']}"]
@@ -226,7 +289,7 @@ def node_text(t: Mapping[str, Any], threads: Sequence[int], reproduce: str) -> s
     if runs is not None:
         failed = f"{runs['failures']} of {runs['runs']} failed ({_interval(runs)})"
         lines.append(f"  CI runs (seeds x threads {list(threads)}): {failed}")
-        lines += [f"  {s}" for s in separating_lines(runs)]
+        lines += [f"  {s}" for s in _run_lines(runs)]
     for c in t["calls"]:
         ev = c["evidence"]
         inputs = f"{ev['failing_examples']} of {ev['examples']} inputs failed"

@@ -31,6 +31,8 @@ __all__ = [
     "DTYPES",
     "FD_STEPS",
     "KINK_MARGIN",
+    "MAX_POINTS",
+    "MIN_SPREAD",
     "STEP_EXPLAINS",
     "DtypeRun",
     "Evidence",
@@ -42,6 +44,7 @@ __all__ = [
     "dtype_sweep",
     "fd_step_sweep",
     "outcome",
+    "region",
     "rerun",
 ]
 
@@ -500,8 +503,7 @@ def _verdict(
         # every input fails) or only where inputs reach a region
         verdict = Verdict.BUG if failing >= 0.95 * examples else Verdict.BUG_IN_A_REGION
         positions = np.concatenate([np.asarray(f.position, dtype=np.float64) for f in failures if f.confirmed])
-        # the pieces between the kinks that hold the failures; without kinks, their signs
-        figures["region"] = _pieces(positions, kinks if len(kinks) else (0.0,))
+        figures["region"] = region(positions, kinks)
         return verdict, figures
     if all(near_kink(f) for f in failures if not f.confirmed):
         figures["kink_distances"] = [f.kink_distance for f in failures]
@@ -543,6 +545,29 @@ def _shrunk(
             position=_located(shrunk.result, minimal, position),
         ),
     )
+
+
+#: At most this many failing points are listed as a region; fewer distinct
+#: failing points than MIN_SPREAD are said as points, not a region.
+MAX_POINTS, MIN_SPREAD = 8, 3
+
+
+def region(positions: Any, kinks: Sequence[float]) -> list[str]:
+    """Where the confirmed failures lie: the pieces between ``kinks`` (without
+    kinks, the signs) that hold them; but the points themselves (``x = 3``)
+    where fewer than MIN_SPREAD distinct points failed or the failures keep
+    landing on the same few points (too little to speak of a region), or
+    where the pieces would cover the whole line (a region that is everywhere
+    is none)."""
+    points = np.unique(positions)
+    listed = [f"x = {p:g}" for p in points[:MAX_POINTS]] + (["..."] if len(points) > MAX_POINTS else [])
+    if len(points) < MIN_SPREAD or (len(points) < len(positions) and len(points) <= MAX_POINTS):
+        return listed
+    cuts = sorted(float(k) for k in kinks) if len(kinks) else [0.0]
+    pieces = _pieces(positions, cuts)
+    if sum(not p.startswith("x = ") for p in pieces) == len(cuts) + 1:  # (every piece: no region)
+        return listed
+    return pieces
 
 
 def _pieces(positions: Any, kinks: Sequence[float]) -> list[str]:

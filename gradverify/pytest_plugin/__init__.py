@@ -405,6 +405,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         failed = [r for r in recs if not r["ok"]]
         first = failed[0] if failed else max(recs, key=lambda r: r["worst_ratio"] or 0.0)
         worst = max((r["worst_ratio"] or 0.0 for r in recs), default=0.0)
+        item.user_properties.append(("gradverify_nodeid", item.nodeid))  # (JUnit's ids do not paste into pytest)
         item.user_properties.append(("gradverify_verdict", "failed" if failed else "passed"))
         item.user_properties.append(("gradverify_seed", first["seed"]))
         item.user_properties.append(("gradverify_calls", len(recs)))

@@ -118,6 +118,91 @@ def test_a_junit_row_is_the_json_object_it_is_written_as():
         "verdict",
         "separating_fields",
         "failing_files",
+        "nodeid",
+        "failing_seeds",
+        "passing_seeds",
+        "failing_inputs",
     ]
     assert json.loads(gv_json([row])) == [dict(row)]
     assert row.separating_fields == {"host": {"failing": ["x"], "passing": ["y"]}}
+
+
+SEEDED = """
+import numpy as np
+import gradverify as gv
+
+SQUARE = gv.Rule(lambda x: x * x, jvp=lambda p, t: 2 * p[0] * t[0], vjp=lambda p, g: (2 * p[0] * g,))
+
+
+def test_seeded(gradverify, request):
+    assert gradverify.check(SQUARE, np.array([0.5, -1.5])).ok
+    # what only some seeds' inputs reach
+    assert request.config.getoption("gradverify_seed") not in (1, 3)
+"""
+
+
+@pytest.fixture
+def seeded_runs(pytester, monkeypatch):
+    """Seeds 0-3, each on two 'machines' (thread counts): the test fails on
+    seeds 1 and 3 wherever they run."""
+    pytester.makepyfile(test_seeds=SEEDED)
+    files = []
+    for seed in range(4):
+        for threads in ("1", "4"):
+            monkeypatch.setenv("OMP_NUM_THREADS", threads)
+            path = pytester.path / f"seed{seed}-threads{threads}.xml"
+            pytester.runpytest(f"--junitxml={path}", f"--gradverify-seed={seed}", "-p", "no:cacheprovider", "-q")
+            files.append(str(path))
+    return files
+
+
+def test_a_failure_that_follows_the_seed_is_a_bug_with_its_seeds(seeded_runs, capsys):
+    from gradverify._verify import derive_seed
+
+    (row,) = _triage_junit.junit_files(seeded_runs)
+    seeds = {b: str(derive_seed(b, "test_seeds.py::test_seeded")) for b in range(4)}
+    assert row["verdict"] == "bug", row  # a seed is no environment
+    assert row["separating_fields"] == {}
+    assert row["failing_seeds"] == sorted([seeds[1], seeds[3]], key=int)
+    assert row["passing_seeds"] == sorted([seeds[0], seeds[2]], key=int)
+    assert row["nodeid"] == "test_seeds.py::test_seeded" and row["seed_field"] == "gradverify_seed"
+    code = cli.main(["triage", "junit", *seeded_runs])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"- failing seeds: {', '.join(row['failing_seeds'])} (passing: {', '.join(row['passing_seeds'])})" in out
+    assert f"with @pytest.mark.gradverify(seed={row['failing_seeds'][0]})" in out
+    assert "- failing in: " in out and "seed1-threads1.xml" in out
+    assert "gradverify triage rerun 'test_seeds.py::test_seeded'" in out
+
+
+def test_a_seed_seen_once_is_no_evidence(seeded_runs):
+    once = [f for f in seeded_runs if "threads4" in f]  # each seed once: a flake could look the same
+    (row,) = _triage_junit.junit_files(once)
+    assert row["verdict"] == "flaky" and len(row["failing_seeds"]) == 2 and row["separating_fields"] == {}
+
+
+def _run(name, threads, outcome, seed):
+    from gradverify._triage.junit import Run
+
+    return Run(name, {"env.omp_num_threads": threads}, {"t": outcome}, {"t": {"gradverify_seed": seed}})
+
+
+def test_the_same_seed_passing_and_failing_is_the_environment_or_a_flake():
+    machines = [_run(f"{k}.xml", "1" if k % 2 else "4", "failed" if k % 2 else "passed", "7") for k in range(6)]
+    (row,) = _triage_junit.triage_junit(machines)
+    assert row["verdict"] == "environment-specific" and list(row["separating_fields"]) == ["env.omp_num_threads"]
+    flips = [_run(f"{k}.xml", "4", "failed" if k % 2 else "passed", "7") for k in range(6)]
+    (row,) = _triage_junit.triage_junit(flips)
+    assert row["verdict"] == "flaky" and row["failing_seeds"] == row["passing_seeds"] == ["7"]
+
+
+@pytest.mark.parametrize(
+    ("test", "nodeid"),
+    [
+        ("tests.test_flaky::test_x", "tests/test_flaky.py::test_x"),
+        ("tests.sub.test_mod.TestA::test_y[a-1]", "tests/sub/test_mod.py::TestA::test_y[a-1]"),
+        ("test_ci::test_fine", "test_ci.py::test_fine"),
+    ],
+)
+def test_junit_ids_become_pytest_node_ids(test, nodeid):
+    assert _triage_junit.node_id(test) == nodeid

@@ -53,6 +53,19 @@ def test_thread_count(gradverify):
 
 def test_no_gradient_call():
     assert os.environ["OMP_NUM_THREADS"] in ("1", "4")
+
+
+def _wrong_at_three():
+    def slope(x):
+        return np.where(np.abs(x) == 3, 1.0, np.where(np.abs(x) < 3, 1 / 6, 0.0))  # the bug: exactly at +-3
+
+    f = lambda x: np.clip((x + 3) / 6, 0, 1)
+    return gv.Rule(f, jvp=lambda p, t: slope(p[0]) * t[0], vjp=lambda p, g: (slope(p[0]) * g,))
+
+
+def test_wrong_at_three_on_one_seed(gradverify, request):
+    x = 3.0 if request.config.getoption("gradverify_seed") == 1 else 2.0  # (the input seed 1 draws)
+    assert gradverify.check(_wrong_at_three(), np.array([x])).ok
 """
 
 
@@ -73,7 +86,11 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
         "test_node.py::test_right_rule": "passes",
         "test_node.py::test_thread_count": "environment-specific",
         "test_node.py::test_wrong_saturated_slope": "bug in a region",
+        # fails on seed 1 on every thread count, passes on seed 0: a bug, not the environment
+        "test_node.py::test_wrong_at_three_on_one_seed": "bug",
     }
+    assert "failing seeds: 1 (passing: 0)" in out
+    assert "a failing run: pytest 'test_node.py::test_wrong_at_three_on_one_seed' --gradverify-seed 1" in out
     assert "env.omp_num_threads: fails on ['1'], passes on ['4']" in out
     assert "CI runs (seeds x threads [1, 4]): 4 of 4 failed" in out  # the wrong rule, every run
     data = json.loads((tmp_path / "triage-rerun.json").read_text())
@@ -86,7 +103,13 @@ def test_cli_rerun_a_pytest_node_id(pytester, capsys, monkeypatch, tmp_path):
     assert wrong["reproduce"].startswith("gradverify triage rerun test_node.py::test_wrong_saturated_slope --seeds 2")
     cells = TableCells()
     cells.feed((tmp_path / "triage-rerun.html").read_text())
-    assert sorted(r[1] for r in cells.rows[1:]) == ["bug in a region", "environment-specific", "passes", "passes"]
+    assert sorted(r[1] for r in cells.rows[1:]) == [
+        "bug",
+        "bug in a region",
+        "environment-specific",
+        "passes",
+        "passes",
+    ]
     assert "no gv.check / gv.verify call in the test" in out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from gradverify._triage import render as _reports_triage, rerun as _triage_rerun
@@ -187,3 +188,20 @@ def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
     for f in r.evidence["failures"]:
         assert f["check_fails"] and not f["confirmed"]
         assert f["fd_sweep"]["relative_floor"] < _triage_rerun.STEP_EXPLAINS
+
+
+@pytest.mark.parametrize(
+    ("positions", "kinks", "said"),
+    [
+        ([3.0], (), ["x = 3"]),  # one failure: a point, not "x > 0"
+        ([3.0, 3.0, -3.0, 3.0], (-3.0, 3.0), ["x = -3", "x = 3"]),  # seed after seed at the same points
+        ([-2.5, -1.0, 0.5, 1.2, 2.0], (), ["x = -2.5", "x = -1", "x = 0.5", "x = 1.2", "x = 2"]),  # everywhere
+        ([4.0, 5.5, 3.5, 4.25], (-3.0, 3.0), ["x > 3"]),
+        ([-4.0, 5.5, 3.5, -4.25], (-3.0, 3.0), ["x < -3", "x > 3"]),
+        ([0.5, 1.5, 2.5, 3.5], (), ["x > 0"]),
+    ],
+)
+def test_a_region_is_said_only_where_there_is_one(positions, kinks, said):
+    from gradverify._triage.rerun import region
+
+    assert region(np.array(positions), kinks) == said
