@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -254,10 +255,39 @@ def test_the_readme_quick_start_runs_in_a_new_project_as_it_says(tmp_path):
     (tmp_path / "mylib" / "softplus.py").write_text(snippet.split("torch.manual_seed")[0])
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_softplus.py").write_text(test)
-    done = _pytest(tmp_path, "tests")
+    # plain pytest, mylib not installed: the README's pyproject.toml is what lets the test import it
+    config = next(b for b in blocks if b.startswith("# pyproject.toml"))
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # (the console script: python -m pytest would put the project's root on sys.path itself)
+    run = [str(Path(sys.executable).with_name("pytest")), "-p", "no:cacheprovider", "-p", "no:randomly", "tests"]
+    done = subprocess.run(run, cwd=tmp_path, env=bare, capture_output=True, text=True, timeout=600)
+    assert "ModuleNotFoundError: No module named 'mylib'" in done.stdout + done.stderr  # (without it)
+    (tmp_path / "pyproject.toml").write_text(config)
+    done = subprocess.run(run, cwd=tmp_path, env=bare, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "1 failed" in out, out
     assert "gradverify report" in out and "mismatch (VJP vs FD)" in out, out
+
+
+def test_the_readmes_install_lines_build_and_install_a_wheel(tmp_path):
+    """The README's wheel line, run as written in a copy of the project, makes
+    a wheel that pip installs with the torch extra (dependencies already here)."""
+    line = next(b for b in _readme_blocks() if b.startswith("pip wheel")).strip()
+    assert line.startswith("pip wheel --no-deps -w dist . && pip install ")
+    project = tmp_path / "project"
+    shutil.copytree(
+        ROOT, project, ignore=shutil.ignore_patterns(".venv", ".git", "dist", "build", "*.egg-info", "__pycache__")
+    )
+    target = tmp_path / "site"
+    pip = f"{sys.executable} -m pip"
+    command = line.replace("pip wheel", f"{pip} wheel").replace(
+        "&& pip install", f"&& {pip} install --no-deps --target {target}"
+    )
+    done = subprocess.run(command, shell=True, cwd=project, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (target / "gradverify" / "pytest_plugin" / "__init__.py").is_file() and (
+        target / "gradverify" / "ops"
+    ).is_dir()
 
 
 STRATEGIES = """
