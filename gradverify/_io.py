@@ -147,10 +147,17 @@ def to_json(obj: Any, indent: int | None = 1) -> str:
 
 
 #: What every page of gradverify's starts from (a page adds its own rules).
+#: Nothing runs past the window's right edge: text wraps (a word longer than
+#: its line breaks, a report's long line in <pre> too), a figure shrinks to
+#: the page (its SVG keeps a viewBox), and a box of class "scroll" (a table
+#: that cannot be narrower, such as a sweep's matrix) scrolls sideways by
+#: itself; a table cell of class "text" may break anywhere (node ids, paths).
 PAGE_CSS = (
-    "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:.3em .6em;vertical-align:top}"
-    "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}"
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em;overflow-wrap:break-word}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;vertical-align:top}"
+    "td.text{overflow-wrap:anywhere;text-align:left}"
+    "pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap}"
+    ".scroll{overflow-x:auto;max-width:100%}svg,img{max-width:100%;height:auto}"
 )
 
 

@@ -111,24 +111,105 @@ def png_pixels(data: bytes) -> list[tuple[int, ...]]:
     return [tuple(row[x * channels : x * channels + 3]) for row in rows for x in range(width)]
 
 
-def screenshot(page, tmp_path, size="1000,700"):
-    """The pixels of ``page`` (a path) drawn by Debian's headless chromium;
-    skipped where it is not installed, failed there if CI asked for it."""
+def browser():
+    """Debian's headless chromium; the test is skipped where it is not
+    installed, and failed there if CI asked for it (GRADVERIFY_REQUIRE_BROWSER)."""
     import os
     import shutil
-    import subprocess
 
     import pytest
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
         if os.environ.get("GRADVERIFY_REQUIRE_BROWSER"):
             pytest.fail("chromium is not installed, and GRADVERIFY_REQUIRE_BROWSER is set (.ci/run installs it)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return found
+
+
+#: The browser's flags: no sandbox (CI containers run as root), no GPU, and
+#: scrollbars hidden, so the window's width is the page's whole viewport.
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+
+
+def screenshot(page, tmp_path, size="1000,700"):
+    """The pixels of ``page`` (a path) drawn by Debian's headless chromium (see ``browser``)."""
+    import subprocess
+
     shot = tmp_path / "page.png"
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={size}"]
     done = subprocess.run(
-        [browser, *args, f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=180
+        [browser(), *BROWSER_FLAGS, f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
     return png_pixels(shot.read_bytes())
+
+
+#: Run in the page once it has loaded: the viewport's width, the document's,
+#: and every element that scrolls sideways or cuts its content at its right
+#: edge (overflow hidden or clip), as JSON in an element the DOM dump shows.
+_MEASURE = """<script>addEventListener("load", () => {
+  const name = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (typeof el.className === "string" && el.className ? "." + el.className.trim().split(/\\s+/).join(".") : "");
+  const wide = [...document.body.querySelectorAll("*")].filter(el => el.scrollWidth > el.clientWidth + 1
+    && el.clientWidth > 0);
+  const how = el => getComputedStyle(el).overflowX;
+  const out = {
+    viewport: window.innerWidth,
+    document: document.documentElement.scrollWidth,
+    scrolls: wide.filter(el => ["auto", "scroll"].includes(how(el))).map(el => [name(el), el.matches(SCROLLS)]),
+    cut: wide.filter(el => ["hidden", "clip"].includes(how(el))).map(name),
+  };
+  const pre = document.createElement("pre");
+  pre.id = "gradverify-fits";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+def page_widths(page, width=1280, scrolls=".scroll"):
+    """What headless chromium measures of ``page`` (a path) in a window
+    ``width`` pixels wide: ``viewport`` and ``document`` (the widths of the
+    window and of everything on the page), ``scrolls`` ([element, whether it
+    matches the selector ``scrolls``] for each box that scrolls sideways) and
+    ``cut`` (the boxes that cut their content at the right)."""
+    import html
+    import json
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    text = Path(page).read_text(encoding="utf-8")
+    probe = _MEASURE.replace("SCROLLS", json.dumps(scrolls))
+    text = text.replace("</body>", probe + "</body>") if "</body>" in text else text + probe
+    with tempfile.TemporaryDirectory(prefix="gradverify-page-") as scratch:
+        copy = Path(scratch) / "page.html"  # (a copy elsewhere: the report's directory is left as it was)
+        copy.write_text(text, encoding="utf-8")
+        done = subprocess.run(
+            [browser(), *BROWSER_FLAGS, f"--window-size={width},900", "--virtual-time-budget=10000"]
+            + ["--dump-dom", copy.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    found = re.search(r'<pre id="gradverify-fits">(.*?)</pre>', done.stdout, re.S)
+    assert done.returncode == 0 and found, done.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def assert_fits(page, width=1280, scrolls=".scroll"):
+    """``page`` (a path to an HTML file) fits a window ``width`` pixels wide in
+    headless chromium: the document is no wider than the window, no box cuts
+    its content, and the only boxes that scroll sideways match the CSS
+    selector ``scrolls`` (gradverify's pages mark such a box ``class="scroll"``).
+    Returns the measurements (``page_widths``)."""
+    got = page_widths(page, width, scrolls)
+    assert got["viewport"] == width, got
+    assert got["document"] <= width, f"{page}: the page is {got['document']} px wide in a {width} px window: {got}"
+    assert not got["cut"], f"{page}: these boxes cut their content at the right: {got['cut']}"
+    stray = [name for name, allowed in got["scrolls"] if not allowed]
+    assert not stray, f"{page}: these boxes scroll sideways (they should wrap, or be a {scrolls} box): {stray}"
+    return got

@@ -52,7 +52,7 @@ def rng():
 
 #: What the suite can do without: a test that needs one of these and finds it
 #: not installed is skipped (the core runs with numpy alone).
-OPTIONAL = ("torch", "jax", "jaxlib", "kornia", "e3nn", "dask", "distributed", "matplotlib")
+OPTIONAL = ("torch", "jax", "jaxlib", "kornia", "e3nn", "dask", "distributed")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -20,24 +20,30 @@ def add_parser(sub: Any) -> None:
         "audit",
         help="check a framework's whole operator database (torch's OpInfos) and report what is wrong",
         description="gradverify audit torch [options], or gradverify audit merge FILE... --report DIR",
+        epilog="examples:\n"
+        "  gradverify audit torch --ops sin cos --report audit\n"
+        "  gradverify audit --shard 1/2 --report a1 torch   # and --shard 2/2 --report a2, then:\n"
+        "  gradverify audit merge a1/results.jsonl a2/results.jsonl --report audit",
     )
     a.add_argument("framework", choices=(*FRAMEWORKS, "merge"), help="torch; or merge to join shards' results")
     a.add_argument("files", nargs="*", metavar="FILE", help="merge: the shards' results.jsonl")
     a.add_argument("--ops", nargs="+", metavar="NAME", help="OpInfo names or patterns (default: all)")
-    a.add_argument("--dtype", nargs="+", default=list(opinfo.DTYPES), help="default: float64 complex128")
+    a.add_argument("--dtype", nargs="+", default=list(opinfo.DTYPES), help="the dtypes of the samples checked")
     a.add_argument("--order", type=int, default=1, help="1; 2 (or any N) also checks the derivatives of the rules")
     a.add_argument("--batched", action="store_true", help="also check the JVP and VJP under vmap")
-    a.add_argument("--device", default="cpu", help="a torch device (default: cpu)")
-    a.add_argument("--samples", type=int, default=4, help="samples checked per operator and dtype (default 4)")
-    a.add_argument("--max-size", type=int, default=500, help="most elements of a sample's arguments (default 500)")
-    a.add_argument("--timeout", type=float, default=120.0, help="seconds a sample may take (default 120)")
-    a.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    a.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run the operators on this Dask cluster")
-    a.add_argument("--shard", metavar="K/N", help="every N-th operator from the K-th (see merge)")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--database", metavar="MODULE:NAME", help="a list of OpInfos to audit instead of torch's op_db")
-    a.add_argument("--report", metavar="DIR", default="audit", help="results, reports, reproducers (default audit/)")
-    a.add_argument("--format", type=_formats, default=list(_report.FORMATS), help="md,json,junit,html")
+    a.add_argument("--device", default="cpu", help="a torch device")
+    a.add_argument("--samples", type=int, default=4, help="samples checked per operator and dtype")
+    a.add_argument("--max-size", type=int, default=500, help="most elements of a sample's arguments")
+    a.add_argument("--timeout", type=float, default=120.0, help="seconds a sample may take")
+    a.add_argument("--workers", type=int, default=1, help="worker processes")
+    a.add_argument(
+        "--scheduler", metavar="tcp://HOST:PORT", help="run the operators on this Dask cluster (default: none)"
+    )
+    a.add_argument("--shard", metavar="K/N", help="every N-th operator from the K-th; see merge (default: all)")
+    a.add_argument("--seed", type=int, default=0, help="gv.check's seed: its random directions")
+    a.add_argument("--database", metavar="MODULE:NAME", help="a list of OpInfos to audit (default: torch's op_db)")
+    a.add_argument("--report", metavar="DIR", default="audit", help="results, reports, reproducers")
+    a.add_argument("--format", type=_formats, default=list(_report.FORMATS), help="some of md,json,junit,html")
     a.add_argument("--fresh", action="store_true", help="start again instead of resuming DIR's results")
     a.add_argument("--quiet", action="store_true", help="print failures and the totals only")
 

@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,17 +165,60 @@ def _num(v: Any, digits: int = 3) -> str:
         return str(v)
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A finding as the reports show it, Markdown and HTML alike."""
+
+    pair: str  # the two sides compared ("JVP vs FD"), or the finding's kind
+    kind: str
+    message: str
+    details: list[tuple[str, str, bool]]  # (label with its joiner, text, whether the text is code)
+
+    @classmethod
+    def of(cls, f: dict[str, Any]) -> _Shown:
+        details = []
+        where = _element(f)
+        if where:
+            details.append(("element: ", where, True))
+        if f.get("values"):
+            details.append(("values: ", ", ".join(f"{k} = {_num(v, 12)}" for k, v in f["values"].items()), False))
+        if f.get("error") is not None and f.get("bound") is not None:
+            details.append(("|difference| ", f"{_num(f['error'])} > bound {_num(f['bound'])}", False))
+        return cls(" vs ".join(f.get("pair") or ()) or f["kind"], f["kind"], f["message"], details)
+
+
 def _finding_lines(f: dict[str, Any]) -> list[str]:
-    pair = " vs ".join(f.get("pair") or ()) or f["kind"]
-    lines = [f"- **{pair}** ({f['kind']}): {f['message']}"]
-    where = _element(f)
-    if where:
-        lines.append(f"  - element: `{where}`")
-    if f.get("values"):
-        lines.append("  - values: " + ", ".join(f"{k} = {_num(v, 12)}" for k, v in f["values"].items()))
-    if f.get("error") is not None and f.get("bound") is not None:
-        lines.append(f"  - |difference| {_num(f['error'])} > bound {_num(f['bound'])}")
+    s = _Shown.of(f)
+    lines = [f"- **{s.pair}** ({s.kind}): {s.message}"]
+    lines += [f"  - {label}" + (f"`{text}`" if code else text) for label, text, code in s.details]
     return lines
+
+
+def _finding_html(f: dict[str, Any]) -> str:
+    """A finding as HTML: the Markdown's list, marked up."""
+    e = html.escape
+    s = _Shown.of(f)
+    items = "".join(
+        f"<li>{e(label)}" + (f"<code>{e(text)}</code>" if code else e(text)) + "</li>"
+        for label, text, code in s.details
+    )
+    return f"<li><b>{e(s.pair)}</b> ({e(s.kind)}): {e(s.message)}" + (f"<ul>{items}</ul>" if items else "") + "</li>"
+
+
+def _skip_reasons(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The samples skipped, by reason (each said once): the reason and the
+    samples it skipped (``op[dtype] sample k``), reasons in the order first met."""
+    by: dict[str, list[str]] = {}
+    for r in report["samples"]:
+        if r["status"] == "skipped":
+            by.setdefault(_one_line(r.get("reason") or "no reason given"), []).append(
+                f"{r['task']}[{r['dtype']}] sample {r['sample']}"
+            )
+    return list(by.items())
+
+
+def _some(names: list[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _known_text(k: dict[str, str]) -> str:
@@ -204,6 +248,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", f"## Not checked: errors, timeouts, crashes ({len(problems)})", ""]
         for r in problems:
             lines.append(f"- {r['task']} [{r['dtype']}] sample {r['sample']}: {r['status']}: {_one_line(r['reason'])}")
+    skips = _skip_reasons(report)
+    if skips:
+        lines += ["", f"## Skipped ({sum(len(n) for _, n in skips)} samples)", ""]
+        lines += [f"- {reason} ({len(names)}): {_some(names)}" for reason, names in skips]
     lines += ["", "## Operators", "", "| operator | dtype | verdict | samples |", "|---|---|---|---|"]
     for o in report["operators"]:
         verdict = o["verdict"] + (" (new)" if o["new"] else " (known)" if o["verdict"] == "failed" else "")
@@ -275,6 +323,7 @@ def to_junit(report: dict[str, Any]) -> str:
 _CSS = """
 td.failed{background:#fbb;font-weight:bold}td.passed{background:#dfd}td.skipped{color:#888}
 td.error,td.timeout,td.crashed{background:#fd8}td.inconclusive{background:#eee}
+ul.findings{padding-left:1.2em}span.error,span.timeout,span.crashed{background:#fd8}
 """
 
 
@@ -282,6 +331,9 @@ def to_html(report: dict[str, Any]) -> str:
     e = html.escape
     t = report["totals"]
     out = [f"<p><b>{e(totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> ({e(report['created'])})</p>"]
+    versions = report["environment"]["versions"]
+    config = f"torch {versions.get('torch')}, gradverify {versions.get('gradverify')}; " + _config_text(report)
+    out.append(f"<p>{e(config)}</p>")
     # the operators by verdict, first: what a maintainer reads before the details
     counts = {s: n for s, n in t["operators"].items() if n}
     out.append('<table id="verdicts"><tr>' + "".join(f"<th>{e(s)}</th>" for s in counts) + "</tr><tr>")
@@ -297,20 +349,48 @@ def to_html(report: dict[str, Any]) -> str:
             out.append(f'<h3 id="{anchor}">{e(r["task"])} [{e(r["dtype"])}] sample {r["sample"]}</h3>')
             if r.get("known"):
                 out.append(f"<p>known to PyTorch: {e(_known_text(r['known']))}</p>")
-            md = "\n".join(ln for f in r.get("findings", []) for ln in _finding_lines(f))
-            out.append(f"<pre>{e(md)}</pre>")
+            out.append('<ul class="findings">' + "".join(_finding_html(f) for f in r.get("findings", [])) + "</ul>")
             out.append(f'<p>reproduce: <a href="{e(script_name(r))}"><code>python {e(script_name(r))}</code></a></p>')
+    out += _not_checked_html(report)
     out.append('<h2>Operators</h2><table id="operators"><thead><tr><th>operator</th><th>dtype</th><th>verdict</th>')
     out.append("<th>samples</th></tr></thead><tbody>")
     for o in report["operators"]:
         label = o["verdict"] + (" (new)" if o["new"] else " (known)" if o["verdict"] == "failed" else "")
         counts = ", ".join(f"{n} {s}" for s, n in o["samples"].items())
         out.append(
-            f"<tr><td>{e(o['op'])}</td><td>{e(o['dtype'])}</td>"
+            f'<tr><td class="text">{e(o["op"])}</td><td>{e(o["dtype"])}</td>'
             f'<td class="{e(o["verdict"])}">{e(label)}</td><td>{e(counts)}</td></tr>'
         )
     out.append("</tbody></table>")
     return _io.html_page("gradverify audit", out, _CSS)
+
+
+def _not_checked_html(report: dict[str, Any]) -> list[str]:
+    """The samples not checked: errors, timeouts and crashes one by one, and
+    the skipped ones by reason."""
+    e = html.escape
+    out = []
+    problems = [r for r in report["samples"] if r["status"] in ("error", "timeout", "crashed")]
+    if problems:
+        out.append(f'<h2>Not checked: errors, timeouts, crashes ({len(problems)})</h2><ul id="problems">')
+        for r in problems:
+            where = f"{r['task']} [{r['dtype']}] sample {r['sample']}"
+            out.append(
+                f'<li>{e(where)}: <span class="{e(r["status"])}">{e(r["status"])}</span>: '
+                f"{e(_one_line(r['reason']))}</li>"
+            )
+        out.append("</ul>")
+    skips = _skip_reasons(report)
+    if skips:
+        out.append(f"<h2>Skipped ({sum(len(n) for _, n in skips)} samples)</h2>")
+        out.append('<table id="skipped"><thead><tr><th>reason</th><th>samples</th><th>which</th></tr></thead><tbody>')
+        for reason, names in skips:
+            out.append(
+                f'<tr><td class="text">{e(reason)}</td><td>{len(names)}</td>'
+                f'<td class="text">{e(_some(names))}</td></tr>'
+            )
+        out.append("</tbody></table>")
+    return out
 
 
 RENDER = {"json": to_json, "md": to_markdown, "junit": to_junit, "html": to_html}

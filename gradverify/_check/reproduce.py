@@ -7,11 +7,12 @@ arrays)."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
-from .._io import literal, to_numpy
+from .._io import literal
 from .._rule import Rule
 from ..backends import backend_name_of
 from .context import Options
@@ -67,13 +68,19 @@ def _literals(args: tuple[Any, ...]) -> list[str] | None:
         total += size
     if total > LITERAL_MAX:
         return None
-    return [literal(a) for a in args]
+    try:
+        return [literal(a) for a in args]
+    except (TypeError, ValueError, RuntimeError):  # (an array numpy cannot hold: a sparse one)
+        return None
 
 
 def _size(a: Any) -> int | None:
-    """How many elements ``a`` writes out as a literal (None: not writable)."""
+    """How many elements ``a`` writes out as a literal (None: not writable;
+    read from its shape: nothing is copied)."""
     if backend_name_of(a) is not None:
-        return int(to_numpy(a).size) if hasattr(to_numpy(a), "size") else 1
+        if str(getattr(a, "layout", "torch.strided")) != "torch.strided" or type(a).__name__ == "BCOO":
+            return None  # (sparse)
+        return math.prod(getattr(a, "shape", ()))
     if type(a) in (int, float, bool, complex):
         return 1
     if type(a) in (list, tuple):

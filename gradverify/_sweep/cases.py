@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from .. import _io, ops
-from .._check.evaluate import Evaluator
-from .._check.steps import fd_against_step, kink_distance as distance
+from .._check.steps import kink_distance as distance
 from .._errors import ArgumentValueError, UsageError, explain
 from .._verify import MAX_SHRINKING_SECONDS, derive_seed, generated, literal, verify
 from ..backends import BACKENDS, backend_name_of
 from .examples import BUILDERS
+from .probe import failure_views
 
 __all__ = [
     "EXAMPLES",
@@ -432,7 +432,8 @@ def _failure(case: Case, res: Any) -> dict[str, Any]:
         "check": res.result.to_dict(),
         "shrink_cut": res.shrink_cut,
     }
-    failure["fd_vs_step"], failure["ad_vs_fd"] = _probe(case, res, err)
+    fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
+    failure.update(failure_views(fn, res, err))  # (the report's plots: see probe)
     return failure
 
 
@@ -465,47 +466,6 @@ def materialize(record: dict[str, Any], report_dir: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     _io.write_npz(path, arrays_of(failure))
     _write_script(case_of(record), path)
-
-
-def _probe(case: Case, res: Any, err: Any) -> tuple[list[list[float]] | None, list[dict[str, Any]] | None]:
-    """Two views of a failure for the report, through the checker's own
-    Evaluator (same precision contexts as the check):
-
-    * FD against the step: central differences of the failing element at
-      h = 1e-1 .. 1e-10 (times its scale) and their distance from AD - on a
-      real bug it levels off at the bug's size, never reaching rounding;
-    * AD against FD per input element, for the failing output element (the
-      Jacobian row by reverse mode against central differences, first 64)."""
-
-    ad = next((v for k, v in err.values.items() if k in ("JVP", "VJP")), None)
-    if ad is None or err.argument is None or err.input_index is None or err.output_index is None:
-        return None, None
-    fn = build(case)[0] if case.op != "user" else _load(case.target, "target")
-    args = res.counterexample
-    try:
-        ev = Evaluator.for_call(fn, args)
-        base = [np.asarray(ev.values[i], dtype=np.float64) for i in ev.wrt]
-        cot = np.zeros(ev.primal(None, None).shape)
-        cot[tuple(err.output_index)] = 1.0
-
-        def along(k: int, idx: tuple[int, ...], ad: float, steps: Sequence[float]) -> list[list[float]]:
-            v = [np.zeros_like(b) for b in base]
-            v[k][idx] = 1.0
-            return fd_against_step(ev, cot, v, ad, steps)
-
-        k0, idx0 = ev.wrt.index(err.argument), tuple(err.input_index)
-        scale = max(abs(float(base[k0][idx0])), 1.0)
-        steps = along(k0, idx0, float(ad), [scale * 10.0**-p for p in range(1, 11)])
-        rows = ev.vjp(cot, ev.dtypes[0] if ev.floating[0] else "float64")
-        per_element = []
-        for k, (b, d) in enumerate(zip(base, rows)):
-            for idx in list(np.ndindex(b.shape))[: 64 - len(per_element)]:
-                adv = 0.0 if d.value is None else float(np.asarray(d.value).reshape(b.shape)[idx])
-                ((_, fd, _),) = along(k, idx, adv, [max(abs(float(b[idx])), 1.0) * 1e-6])
-                per_element.append({"argument": ev.wrt[k], "index": list(idx), "AD": adv, "FD": fd})
-    except Exception:  # the views are extras: a function that cannot be probed gets none
-        return None, None
-    return steps, per_element
 
 
 def kink_distance(case: Case, args: list[np.ndarray]) -> float | None:

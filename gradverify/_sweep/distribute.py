@@ -151,14 +151,15 @@ def _run_on_worker(case: _sweep.Case) -> dict[str, Any]:
 
 # -- results files: JSON lines, one record per case ------------------------------------------------
 class ResultsFile:
-    """``results.jsonl``: a header line (schema, command, seed), then one line
-    per record as it arrives, flushed, so a sweep that dies leaves what it did."""
+    """``results.jsonl``: a header line (schema, command, seed, and the shard
+    ``K/N`` the run was, or null for a whole sweep), then one line per record
+    as it arrives, flushed, so a sweep that dies leaves what it did."""
 
-    def __init__(self, path: str | Path, *, command: str, seed: int) -> None:
+    def __init__(self, path: str | Path, *, command: str, seed: int, shard: str | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w", encoding="utf-8")  # noqa: SIM115  (closed in close())
-        self._write({"schema": RESULTS_SCHEMA, "command": command, "seed": seed})
+        self._write({"schema": RESULTS_SCHEMA, "command": command, "seed": seed, "shard": shard})
 
     def _write(self, obj: dict[str, Any]) -> None:
 
@@ -196,26 +197,82 @@ def _json_lines(path: Path, text: str) -> tuple[dict[str, Any], list[Any]]:
     return head, parsed[1:]
 
 
+#: A file that does not say which shard it holds: a report.json, or a results file of an earlier version.
+_UNRECORDED = object()
+
+
+def _shard_of(path: str, share: Any) -> tuple[int, int]:
+    """(K, N) of a results file's ``shard`` record."""
+    try:
+        k, n = (int(p) for p in share.split("/"))
+    except (AttributeError, ValueError):
+        k = n = 0
+    if not 1 <= k <= n:
+        raise ArgumentValueError(
+            explain(f"merge FILE {path}", "a header whose shard is K/N or null", repr(share), "pass it unedited")
+        )
+    return k, n
+
+
+def _every_shard(shares: Sequence[tuple[str, Any]]) -> None:
+    """The files make a whole sweep: one of them is a whole sweep, or they
+    hold every shard K/N of one N (a shard given twice is merged once). A
+    missing shard is an error that names it: merged without it, the report
+    would count its cases neither passed nor failed, and exit 0."""
+    given = [(path, share) for path, share in shares if share is not _UNRECORDED]
+    if not given or any(share is None for _, share in given):
+        return
+    parts = {path: _shard_of(path, share) for path, share in given}
+    found = ", ".join(f"{k}/{n} ({path})" for path, (k, n) in parts.items())
+    splits = {n for _, n in parts.values()}
+    if len(splits) > 1:
+        raise ArgumentValueError(
+            explain(
+                "merge FILE...",
+                "the shards of one split (every --shard K/N of one N)",
+                found,
+                "merge the results of one sweep's shards",
+            )
+        )
+    (n,) = splits
+    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in {k for k, _ in parts.values()}]
+    if missing:
+        unsaid = [path for path, share in shares if share is _UNRECORDED]
+        raise ArgumentValueError(
+            explain(
+                "merge FILE...",
+                f"the results of every shard K/{n} of the sweep",
+                f"shard(s) {found}; missing {', '.join(missing)}"
+                + (f" ({', '.join(unsaid)} say no shard: pass the results.jsonl beside them)" if unsaid else ""),
+                f"add the results.jsonl of shard {', '.join(missing)} (gradverify check ... --shard "
+                f"{missing[0]} --report DIR writes DIR/results.jsonl)",
+            )
+        )
+
+
 def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int]:
     """The records of several results files (``results.jsonl``, or a
     ``report.json``), each case once, in matrix order; and their base seed.
 
     A case found in two files must have the same result in both (its
-    ``seconds`` aside): a difference means the shards were not of one sweep."""
+    ``seconds`` aside): a difference means the shards were not of one sweep.
+    Shards must all be there: every ``K/N`` of one ``N``, as their results
+    files' headers say (see ``_every_shard``)."""
 
     by_key: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}
     seeds = set()
+    shares: list[tuple[str, Any]] = []
     for path in paths:
         p = Path(path)
         try:
             text = p.read_text()
             if p.suffix == ".json":
-                data = reports.load(p)
-                seeds.add(data["seed"])
-                records = data["cases"]
+                head = reports.load(p)
+                records = head["cases"]
             else:
                 head, records = _json_lines(p, text)
-                seeds.add(head["seed"])
+            seeds.add(head["seed"])
+            shares.append((str(p), head.get("shard", _UNRECORDED)))
         except (OSError, ValueError, KeyError) as e:
             raise ArgumentValueError(
                 explain(
@@ -256,5 +313,6 @@ def read_results(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], int
                 "rerun with one --seed",
             )
         )
+    _every_shard(shares)
     records = sorted((r for r, _ in by_key.values()), key=lambda r: (r.get("index", 0), r["id"]))
     return records, seeds.pop() if seeds else 0

@@ -6,24 +6,24 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import _io
 from .._errors import ArgumentValueError, explain
 from .._io import environment
+from . import figures, session
 from .cases import summary
 
 __all__ = [
     "FILES",
     "FORMATS",
+    "MATRIX_LEGEND",
     "RENDER",
-    "svg_ad_vs_fd",
-    "svg_fd_vs_step",
+    "RENDERERS",
     "totals_line",
     "SCHEMA",
     "TIMING",
@@ -33,6 +33,7 @@ __all__ = [
     "environment",
     "load",
     "matrix",
+    "matrix_html",
     "to_html",
     "to_json",
     "to_junit",
@@ -86,10 +87,17 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
                 "report FILE", "a JSON report written by gradverify check", f"{p} ({e})", "pass reports/report.json"
             )
         ) from e
+    if isinstance(data, dict) and data.get("schema") == session.SCHEMA:
+        return session.check(data, p)  # (a pytest session's report: RENDER renders it as its own)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ArgumentValueError(
-            explain("report FILE", f"schema {SCHEMA!r}", repr(found), "regenerate it with this gradverify version")
+            explain(
+                "report FILE",
+                f"schema {SCHEMA!r} (gradverify check's report.json) or {session.SCHEMA!r} (pytest's)",
+                repr(found),
+                "pass a report.json or gradverify-pytest.json this gradverify version wrote",
+            )
         )
     fields = {"command": str, "seed": int, "totals": dict, "cases": list}
     wrong = [f"{k} ({type(data.get(k)).__name__})" for k, kind in fields.items() if not isinstance(data.get(k), kind)]
@@ -241,244 +249,154 @@ def to_junit(report: dict[str, Any]) -> str:
 
 _CSS = """
 figure.plot{display:inline-block;vertical-align:top;margin:.5em 1.5em .5em 0;max-width:420px}
+figure.wide{display:block;max-width:100%}
 figcaption{font-size:.85em;color:#444}
 td,th{padding:.2em .5em;text-align:center}
+#matrix{font-size:.9em}#matrix td,#matrix th{padding:.15em .4em}
+#matrix tbody th{text-align:left;position:sticky;left:0;background:#fff}
+#matrix small{display:block;font-size:.75em;font-weight:normal;color:#444;white-space:nowrap}
 td.passed{background:#dfd}td.failed{background:#fbb;font-weight:bold}td.skipped{color:#888}td.error{background:#fd8}
-pre{padding:1em}
 """
+
+#: What the matrix's cells say, said once above it.
+MATRIX_LEGEND = (
+    "Each cell: the case's verdict, its time, and its error/bound ratio (the largest |AD - reference| over its "
+    "bound: below 1 where every example passed; a failure's own, above 1). A failed cell links to its failure."
+)
+
+
+def _ratio(case: dict[str, Any]) -> float | None:
+    """A case's error/bound: the failure's own where it failed, else the largest over its examples."""
+    f = case.get("failure") or {}
+    if f.get("error") is not None and f.get("bound"):
+        try:
+            return float(f["error"]) / float(f["bound"])
+        except (TypeError, ValueError, ZeroDivisionError):
+            return None
+    return case.get("worst_ratio")
+
+
+def _cell(case: dict[str, Any] | None) -> str:
+    if case is None:
+        return "<td></td>"
+    e = html.escape
+    status, label = case["status"], _MARK[case["status"]]
+    if status == "failed":
+        label = f'<a href="#{e(case["id"])}">{label}</a>'
+    title = f"{case['id']}: {status}"
+    if status in ("passed", "failed"):
+        ratio = _ratio(case)
+        said = [f"{float(case.get('seconds') or 0):.2f} s"] + ([] if ratio is None else [f"{ratio:.2g}"])
+        label += "".join(f"<small>{e(v)}</small>" for v in said)
+        title += f", {case.get('examples_run')} example(s) in {said[0]}"
+        title += "" if ratio is None else f", error/bound {said[1]}"
+        title += f", {case['inconclusive']} inconclusive" if case.get("inconclusive") else ""
+    elif case.get("reason"):
+        title += f": {case['reason']}"
+    return f'<td class="{status}" title="{e(title)}">{label}</td>'
+
+
+def _header(cols: list[tuple[str, str, str]]) -> list[str]:
+    """The columns' header as three rows (backend, impl, dtype), a backend or
+    impl spanning its run of columns: narrow columns, each named once."""
+    e = html.escape
+    rows = []
+    for depth in range(3):
+        runs: list[list[Any]] = []
+        for c in cols:
+            if runs and runs[-1][0] == c[: depth + 1]:
+                runs[-1][1] += 1
+            else:
+                runs.append([c[: depth + 1], 1])
+        first = '<th rowspan="3">target</th>' if depth == 0 else ""
+        cells = "".join(
+            f'<th colspan="{n}">{e(key[-1])}</th>' if n > 1 else f"<th>{e(key[-1])}</th>" for key, n in runs
+        )
+        rows.append(f"<tr>{first}{cells}</tr>")
+    return rows
+
+
+def _skipped_columns(rows: list[str], cols: list[tuple[str, str, str]], cell: dict) -> dict[tuple[str, ...], list]:
+    """The columns whose every case was skipped, by the reasons they give: left
+    out of the matrix and said once below it."""
+    out: dict[tuple[str, ...], list] = {}
+    for c in cols:
+        column = [cell[(r, c)] for r in rows if (r, c) in cell]
+        if column and all(x["status"] == "skipped" for x in column):
+            out.setdefault(tuple(dict.fromkeys(x.get("reason") or "no reason given" for x in column)), []).append(c)
+    return out
+
+
+def matrix_html(report: dict[str, Any]) -> list[str]:
+    """The pass/fail matrix: said what its cells show, in a box of its own that
+    scrolls sideways where it is wider than the page; columns of nothing but
+    skips left out and explained once."""
+    e = html.escape
+    rows, cols, cell = matrix(report)
+    skipped = _skipped_columns(rows, cols, cell)
+    left_out = {c for group in skipped.values() for c in group}
+    shown = [c for c in cols if c not in left_out]
+    out = []
+    if shown:
+        out.append(f'<p class="legend">{e(MATRIX_LEGEND)}</p>')
+        out.append('<div class="scroll"><table id="matrix"><thead>')
+        out += _header(shown)
+        out.append("</thead><tbody>")
+        for r in rows:
+            out.append(f"<tr><th>{e(r)}</th>{''.join(_cell(cell.get((r, c))) for c in shown)}</tr>")
+        out.append("</tbody></table></div>")
+    if skipped:
+        out.append('<div id="left-out"><p>Columns left out of the matrix, every case in them skipped:</p><ul>')
+        for reasons, group in skipped.items():
+            out.append(f"<li>{e(', '.join('/'.join(c) for c in group))}: {e('; '.join(reasons))}</li>")
+        out.append("</ul></div>")
+    return out
+
+
+def _failure_html(case: dict[str, Any]) -> list[str]:
+    """A failure: its heading (the matrix links here), what failed, its plots and its report."""
+    e = html.escape
+    f = case["failure"]
+    out = [f'<h2 id="{e(case["id"])}">FAILED {e(case["id"])}</h2>', f"<p>{e(f['kind'])}: {e(f['message'])}</p>"]
+    ad = next((k for k in (f.get("values") or {}) if k in ("JVP", "VJP")), "AD")
+    plots = (
+        figures.svg_worst(f),
+        figures.svg_fd_vs_step(f.get("fd_vs_step"), ad),
+        figures.svg_ad_vs_fd(f.get("ad_vs_fd")),
+        figures.svg_jacobian(f.get("jacobian"), f),
+    )
+    out += [svg for svg in plots if svg]
+    out.append(f"<pre>{e(f['report'])}</pre>")
+    return out
 
 
 def to_html(report: dict[str, Any]) -> str:
     e = html.escape
     t = report["totals"]
-    rows, cols, cell = matrix(report)
     out = [
         f"<p><b>{e(totals_line(t))}</b> &mdash; <code>{e(report['command'])}</code> "
         f"(seed {report['seed']}, {e(report['created'])})</p>",
-        '<table id="matrix"><thead><tr><th>target</th>'
-        + "".join(f"<th>{e('/'.join(c))}</th>" for c in cols)
-        + "</tr></thead><tbody>",
+        *matrix_html(report),
     ]
-    for r in rows:
-        tds = []
-        for c in cols:
-            case = cell.get((r, c))
-            if case is None:
-                tds.append("<td></td>")
-            else:
-                anchor = f' href="#{e(case["id"])}"' if case["status"] == "failed" else ""
-                label = _MARK[case["status"]]
-                inner = f"<a{anchor}>{label}</a>" if anchor else label
-                tds.append(f'<td class="{case["status"]}" title="{e(case["id"])}">{inner}</td>')
-        out.append(f"<tr><th>{e(r)}</th>{''.join(tds)}</tr>")
-    out.append("</tbody></table>")
     for c in report["cases"]:
-        if c["status"] != "failed":
-            continue
-        f = c["failure"]
-        out.append(f'<h2 id="{e(c["id"])}">FAILED {e(c["id"])}</h2>')
-        for svg in (svg_fd_vs_step(f.get("fd_vs_step")), svg_ad_vs_fd(f.get("ad_vs_fd"))):
-            if svg:
-                out.append(svg)
-        plot = _plot(f)
-        if plot:
-            out.append(plot)
-        out.append(f"<pre>{e(f['report'])}</pre>")
+        if c["status"] == "failed":
+            out += _failure_html(c)
     return _io.html_page("gradverify report", out, _CSS)
 
 
-_W, _H = 420, 260
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 44  # the plot area's margins: room for ticks and labels
+#: Each format's renderer, per schema: a sweep's report, or a pytest session's.
+RENDERERS = {
+    SCHEMA: {"json": to_json, "md": to_markdown, "junit": to_junit, "html": to_html},
+    session.SCHEMA: session.RENDER,
+}
 
 
-def _span(lo: float, hi: float, pad: float, least: float = 0.0) -> tuple[float, float]:
-    """A range to draw ``lo .. hi`` in: widened by ``pad`` of its width, at
-    least ``least`` wide (centred), and never degenerate (1 around a single value)."""
-    if hi - lo < least:
-        mid = (lo + hi) / 2
-        return mid - least / 2, mid + least / 2
-    if not hi > lo:
-        return lo - 1.0, hi + 1.0
-    return lo - pad * (hi - lo), hi + pad * (hi - lo)
+def _renderer(fmt: str) -> Callable[[dict[str, Any]], str]:
+    def render(report: dict[str, Any]) -> str:
+        return RENDERERS.get(report.get("schema"), RENDERERS[SCHEMA])[fmt](report)
+
+    return render
 
 
-def _nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
-    """Round values (1, 2 or 5 times a power of ten apart) within lo .. hi."""
-    raw = (hi - lo) / max(most - 1, 1)
-    power = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step) * step
-    return [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
-
-
-def _svg_axes(
-    cls: str,
-    x: tuple[float, float],
-    y: tuple[float, float],
-    x_ticks: list[tuple[float, str]],
-    y_ticks: list[tuple[float, str]],
-    x_label: str,
-    y_label: str,
-    marks: Any,
-    caption: str,
-) -> str:
-    """A figure: axes with ticks and tick labels, axis labels, the marks
-    (``marks(sx, sy)`` gives the SVG elements in data coordinates) and a
-    caption saying what to read from it."""
-    (x0, x1), (y0, y1) = x, y
-    right, bottom = _W - _RIGHT, _H - _BOTTOM
-
-    def sx(v: float) -> float:
-        return _LEFT + (v - x0) / (x1 - x0) * (right - _LEFT)
-
-    def sy(v: float) -> float:
-        return bottom - (v - y0) / (y1 - y0) * (bottom - _TOP)
-
-    e = html.escape
-    parts = [
-        f'<rect x="{_LEFT}" y="{_TOP}" width="{right - _LEFT}" height="{bottom - _TOP}" fill="none" stroke="#555"/>'
-    ]
-    for v, text in x_ticks:
-        px = sx(v)
-        parts.append(f'<line x1="{px:.1f}" y1="{bottom}" x2="{px:.1f}" y2="{bottom + 5}" stroke="#555"/>')
-        parts.append(f'<text x="{px:.1f}" y="{bottom + 17}" text-anchor="middle" font-size="10">{e(text)}</text>')
-    for v, text in y_ticks:
-        py = sy(v)
-        parts.append(f'<line x1="{_LEFT - 5}" y1="{py:.1f}" x2="{_LEFT}" y2="{py:.1f}" stroke="#555"/>')
-        parts.append(f'<line x1="{_LEFT}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{_LEFT - 8}" y="{py + 3.5:.1f}" text-anchor="end" font-size="10">{e(text)}</text>')
-    parts.append(marks(sx, sy))
-    parts.append(
-        f'<text x="{(_LEFT + right) / 2:.0f}" y="{_H - 8}" text-anchor="middle" font-size="11">{e(x_label)}</text>'
-    )
-    mid = (_TOP + bottom) / 2
-    parts.append(
-        f'<text x="13" y="{mid:.0f}" font-size="11" text-anchor="middle" '
-        f'transform="rotate(-90 13 {mid:.0f})">{e(y_label)}</text>'
-    )
-    return (
-        f'<figure class="plot"><svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-        f'role="img" aria-label="{e(y_label)} against {e(x_label)}">{"".join(parts)}</svg>'
-        f"<figcaption>{e(caption)}</figcaption></figure>"
-    )
-
-
-def _distinct(values: list[float]) -> list[str]:
-    """The values with as few significant digits as keep their labels apart."""
-    for digits in range(2, 17):
-        labels = [f"{v:.{digits}g}" for v in values]
-        if len(set(labels)) == len(labels):
-            return labels
-    return [repr(v) for v in values]
-
-
-def _decades(lo: float, hi: float) -> list[tuple[float, str]]:
-    """Tick positions and labels of a log10 axis: every decade (every other
-    one past 8), or round values where the axis spans less than two."""
-    first, last = math.ceil(lo), math.floor(hi)
-    if last - first < 1:
-        ticks = _nice_ticks(lo, hi, 4)
-        return list(zip(ticks, _distinct([10.0**v for v in ticks])))
-    every = 1 if last - first <= 8 else 2
-    return [(float(k), f"1e{k}") for k in range(first, last + 1, every)]
-
-
-def svg_fd_vs_step(rows: list[list[float]] | None) -> str | None:
-    """|FD(h) - AD| against the step h, log-log, as inline SVG (no plotting
-    library needed): a correct rule dips toward rounding; a wrong one levels
-    off at the size of its error."""
-    if not rows:
-        return None
-    pts = [(math.log10(h), math.log10(max(e, 1e-18))) for h, _, e in rows if h > 0 and math.isfinite(e)]
-    if len(pts) < 2:
-        return None
-    x = _span(min(p[0] for p in pts), max(p[0] for p in pts), 0.04)
-    # at least a decade: a difference that stays put must look flat, not show its last digits
-    y = _span(min(p[1] for p in pts), max(p[1] for p in pts), 0.1, least=1.0)
-
-    def marks(sx: Any, sy: Any) -> str:
-        line = " ".join(f"{sx(a):.1f},{sy(b):.1f}" for a, b in pts)
-        dots = "".join(f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="2.5" fill="#c33"/>' for a, b in pts)
-        return f'<polyline points="{line}" fill="none" stroke="#c33" stroke-width="1.5"/>{dots}'
-
-    return _svg_axes(
-        "fd-vs-step",
-        x,
-        y,
-        _decades(*x),
-        _decades(*y),
-        "finite-difference step h",
-        "|FD(h) - AD|",
-        marks,
-        "|FD(h) - AD| of the failing element against the step h (log-log). Where the rule is right the "
-        "difference falls with h until rounding takes over; a wrong rule levels off at the size of its "
-        "error, whatever the step.",
-    )
-
-
-def svg_ad_vs_fd(rows: list[dict[str, Any]] | None) -> str | None:
-    """AD (red dots) and FD (blue rings) per input element for the failing
-    output element, as inline SVG: the wrong elements stand apart."""
-    if not rows:
-        return None
-    vals = [v for r in rows for v in (r["AD"], r["FD"]) if math.isfinite(v)]
-    if not vals:
-        return None
-    n = len(rows)
-    y = _span(min(vals), max(vals), 0.1)
-    every = max(1, math.ceil(n / 8))
-    x_ticks = [(float(k), str(k + 1)) for k in range(0, n, every)]
-    ticks = _nice_ticks(*y)
-    y_ticks = list(zip(ticks, _distinct(ticks)))
-
-    def marks(sx: Any, sy: Any) -> str:
-        out = []
-        for k, r in enumerate(rows):
-            if math.isfinite(r["FD"]):
-                out.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["FD"]):.1f}" r="5" fill="none" stroke="#36c"/>')
-            if math.isfinite(r["AD"]):
-                out.append(f'<circle cx="{sx(k):.1f}" cy="{sy(r["AD"]):.1f}" r="2.5" fill="#c33"/>')
-        return "".join(out)
-
-    return _svg_axes(
-        "ad-vs-fd",
-        (-0.5, n - 0.5),
-        y,
-        x_ticks,
-        y_ticks,
-        "input element",
-        "d output / d input",
-        marks,
-        "The failing output element's derivative with respect to each input element: AD (red dots) "
-        "against finite differences (blue rings). Where a dot sits outside its ring, the rule is wrong "
-        "for that element.",
-    )
-
-
-def _plot(failure: dict[str, Any]) -> str | None:
-    """AD against FD at the worst index as a small bar chart (matplotlib, an
-    optional extra: without it the page has the numbers only)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    import base64
-    import io
-
-    values = failure.get("values") or {}
-    if not values:
-        return None
-    fig, ax = plt.subplots(figsize=(4, 2.2))
-    ax.bar(list(values), list(values.values()), color=["#c33", "#36c", "#999"][: len(values)])
-    ax.set_title("derivative at the worst index")
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return f'<img alt="AD vs FD" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
-
-
-RENDER = {"json": to_json, "md": to_markdown, "junit": to_junit, "html": to_html}
+#: The renderer of each format (``load``'s reports, whichever schema).
+RENDER = {f: _renderer(f) for f in FORMATS}

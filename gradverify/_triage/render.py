@@ -139,8 +139,8 @@ def junit_html(rows: Sequence[Row], files: int) -> str:
         name = e(_name(r))
         cell = f'<a href="#{name}">{name}</a>' if r["failures"] else name
         body.append(
-            f"<tr><td>{cell}</td><td>{e(_failures_cell(r))}</td><td>{_flip(r)}</td>"
-            f'<td class="verdict">{e(r["verdict"])}</td><td>{e(sep or "-")}</td></tr>'
+            f'<tr><td class="text">{cell}</td><td>{e(_failures_cell(r))}</td><td>{_flip(r)}</td>'
+            f'<td class="verdict">{e(r["verdict"])}</td><td class="text">{e(sep or "-")}</td></tr>'
         )
     body.append("</table>")
     for r in _worst_first(rows):
@@ -244,8 +244,8 @@ def rerun_html(records: Sequence[Mapping[str, Any]]) -> str:
     body = ['<table id="verdicts"><tr><th>target</th><th>verdict</th><th>evidence</th></tr>']
     for r in records:
         body.append(
-            f'<tr><td><a href="#{e(r["target"])}">{e(r["target"])}</a></td>'
-            f'<td class="verdict">{e(r["verdict"])}</td><td>{e(_evidence_line(r))}</td></tr>'
+            f'<tr><td class="text"><a href="#{e(r["target"])}">{e(r["target"])}</a></td>'
+            f'<td class="verdict">{e(r["verdict"])}</td><td class="text">{e(_evidence_line(r))}</td></tr>'
         )
     body.append("</table>")
     for r in records:

@@ -32,7 +32,6 @@ __all__ = [
     "FD_STEPS",
     "KINK_MARGIN",
     "MAX_POINTS",
-    "MIN_SPREAD",
     "STEP_EXPLAINS",
     "DtypeRun",
     "Evidence",
@@ -547,25 +546,23 @@ def _shrunk(
     )
 
 
-#: At most this many failing points are listed as a region; fewer distinct
-#: failing points than MIN_SPREAD are said as points, not a region.
-MAX_POINTS, MIN_SPREAD = 8, 3
+#: At most this many failing points are listed as a region.
+MAX_POINTS = 8
 
 
 def region(positions: Any, kinks: Sequence[float]) -> list[str]:
     """Where the confirmed failures lie: the pieces between ``kinks`` (without
-    kinks, the signs) that hold them; but the points themselves (``x = 3``)
-    where fewer than MIN_SPREAD distinct points failed or the failures keep
-    landing on the same few points (too little to speak of a region), or
-    where the pieces would cover the whole line (a region that is everywhere
-    is none)."""
+    kinks, the signs) that hold them - unless the pieces are no region, and
+    then the failing points themselves (``x = 3``): where the failures keep
+    landing on the same few points, or where the pieces would cover the
+    whole line (a region that is everywhere is none)."""
     points = np.unique(positions)
     listed = [f"x = {p:g}" for p in points[:MAX_POINTS]] + (["..."] if len(points) > MAX_POINTS else [])
-    if len(points) < MIN_SPREAD or (len(points) < len(positions) and len(points) <= MAX_POINTS):
+    if len(points) < len(positions) and len(points) <= MAX_POINTS:
         return listed
     cuts = sorted(float(k) for k in kinks) if len(kinks) else [0.0]
     pieces = _pieces(positions, cuts)
-    if sum(not p.startswith("x = ") for p in pieces) == len(cuts) + 1:  # (every piece: no region)
+    if sum(not p.startswith("x = ") for p in pieces) == len(cuts) + 1:
         return listed
     return pieces
 

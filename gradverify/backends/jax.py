@@ -10,10 +10,12 @@ the Jacobian's columns and rows, the stencil's points - would otherwise
 recompile all of fn once per batch size. On large arrays worked on in place
 a check compiles fn alone (its few JVPs and VJPs cost less eager than
 compiled); under ``jax.disable_jit()`` nothing is compiled. A function that
-cannot be traced (Python control flow on values, numpy calls, a static
-argument) runs eagerly from its first failed trace on - each of fn, its JVP
-and its VJP on its own - and so does every call whose compiled run raises:
-the eager run then says whether fn itself raises. The two evaluations at
+reads an integer argument's value in Python (``int(g)``: a static size) is
+compiled with those values as constants, one program per value
+(``jax_compiled``). One that cannot be traced otherwise (Python control
+flow on float values, numpy calls) runs eagerly from its first failed trace
+on - each of fn, its JVP and its VJP on its own - and so does every call
+whose compiled run raises: the eager run then says whether fn itself raises. The two evaluations at
 the point that look for mutation and nondeterminism are always eager (a
 random draw inside fn is frozen by a trace); the finite differences take
 their centre from the same compiled fn as their stencil, so they round
@@ -23,25 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
-import hashlib
-import re
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
-from jax._src import config as jax_config
 
 from .._errors import ModeUnavailable
 from . import jax_sparse
 from .base import Backend, HostArrays, Wrt, on_wrt
+from .jax_compiled import Compiled, attempt, compiled, jvp_of, jvps_of, primals_of, run, transform, vjp_of, vjps_of
 from .jax_traces import no_leaked_traces as _no_leaked_traces
-from .session import compiling, compiling_primal, session_cache, session_kinds
+from .session import compiling, compiling_primal
 
 __all__ = ["Compiled", "JaxBackend", "compiled"]
 
@@ -180,7 +176,7 @@ class JaxBackend(Backend):
         return entry is not None and entry.ok["primal"]
 
     def call(self, fn: Callable, args: Sequence[Any]) -> Any:
-        return _run(compiled(fn), "primal", lambda: fn(*args), *args)
+        return run(compiled(fn), "primal", lambda: fn(*args), *args)
 
     def call_flat(self, fn: Callable, args: Sequence[Any]) -> Any:
         # (eager, a reshape is a copy; compiled, the flat output is fn's own)
@@ -188,7 +184,7 @@ class JaxBackend(Backend):
             out = fn(*args)
             return out.reshape(-1) if hasattr(out, "reshape") else out
 
-        return _run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
+        return run(compiled(fn), "primal", eager, *args, attribute="primal_flat")
 
     takes_host_arrays = True
 
@@ -200,37 +196,40 @@ class JaxBackend(Backend):
             return None
         host = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in args)
         ops = tuple(np.asarray(a, dtype=jnp.dtype(d)) for a, d in operands)
+
+        def call(forms: Compiled) -> Any:
+            if form == "primal":
+                return forms.primal(*host)
+            if form == "primal_flat":
+                # (small arrays: fn's own compiled form, flattened after - one
+                # program fewer to compile than a flat form of its own)
+                out = forms.primal(*host)
+                return out.reshape(-1) if hasattr(out, "reshape") else out
+            return getattr(forms, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
+
         try:
-            with _no_leaked_traces():
-                if form == "primal":
-                    return entry.primal(*host)
-                if form == "primal_flat":
-                    # (small arrays: fn's own compiled form, flattened after - one
-                    # program fewer to compile than a flat form of its own)
-                    out = entry.primal(*host)
-                    return out.reshape(-1) if hasattr(out, "reshape") else out
-                return getattr(entry, form)(host, ops if form in ("jvp", "jvps", "primals") else ops[0], tuple(wrt))
+            return attempt(entry, call, host)
         except Exception:
             return None
 
     def jvp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         _forward_mode_refused(fn)
         try:
-            return _transform(compiled(fn), fn, "jvp", _jvp, args, tuple(tangents), wrt)
+            return transform(compiled(fn), fn, "jvp", jvp_of, args, tuple(tangents), wrt)
         except TypeError as e:
             if "custom_vjp" in str(e):
                 raise ModeUnavailable(f"jax: {e}") from e
             raise
 
     def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
-        return list(_transform(compiled(fn), fn, "vjp", _vjp, args, cotangent, wrt))
+        return list(transform(compiled(fn), fn, "vjp", vjp_of, args, cotangent, wrt))
 
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         _forward_mode_refused(fn)
-        return _transform(compiled(fn), fn, "jvp", _jvps, args, tuple(tangents), wrt, attribute="jvps")
+        return transform(compiled(fn), fn, "jvp", jvps_of, args, tuple(tangents), wrt, attribute="jvps")
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
-        return list(_transform(compiled(fn), fn, "vjp", _vjps, args, cotangents, wrt, attribute="vjps"))
+        return list(transform(compiled(fn), fn, "vjp", vjps_of, args, cotangents, wrt, attribute="vjps"))
 
     def primals(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any]) -> Any:
         entry = compiled(fn)
@@ -238,7 +237,7 @@ class JaxBackend(Backend):
             # fn's evaluations run compiled, and a vmap of its eager ops may
             # round otherwise: one compiled evaluation at a time
             raise NotImplementedError("fn is compiled alone")
-        return _transform(entry, fn, "primals", _primals, args, tuple(points), wrt)
+        return transform(entry, fn, "primals", primals_of, args, tuple(points), wrt)
 
     no_batching = None
 
@@ -293,302 +292,3 @@ def _forward_mode_refused(fn: Callable) -> None:
     it, which would find that out at length (eager, compiled, vectorised)."""
     if isinstance(fn, jax.custom_vjp):
         raise ModeUnavailable("jax: can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
-
-
-def _jvp(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
-    return jax.jvp(on_wrt(fn, args, wrt), tuple(args[i] for i in wrt), tangents)[1]
-
-
-def _vjp(fn: Callable, args: tuple, cotangent: Any, wrt: tuple[int, ...]) -> tuple:
-    out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
-    return pullback(cotangent.astype(out.dtype))
-
-
-def _primals(fn: Callable, args: tuple, points: tuple, wrt: tuple[int, ...]) -> Any:
-    return jax.vmap(on_wrt(fn, args, wrt))(*points)
-
-
-def _jvps(fn: Callable, args: tuple, tangents: tuple, wrt: tuple[int, ...]) -> Any:
-    return jax.vmap(lambda *t: _jvp(fn, args, t, wrt))(*tangents)
-
-
-def _vjps(fn: Callable, args: tuple, cotangents: Any, wrt: tuple[int, ...]) -> tuple:
-    # (fn's forward pass does not depend on the cotangent: vmap runs it once)
-    return jax.vmap(lambda c: _vjp(fn, args, c, wrt))(cotangents)
-
-
-class Compiled:
-    """fn, its JVP and its VJP under jax.jit; ``ok[kind]`` turns False for good
-    at the first compiled call of that kind that fails where the eager one
-    does not.
-
-    fn is traced once per argument signature (``program``). Its evaluations
-    (flat, and batched under vmap) are that trace's, unless it holds a custom
-    batching rule or a callback, whose Python the trace does not show; where
-    the trace is a closed program - no custom derivative rule either - its
-    JVP and VJP are jax's transformations of that program too, not new
-    traces of fn. Such a form is keyed by the program, so a check whose
-    program an earlier one ran takes its executables from that one trace."""
-
-    def __init__(self, fn: Callable) -> None:
-        ref = weakref.ref(fn)  # (the cache is keyed by fn: hold it weakly)
-        kinds = session_kinds()
-        self.ok = {kind: kind in kinds for kind in ("primal", "primals", "jvp", "vjp")}
-        self.ok["jvp"] &= not isinstance(fn, jax.custom_vjp)  # (no forward mode: see _forward_mode_refused)
-        self.programs: dict[tuple, _Program | None] = {}
-
-        def transform(of: Callable, name: str) -> _Form:
-            # fn's (args, operand, wrt) -> of(fn, ...), wrt static
-            def derive(f: Callable) -> Any:
-                return jax.jit(lambda args, operand, wrt: of(f, args, operand, wrt), static_argnums=2)
-
-            return _Form(derive(lambda *a: ref()(*a)), 2, name=name, derive=derive, owner=self)
-
-        def flat(f: Callable) -> Any:
-            return jax.jit(lambda *args: f(*args).reshape(-1))
-
-        self.primal = _Form(jax.jit(lambda *args: ref()(*args)), owner=self)
-        self.primal_flat = _Form(flat(lambda *a: ref()(*a)), name="primal_flat", derive=flat, owner=self)
-        self.primals = transform(_primals, "primals")
-        self.jvp, self.vjp = transform(_jvp, "jvp"), transform(_vjp, "vjp")
-        self.jvps, self.vjps = transform(_jvps, "jvps"), transform(_vjps, "vjps")
-
-    def program(self, args: tuple) -> _Program | None:
-        """fn's program at ``args`` (traced once per signature, the trace kept
-        for the primal form); None where evaluating it is not closed (see
-        _EVALUATION_OPEN)."""
-        signature = _signature(args)
-        if signature not in self.programs:
-            traced = self.primal.jitted.trace(*args)
-            key = _program(traced)
-            if signature not in self.primal.executables:
-                self.primal.traces[signature] = traced, key  # (compiled when the primal form is called)
-            self.programs[signature] = (
-                None
-                if key is None or _EVALUATION_OPEN.search(key[0])
-                else _Program(key, _as_function(traced.jaxpr, traced.out_tree), not _OPEN.search(key[0]))
-            )
-        return self.programs[signature]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Program:
-    key: tuple  # _program's key of fn's trace
-    fn: Callable  # that trace as a function of fn's arguments
-    closed: bool  # no custom derivative rule: its derivatives are the program's too
-
-
-def _as_function(closed: Any, out_tree: Any) -> Callable:
-    """A closed jaxpr as a function of the arguments it was traced at."""
-    run = jex_core.jaxpr_as_fun(closed)
-
-    def f(*args: Any) -> Any:
-        return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves(args)))
-
-    return f
-
-
-#: Executables of compiled forms by the program they run (see _Form): a
-#: session traces fn anew - each check sees fn as it is now - and reuses an
-#: earlier session's executable where the trace is the same program.
-_EXECUTABLES: OrderedDict[tuple, Any] = OrderedDict()
-_EXECUTABLES_MAX = 256
-#: Constants of more bytes than this in one form: not worth hashing to share it.
-_CONSTANTS_MAX = 1 << 20
-#: A primitive that runs Python: pure_callback, io_callback, debug_callback.
-_CALLBACK = re.compile(r"\b\w*callback\[")
-#: A primitive whose transformations run Python the trace does not show:
-#: custom_jvp_call, custom_vjp_call, custom_vmap_call, custom_lin, callbacks.
-_OPEN = re.compile(r"\b\w*(custom|callback)\w*\[")
-#: The same, for evaluating the program (batched or not): a custom derivative
-#: rule plays no part there, a custom batching rule does.
-_EVALUATION_OPEN = re.compile(r"\b\w*(custom_vmap|custom_batching|callback)\w*\[")
-#: The forms that evaluate fn (no derivative).
-_EVALUATIONS = ("primal_flat", "primals")
-
-
-class _Form:
-    """One compiled form of fn. Each argument signature is traced once per
-    session (jit's trace: fn as it is now, its constants and the rules of its
-    custom derivatives included); the executable comes from _EXECUTABLES
-    where an earlier trace gave the same program, and is compiled otherwise.
-    Tracing costs milliseconds where compiling costs tens of them, so a check
-    that repeats an earlier one's programs compiles nothing. A form with
-    ``derive`` (fn's JVP, VJP, batches of evaluations) is, where fn's program
-    at these arguments is closed (``Compiled.program``), that transformation
-    of the program: keyed by it, traced only when first compiled."""
-
-    def __init__(
-        self,
-        jitted: Any,
-        static: int | None = None,
-        *,
-        name: str = "primal",
-        derive: Callable[[Callable], Any] | None = None,
-        owner: Compiled | None = None,
-    ) -> None:
-        self.jitted, self.static, self.name, self.derive = jitted, static, name, derive
-        self.owner = None if owner is None else weakref.ref(owner)
-        self.executables: dict[tuple, Any] = {}
-        self.traces: dict[tuple, tuple[Any, tuple | None]] = {}  # (fn's own, from Compiled.program)
-
-    def __call__(self, *args: Any) -> Any:
-        signature = _signature(args)
-        exe = self.executables.get(signature)
-        if exe is None:
-            owner = None if self.owner is None else self.owner()
-            program = None if owner is None else owner.program(args[0] if self.static is not None else args)
-            derive = self.derive
-            if program is not None and derive is not None and (program.closed or self.name in _EVALUATIONS):
-                # (traced, from the program, only when first compiled)
-                exe = _executable((self.name, program.key, signature), lambda: derive(program.fn).trace(*args))
-            else:
-                traced, key = self.traces.pop(signature, None) or _traced(self.jitted, args)
-                exe = _executable(key, lambda: traced)
-            self.executables[signature] = exe
-        return exe(*(a for i, a in enumerate(args) if i != self.static))
-
-
-def _traced(jitted: Any, args: tuple) -> tuple[Any, tuple | None]:
-    traced = jitted.trace(*args)
-    return traced, _program(traced)
-
-
-def _executable(key: tuple | None, trace: Callable[[], Any]) -> Any:
-    """The executable of the program ``key``: an earlier one, or ``trace()``
-    compiled (and kept, where there is a key)."""
-    exe = None if key is None else _EXECUTABLES.get(key)
-    if exe is not None:
-        _EXECUTABLES.move_to_end(key)
-        return exe
-    exe = trace().lower().compile()
-    if key is not None:
-        _EXECUTABLES[key] = exe
-        if len(_EXECUTABLES) > _EXECUTABLES_MAX:
-            _EXECUTABLES.popitem(last=False)
-    return exe
-
-
-def _signature(args: tuple) -> tuple:
-    """What a trace depends on besides fn: the structure, shapes and dtypes of
-    the arguments (the static one's value), and the x64 setting."""
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    return (
-        str(tree),
-        jax.config.jax_enable_x64,
-        tuple(
-            (type(a).__name__, tuple(a.shape), str(a.dtype), bool(getattr(a, "weak_type", False)))
-            if hasattr(a, "shape") and hasattr(a, "dtype")
-            else (type(a).__name__, repr(a))
-            for a in leaves
-        ),
-    )
-
-
-def _program(traced: Any) -> tuple | None:
-    """What a traced form computes: its jaxpr as text (every operation, its
-    parameters and its literals in full), the values of its constants and of
-    the constants of every jaxpr inside it (an inner jit keeps its own), its
-    inputs' types (weak types included) and structure, its output structure,
-    and the settings a trace depends on (jax's trace context: x64, the
-    default device, the PRNG's mode, ...) and the platform. None - the form
-    is then compiled for this session alone - where a constant is not an
-    array of numbers or the constants are large (copying and hashing them
-    would cost more than compiling), or where the program calls back into
-    Python (the text names the callback function, not which one: an edited
-    one would look the same)."""
-    closed = traced.jaxpr
-    text = str(closed.jaxpr)
-    if _CALLBACK.search(text):
-        return None
-    digest = hashlib.blake2b(digest_size=16)
-    total = 0
-    for c in _constants(closed):
-        total += int(getattr(c, "nbytes", 0))
-        if total > _CONSTANTS_MAX:
-            return None
-        try:
-            a = np.asarray(c)
-        except Exception:
-            return None
-        if a.dtype == object:
-            return None
-        digest.update(f"{a.shape}{a.dtype}".encode())
-        digest.update(np.ascontiguousarray(a).tobytes())
-    inputs = tuple(
-        (tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", a)), bool(getattr(a, "weak_type", False)))
-        for a in closed.in_avals
-    )
-    return (
-        text,
-        digest.hexdigest(),
-        inputs,
-        str(traced.in_tree),
-        str(traced.out_tree),
-        jax_config.trace_context(),
-        jax.default_backend(),
-    )
-
-
-def _constants(closed: Any) -> Iterator[Any]:
-    """The constants of a closed jaxpr and of every closed jaxpr in its
-    equations' parameters, depth first."""
-    yield from closed.consts
-    stack = [closed.jaxpr]
-    while stack:
-        jaxpr = stack.pop()
-        for eqn in jaxpr.eqns:
-            params = list(eqn.params.values())
-            while params:
-                v = params.pop()
-                if isinstance(v, (tuple, list)):
-                    params.extend(v)
-                elif isinstance(v, jex_core.ClosedJaxpr):
-                    yield from v.consts
-                    stack.append(v.jaxpr)
-                elif isinstance(v, jex_core.Jaxpr):
-                    stack.append(v)
-
-
-def compiled(fn: Callable) -> Compiled | None:
-    """The compiled forms of fn in this compiling session, made on first use
-    (None: no session, or fn cannot be held weakly)."""
-    cache = session_cache()
-    if cache is None:
-        return None
-    try:
-        entry = cache.get(fn)
-        if entry is None:
-            entry = cache[fn] = Compiled(fn)
-        return entry
-    except TypeError:
-        return None
-
-
-def _run(entry: Compiled | None, kind: str, eager: Callable[[], Any], *args: Any, attribute: str = "") -> Any:
-    if entry is None or not entry.ok[kind]:
-        return eager()
-    try:
-        with _no_leaked_traces():
-            return getattr(entry, attribute or kind)(*args)
-    except Exception:
-        # either fn cannot be traced or it raises: the eager run tells which
-        out = eager()
-        entry.ok[kind] = False
-        return out
-
-
-def _transform(
-    entry: Compiled | None,
-    fn: Callable,
-    kind: str,
-    eager: Callable,
-    args: Sequence[Any],
-    operand: Any,
-    wrt: Sequence[int],
-    attribute: str = "",
-) -> Any:
-    """``eager(fn, args, operand, wrt)`` - fn's JVP, VJP or batch of
-    evaluations - compiled where ``entry`` can."""
-    a, w = tuple(args), tuple(wrt)
-    return _run(entry, kind, lambda: eager(fn, a, operand, w), a, operand, w, attribute=attribute)

@@ -48,7 +48,7 @@ from .. import _io, _observe
 from .._check.pipeline import check
 from .._errors import GradientError
 from .._replace import MODES, rerouted
-from .._sweep import reports
+from .._sweep import reports, session as session_report
 from .._verify import MAX_SHRINKING_SECONDS, save_args, verify
 from .fixture import allow_under_given, seed_for, seeded_generators
 from .records import record_of, shown_by
@@ -117,7 +117,7 @@ class _Settings:
         self.profile = pick("gradverify_profile", "gradverify_profile")
         max_examples = pick("gradverify_max_examples", "gradverify_max_examples")
         if max_examples is None and self.profile:
-            from .strategies import PROFILES  # (imports hypothesis: only where a profile is asked for)
+            from ..strategies import PROFILES  # (imports hypothesis: only where a profile is asked for)
 
             max_examples = PROFILES[self.profile]["max_examples"]
         self.max_examples = int(max_examples or 100)
@@ -198,7 +198,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.profile:
         from hypothesis import settings as hypothesis_settings
 
-        from .strategies import load_profile  # (imports hypothesis: only where a profile is asked for)
+        from ..strategies import load_profile  # (imports hypothesis: only where a profile is asked for)
 
         settings.previous_profile = hypothesis_settings.default
         load_profile(settings.profile)
@@ -566,14 +566,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     settings = config.stash.get(_settings_key, None)
     if settings is None or not settings.report or not _SESSION_RECORDS:
         return
-    directory = Path(settings.report)
-    directory.mkdir(parents=True, exist_ok=True)
-    data = {
-        "schema": "gradverify-pytest/1",
-        "seed": settings.seed,
-        "max_examples": settings.max_examples,
-        "profile": settings.profile,
-        "records": sorted(_SESSION_RECORDS, key=lambda r: (r["nodeid"], r["call"], r["function"])),
-    }
-    path = directory / "gradverify-pytest.json"
-    _io.atomic_write(path, _io.to_json(data) + "\n")
+    # the session's report: gradverify-pytest.json, .md, .xml (JUnit) and .html, as the command writes its own
+    report = session_report.build(
+        _SESSION_RECORDS, seed=settings.seed, max_examples=settings.max_examples, profile=settings.profile
+    )
+    session_report.write(report, settings.report)

@@ -18,7 +18,7 @@ import pytest
 
 import gradverify as gv
 
-from .._helpers import screenshot
+from .._helpers import assert_fits, screenshot
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("expecttest")
@@ -153,6 +153,7 @@ def test_a_headless_browser_draws_the_report(fixed, tmp_path):
     failed = sum(all(abs(a - b) <= 8 for a, b in zip(p, (0xFF, 0xBB, 0xBB))) for p in pixels)
     passed = sum(all(abs(a - b) <= 8 for a, b in zip(p, (0xDD, 0xFF, 0xDD))) for p in pixels)
     assert white < 0.97 and failed > 100 and passed > 100, (white, failed, passed)
+    assert_fits(fixed[1] / "report.html")  # nothing past a 1280-px window's edge, nothing cut
 
 
 # -- a database of our own: hangs, deaths, interruptions -----------------------------------------

@@ -75,6 +75,38 @@ def test_a_function_jit_cannot_trace_runs_eagerly_and_is_still_judged():
     assert not r.ok and r.errors[0].kind == gv.Kind.MISMATCH and r.errors[0].pair == ("VJP", "FD")
 
 
+def test_an_integer_argument_read_in_python_is_compiled_as_the_constant_it_is():
+    """int(n) of a traced argument fails a trace; integer arguments are
+    constants of the check, so the forms take their values into the program
+    (one per value) instead of running fn eagerly, operation by operation. A
+    float read in Python still makes fn run eagerly."""
+    from gradverify.backends.jax_compiled import compiled
+
+    traces = []
+
+    def repeat(x, n):
+        traces.append(type(x).__name__)
+        y = x
+        for _ in range(int(n)):
+            y = jnp.sin(y)
+        return y
+
+    def scaled(x, s):  # float(s): concrete in eager AD of x alone, not under jit
+        return jnp.sin(x) * (2.0 if float(s) > 0 else 1.0)
+
+    x = jnp.asarray(np.linspace(-2, 2, 50))
+    with compiling():
+        assert gv.check(repeat, x, jnp.asarray(2)).ok
+        entry = compiled(repeat)
+        assert entry.baked and all(entry.ok.values()), entry.ok
+        assert any("Tracer" in t for t in traces)
+        traced = sum("Tracer" in t for t in traces)
+        assert gv.check(repeat, x, jnp.asarray(3)).ok  # (another value: another program)
+        assert sum("Tracer" in t for t in traces) > traced
+        assert gv.check(scaled, x, jnp.asarray(1.0), wrt=0).ok
+        assert not compiled(scaled).ok["primal"] and not compiled(scaled).baked
+
+
 def test_what_fn_returns_is_judged_as_written_not_as_jit_would_make_it():
     with compiling(), pytest.raises(ArgumentTypeError, match="found builtins.float"):
         gv.check(lambda x: 1.0, jnp.asarray(np.linspace(-1, 1, 5)))

@@ -6,6 +6,7 @@ links its failures; the progress bar shows on a terminal only."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -136,11 +137,14 @@ def test_html_report_parses_into_the_matrix_and_links_failures(capsys, tmp_path)
     page = Page()
     page.feed((tmp_path / "report.html").read_text())
     page.close()
-    assert page.rows == 3  # header + two targets
-    by_title = {c["title"]: c for c in page.cells}
-    bug = by_title["example:seed-bug[numpy,fused,float64]"]
+    assert page.rows == 5  # three header rows (backend, impl, dtype) + two targets
+
+    def cell(case):  # (a cell's title: its case, then what became of it)
+        return next(c for c in page.cells if (c["title"] or "").startswith(case + ": "))
+
+    bug = cell("example:seed-bug[numpy,fused,float64]")
     assert bug["class"] == "failed" and bug["href"].lstrip("#") in page.ids
-    assert by_title["examples[numpy,fused,float64]"]["class"] == "passed"
+    assert cell("examples[numpy,fused,float64]")["class"] == "passed"
 
 
 def test_progress_bar_on_a_terminal_only():
@@ -177,10 +181,10 @@ def test_progress_bar_on_a_terminal_only():
     os.close(master)
     terminal = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 0, terminal
-    assert "verifying" in terminal  # the bar's label, drawn on the terminal
-    assert "verifying" not in out and out.splitlines()[-1] == "1 passed, 0 failed"
+    assert "[1/1] examples numpy fused float64" in terminal  # the case running and its count, on the terminal
+    assert "[1/1]" not in out and out.splitlines()[-1] == "1 passed, 0 failed"
     piped = run("check", "examples", "--backend", "numpy", "--no-report")
-    assert "verifying" not in piped.stderr
+    assert "[1/1]" not in piped.stderr
 
 
 def test_user_function_and_strategy(tmp_path):
@@ -229,3 +233,14 @@ def test_user_function_and_strategy(tmp_path):
     assert "shrinking cut after 0 step(s)" in (tmp_path / "c" / "report.md").read_text()
     refused = run("check", "userops:bad", "--strategy", "userops:args", "--max-shrinking-seconds", "-1", env=env)
     assert refused.returncode == 2 and "--max-shrinking-seconds: expected a number of seconds >= 0" in refused.stderr
+
+
+def test_the_audit_names_its_report_directory_as_typed(tmp_path):
+    """``--report audit/`` is printed ``audit/``, from the directory the command ran in, not ``audit//``."""
+    pytest.importorskip("expecttest")
+    root = Path(__file__).resolve().parents[2]
+    argv = ["audit", "--database", "tests.audit._database:op_db", "--ops", "audit_test.right", "--report", "audit/"]
+    done = run(*argv, "torch", cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "reports: audit/ (report.json" in done.stdout and "//" not in done.stdout, done.stdout
+    assert (tmp_path / "audit" / "report.json").is_file()

@@ -90,6 +90,14 @@ def test_plugin_figures_junit_summary_and_report(pytester, family):
     assert data["seed"] == 5 and len(data["records"]) == 4
     bug = [r for r in data["records"] if r["nodeid"].endswith("test_seed_bug")][0]
     assert not bug["ok"] and len(bug["counterexample"]) == 2
+    # the set the command writes, named for the plugin: JSON, Markdown, JUnit XML, HTML
+    written = {p.name for p in (pytester.path / "gvreport").iterdir()}
+    assert {f"gradverify-pytest.{ext}" for ext in ("json", "md", "xml", "html")} | {"cases"} == written
+    page = (pytester.path / "gvreport" / "gradverify-pytest.html").read_text()
+    assert "<h2" in page and "FAILED test_suite.py::test_seed_bug: fused_swish_seed_bug</h2>" in page
+    assert "## FAILED test_suite.py::test_seed_bug" in (pytester.path / "gvreport" / "gradverify-pytest.md").read_text()
+    suite = ET.parse(pytester.path / "gvreport" / "gradverify-pytest.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "1")
 
 
 def _seeds(output):

@@ -55,3 +55,33 @@ def test_reruns_that_pass_are_not_lost(pytester, monkeypatch):
     assert _triage_node.verdict_of(None, []) == "passes"
     assert rows["test_fine"]["verdict"] == "passes" and rows["test_fine"]["attempts"] == 4
     assert "4 passed on a rerun; 4 of 8 attempts failed" in _reports_triage.junit_markdown(list(rows.values()), 4)
+
+
+def test_the_triage_pages_fit_a_1280_px_window(tmp_path):
+    """The JUnit triage page (long node ids, every failing file linked) and
+    the rerun page (a check's report in full) drawn in headless Chromium."""
+    from gradverify._triage import render
+    from gradverify._triage.junit import Run, triage_junit
+
+    from .._helpers import assert_fits
+
+    name = "tests/" + "very_long_directory_name/" * 6 + "test_file.py::TestA::test_" + "x" * 80 + "[param-1]"
+    runs = [
+        Run(
+            f"{tmp_path}/{'runner-artifacts-' * 4}{k}.xml",
+            {"env.omp_num_threads": str(k % 2)},
+            {"t": "failed" if k % 2 else "passed"},
+            {"t": {"gradverify_nodeid": name, "gradverify_seed": "7"}},
+        )
+        for k in range(12)
+    ]
+    rows = triage_junit(runs)
+    page = tmp_path / "triage.html"
+    page.write_text(render.junit_html(rows, len(runs)))
+    assert "failing in: " in page.read_text() and ".xml</a>" in page.read_text()
+    assert_fits(page)
+    check = "gradverify FAILED: f [numpy, order 1]\n  reproduce: gv.check(" + "x" * 400 + ")"
+    record = {"target": name, "verdict": "bug", "reproduce": "gradverify triage rerun " + name, "check": check}
+    page = tmp_path / "triage-rerun.html"
+    page.write_text(render.rerun_html([record]))
+    assert_fits(page)

@@ -193,12 +193,13 @@ def test_a_failure_the_fd_step_sweep_explains_is_never_a_bug():
 @pytest.mark.parametrize(
     ("positions", "kinks", "said"),
     [
-        ([3.0], (), ["x = 3"]),  # one failure: a point, not "x > 0"
         ([3.0, 3.0, -3.0, 3.0], (-3.0, 3.0), ["x = -3", "x = 3"]),  # seed after seed at the same points
+        ([3.0, 3.0], (), ["x = 3"]),
         ([-2.5, -1.0, 0.5, 1.2, 2.0], (), ["x = -2.5", "x = -1", "x = 0.5", "x = 1.2", "x = 2"]),  # everywhere
+        ([-4.0, 5.5, 3.5, -4.25, 0.5], (-3.0, 3.0), ["x = -4.25", "x = -4", "x = 0.5", "x = 3.5", "x = 5.5"]),
         ([4.0, 5.5, 3.5, 4.25], (-3.0, 3.0), ["x > 3"]),
         ([-4.0, 5.5, 3.5, -4.25], (-3.0, 3.0), ["x < -3", "x > 3"]),
-        ([0.5, 1.5, 2.5, 3.5], (), ["x > 0"]),
+        ([-1e-3, -2.0], (), ["x < 0"]),
     ],
 )
 def test_a_region_is_said_only_where_there_is_one(positions, kinks, said):
