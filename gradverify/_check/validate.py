@@ -28,12 +28,13 @@ def validate_fn(fn: Any, call: str = "gv.check") -> None:
     if isinstance(fn, type) and any(
         c.__name__ == "Function" and c.__module__.startswith("torch.autograd") for c in fn.__mro__[1:]
     ):
+        name = fn.__qualname__.rpartition("<locals>.")[2]  # (as the caller's code names it)
         raise ArgumentTypeError(
             explain(
                 f"{call}(fn, ...)",
                 "a function: an autograd.Function is called through its apply",
-                f"the class {fn.__qualname__} itself",
-                f"pass {fn.__qualname__}.apply: {call}({fn.__qualname__}.apply, ...)",
+                f"the class {name} itself",
+                f"pass {name}.apply: {call}({name}.apply, ...)",
             )
         )
     if not callable(fn):

@@ -14,19 +14,12 @@ from hypothesis import strategies as st
 import gradverify as gv
 from gradverify.strategies import arrays
 
+from .._helpers import sine_function
+
 torch = pytest.importorskip("torch")
 
 
-class Sine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
+Sine = sine_function()
 
 
 def scaled_sine(x, beta=1.0):
