@@ -527,8 +527,12 @@ def _higher_order(
                 )
         return
     rng = np.random.default_rng([options.seed, 2])
-    v = _probes.signs(rng, xp.size(primal.values), like=primal.values)
-    u = _probes.signs(rng, probes.flat.n, like=probes.x)
+    # (random magnitudes, not signs alone: a cotangent constant on the outputs
+    # makes J(x)^T v vanish wherever the outputs sum to a constant - softmax,
+    # a normalization - and a constant tangent J(x) u wherever fn is
+    # shift-invariant, and a derivative of 0 checks nothing)
+    v = _probes.random_directions(rng, xp.size(primal.values), like=primal.values)
+    u = _probes.random_directions(rng, probes.flat.n, like=probes.x)
     derived: list[tuple[str, str, Callable]] = []  # (what, whose derivative, the function)
     with ev.backend.precision(ev.native_precision):
         cot = ev.array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)

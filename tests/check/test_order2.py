@@ -48,9 +48,12 @@ def test_torch_second_order_bug_caught_only_at_order_2():
     assert ("JVP of VJP", "FD") in pairs and ("VJP of VJP", "FD") in pairs
     f = r.by_kind(gv.Kind.MISMATCH)[0]
     assert f.order == 2 and f.message.startswith("derivative of the VJP")
-    # d/dx of v (1 - tanh^2 x) = -2 v tanh x sech^2 x, v = +-1 (random signs)
+    # d/dx of v (1 - tanh^2 x) = -2 v tanh x sech^2 x, v the cotangent drawn for order 2
+    from gradverify._check.probes import random_directions
+
+    v = random_directions(np.random.default_rng([0, 2]), np.size(ORDER2_X)).reshape(np.shape(ORDER2_X))
     t = np.tanh(ORDER2_X[f.input_index])
-    assert abs(f.values["FD"]) == pytest.approx(abs(2 * t * (1 - t * t)), rel=1e-6)
+    assert f.values["FD"] == pytest.approx(-2 * v[f.output_index] * t * (1 - t * t), rel=1e-6)
 
 
 def test_torch_correct_second_order_passes():
@@ -114,3 +117,39 @@ def test_order_2_checked_says_nothing_more():
     r = gv.check(torch.tanh, torch.tensor([0.3, -1.2], dtype=torch.float64), order=2)
     assert r.ok and r.second_order_checked is True
     assert str(r).splitlines()[0].startswith("gradverify PASSED: "), str(r)
+
+
+def torch_softmax(detach_in_backward: bool):
+    """softmax with its backward; the bug holds y constant there, so the
+    backward's own derivative (order 2) lacks every term through y."""
+    import torch
+
+    class Softmax(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = torch.softmax(x, 0)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            y = y.detach() if detach_in_backward else y
+            return y * (g - (g * y).sum())
+
+    return Softmax.apply
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_order_2_on_outputs_that_sum_to_one_is_decided_on_every_seed(seed):
+    """softmax's outputs sum to 1, so J(x)^T v vanishes for a cotangent v
+    constant on them: with signs alone (seven of these eight seeds draw one
+    for two outputs) the derivative of the VJP was 0 against 0, and the bug
+    passed. Random magnitudes leave no seed where it can."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    wrong = gv.check(torch_softmax(True), x, order=2, seed=seed)
+    assert not wrong.ok and wrong.errors[0].pair == ("VJP of VJP", "FD") and wrong.errors[0].order == 2, str(wrong)
+    right = gv.check(torch_softmax(False), x, order=2, seed=seed)
+    assert right.ok and right.modes["VJP of VJP"] == "checked", str(right)
+    assert not right.by_kind(gv.Kind.FD_UNRELIABLE), str(right)  # (a derivative that is not 0 to decide)
