@@ -172,7 +172,7 @@ class Localiser:
             ref = self.oracle.fd(None, 0.0, c, j=j)
             ad = float(w[i]) if w is not None else np.nan
             values = {"JVP": ad, "FD": float(ref.value[i])}
-            bound = float(jv_t[i]) / float(probes.scale[j]) + float(ref.err[i])
+            bound = float(jv_t[i]) / probes.element_scale(j) + float(ref.err[i])
             return values, bound, self._witness_undecided(ref, i, j, c, values, bound)
 
         for off, shape in zip(probes.flat.offsets, probes.flat.shapes):

@@ -78,7 +78,10 @@ class Probes:
     flat: Flat
     x: Any  # the point, flat float64 (working arrays, see xp)
     raw_scale: Any  # each element's step scale
-    scale: Any  # each element's scale in u: |u_b| / scale in (1, 2) (ones for the full Jacobian, |u| itself)
+    #: each element's scale in u, |u_b| / scale in (1, 2): the full Jacobian's
+    #: ones; None along random directions, where it is raw_scale / c
+    #: (``element_scale``), kept by no array of its own
+    scale: Any
     us: tuple[Any, ...]  # directions (normalised)
     cs: tuple[float, ...]  # FD runs along cs[b] * us[b]
     vs: tuple[Any, ...]  # cotangents (0 on non-finite outputs)
@@ -109,6 +112,10 @@ class Probes:
             arg, idx = self.flat.locate(b)
             return f"output {out_idx} w.r.t. argument {arg} {idx} (x = {float(self.x[b]):.17g})", arg, idx
         return f"output {out_idx}", None, None
+
+    def element_scale(self, j: int) -> float:
+        """Element j's scale in u (see ``scale``)."""
+        return float(self.scale[j]) if self.scale is not None else float(self.raw_scale[j]) / self.cs[0]
 
     def unscale(self, b: int, value: float) -> float:
         """A value along direction b in real units (per unit of the input)."""
@@ -144,6 +151,12 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
     x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
     xp = _xp.ns(x)
+    if len(segs) > 1 and not _xp.immutable(x):
+        # (the working arguments, float64 already, become views of x: the
+        # inputs held once, not twice; neither is ever written)
+        for i, o, size, shape in zip(flat.args, offsets, sizes, flat.shapes):
+            if ev.values[i].dtype == x.dtype:
+                ev.values[i] = xp.reshape(x[o : o + size], shape)
     raw, tops, rs = [], [], []
     seg_tops = _xp.absmaxes(*segs)
     for s, top in zip(segs, seg_tops):
@@ -173,9 +186,11 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         # where doubling c would overflow, for inputs near the largest float)
         c = power_of_two(max(tops))
         c = 2.0 * c if c < 2.0**1023 else c
-        scale = raw_scale / c
         # (drawn in pairs: the first k of them are the same whatever k is)
-        pairs = [(random_directions(rng, n, scale, like=x), random_directions(rng, m, like=x)) for _ in range(k)]
+        pairs = [
+            (random_directions(rng, n, raw_scale / c, like=x), random_directions(rng, m, like=x)) for _ in range(k)
+        ]
+        scale = None  # (the directions hold it: raw_scale / c, not kept)
         us, vs = tuple(u for u, _ in pairs), tuple(v for _, v in pairs)
         cs = (c,) * k
         strategy = f"directional ({k} random direction{'s' if k > 1 else ''}, seed {seed})"
