@@ -28,6 +28,7 @@ from .backends import backend_name_of
 __all__ = [
     "dtype_name",
     "literal",
+    "malformed",
     "environment",
     "json_lines",
     "report_head",
@@ -403,3 +404,12 @@ def literal(a: Any) -> str:
     if backend == "jax":
         return f"jnp.array({body}, dtype=jnp.{dt})"
     return f"np.array({body}, dtype=np.{dt})"
+
+
+def malformed(data: Mapping[str, Any], fields: Mapping[str, type], items: str, keys: set[str]) -> list[str]:
+    """What a report read back lacks: each of ``fields`` not of its type, and
+    each record of the list ``data[items]`` that is no object with ``keys``
+    (``[]``: none; the first five are what a message names)."""
+    wrong = [f"{k} ({type(data.get(k)).__name__})" for k, kind in fields.items() if not isinstance(data.get(k), kind)]
+    records = data.get(items) if isinstance(data.get(items), list) else []
+    return wrong + [f"{items}[{i}]" for i, r in enumerate(records) if not (isinstance(r, dict) and keys <= set(r))]

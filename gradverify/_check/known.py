@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._io import dtype_name
 from .._result import ERROR, CheckResult, Finding, Kind
 
 __all__ = ["KNOWN", "FOUND_PAGE", "Known", "anchor", "said_known"]
@@ -26,7 +27,7 @@ def _dtype(*names: str) -> Callable[[Sequence[Any]], bool]:
     """Arguments of which some floating one is of one of these dtypes."""
 
     def holds(args: Sequence[Any]) -> bool:
-        return any(str(getattr(a, "dtype", "")).removeprefix("torch.") in names for a in args)
+        return any(dtype_name(a) in names for a in args)
 
     return holds
 

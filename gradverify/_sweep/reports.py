@@ -100,9 +100,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             )
         )
     fields = {"command": str, "seed": int, "totals": dict, "cases": list}
-    wrong = [f"{k} ({type(data.get(k)).__name__})" for k, kind in fields.items() if not isinstance(data.get(k), kind)]
-    cases = data.get("cases") if isinstance(data.get("cases"), list) else []
-    wrong += [f"cases[{i}]" for i, c in enumerate(cases) if not (isinstance(c, dict) and {"id", "status"} <= set(c))]
+    wrong = _io.malformed(data, fields, "cases", {"id", "status"})
     if wrong:
         raise ArgumentValueError(
             explain(

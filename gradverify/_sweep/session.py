@@ -54,13 +54,7 @@ def build(records: Sequence[dict[str, Any]], *, seed: int, max_examples: int, pr
 
 def check(data: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, Any]:
     """``data`` read from ``path``, if it is a whole session report (a usage error if not)."""
-    records = data.get("records")
-    wrong = [] if isinstance(records, list) else [f"records ({type(records).__name__})"]
-    wrong += [
-        f"records[{i}]"
-        for i, r in enumerate(records or [])
-        if not (isinstance(r, dict) and {"nodeid", "call", "function", "ok"} <= set(r))
-    ]
+    wrong = _io.malformed(data, {"records": list}, "records", {"nodeid", "call", "function", "ok"})
     if wrong:
         raise ArgumentValueError(
             explain(
