@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,23 @@ class _Settings:
         self.max_shrinking_seconds = MAX_SHRINKING_SECONDS if shrinking is None else float(shrinking)
         self.replace = _replace_mode(config)
         self.records: list[dict[str, Any]] = []
+        self._config = config
+        self._cases: Path | None = None
+
+    def cases_dir(self) -> Path:
+        """Where a failing test's inputs are saved: the report directory's
+        ``cases/``, else one directory of this session under pytest's own
+        temporary root (``--basetemp``; pytest keeps the last few sessions'
+        and removes older ones), never a fresh directory per failure."""
+        if self.report is not None:
+            return Path(self.report) / "cases"
+        if self._cases is None:
+            factory = getattr(self._config, "_tmp_path_factory", None)  # (pytest's own, as tmp_path uses)
+            if factory is not None:
+                self._cases = factory.mktemp("gradverify-cases", numbered=False)
+            else:
+                self._cases = Path(tempfile.mkdtemp(prefix="gradverify-cases-"))
+        return self._cases
 
 
 _settings_key = pytest.StashKey[_Settings]()
@@ -268,17 +286,16 @@ class Checker:
             self.options.setdefault("batched", True)
         self.shrinking = {"max_shrinking_seconds": settings.max_shrinking_seconds}
         self.shrinking.update({k: v for k, v in marker_options.items() if k in _SHRINK_OPTIONS})
-        self.report_dir = settings.report
+        self.cases_dir = settings.cases_dir
 
     def check(self, fn: Any, *args: Any, **options: Any) -> Any:
         return check(fn, *args, **{"seed": self.seed, **self.options, **options})
 
     def verify(self, fn: Any, args_strategy: Any, **options: Any) -> Any:
-        report_dir = None if self.report_dir is None else Path(self.report_dir) / "cases"
         opts = {
             "seed": self.seed,
             "max_examples": self.max_examples,
-            "report_dir": report_dir,
+            "report_dir": self.cases_dir(),
             **self.shrinking,
             **self.options,
             **options,
@@ -451,14 +468,14 @@ _inputs_key = pytest.StashKey[dict[int, tuple[Any, ...]]]()
 
 def _save_inputs(item: pytest.Item, recs: list[dict[str, Any]]) -> None:
     """The inputs of each failing gv.check of a failing test saved as an
-    ``.npz`` (in the report directory's ``cases/``, else a temporary one),
+    ``.npz`` (in the report directory's ``cases/``, else the session's one),
     as a failing gv.verify saves its counterexample; the rest let go."""
     held = item.stash.get(_inputs_key, {})
-    report = item.config.stash[_settings_key].report
+    settings = item.config.stash[_settings_key]
     for r in recs:
         args = held.get(id(r))
         if args is not None:
-            r["npz"] = save_args(args, r["function"], r["seed"], None if report is None else Path(report) / "cases")
+            r["npz"] = save_args(args, r["function"], r["seed"], settings.cases_dir())
     held.clear()
 
 

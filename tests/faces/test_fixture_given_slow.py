@@ -6,6 +6,7 @@ test's seed and puts them back."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import hypothesis.strategies  # noqa: F401  (loaded once, before pytester's snapshots of sys.modules)
 import numpy as np
@@ -155,3 +156,27 @@ def test_a_failing_check_in_a_failing_test_saves_its_inputs(pytester):
     result.stdout.fnmatch_lines(["*inputs: rep/cases/Doubled.apply-seed0.npz*"])
     args = list(np.load(saved[0]).values())
     assert len(args) == 1 and np.array_equal(args[0], torch.linspace(-1.0, 1.0, 100, dtype=torch.float64).numpy())
+
+
+SAVED_TWICE = (
+    SAVED
+    + """
+
+def test_another_failing_check():
+    r = gv.check(Doubled.apply, torch.linspace(-2.0, 2.0, 7, dtype=torch.float64), seed=3)
+    assert r.ok, r
+"""
+)
+
+
+def test_without_a_report_directory_the_inputs_go_to_one_directory_under_pytests_basetemp(pytester):
+    pytester.makepyfile(test_saved=SAVED_TWICE)
+    base = pytester.path / "base"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--basetemp={base}")
+    result.assert_outcomes(passed=1, failed=2)
+    saved = sorted(base.glob("*/*.npz"))
+    # both failures in the session's one directory, pytest's own temporary root
+    assert sorted(p.name for p in saved) == ["Doubled.apply-seed0.npz", "Doubled.apply-seed3.npz"]
+    assert len({p.parent for p in saved}) == 1 and saved[0].parent.name == "gradverify-cases"
+    shown = [line.split("inputs: ", 1)[1].strip() for line in result.outlines if line.startswith("    inputs: ")]
+    assert len(shown) == 2 and all(Path(s).resolve().parent == saved[0].parent for s in shown)
