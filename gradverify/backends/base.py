@@ -138,6 +138,12 @@ class Backend:
         otherwise why not (it then works on numpy copies)."""
         return "numpy arrays are on the host"
 
+    def read_in_place(self, args: Sequence[Any]) -> bool:
+        """Whether numpy reads ``args`` where they lie, without a transfer and
+        at no cost of its own: then a check of large arguments works in numpy
+        too (see xp)."""
+        return False
+
     def to_working(self, x: Any, copy: bool = True) -> Any:
         """A fresh float64 copy of ``x`` on its device (floating ``x``; others
         keep their dtype), in this backend's arrays; ``copy=False``: ``x``

@@ -54,6 +54,13 @@ _KIND = {
 }
 #: Platforms where float64 arithmetic is native (TPUs emulate it, Metal lacks it).
 _FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
+#: Whether a check of jax arrays on the CPU works in jax (True) or in numpy
+#: (False, the default). numpy reads a CPU array's buffer where it lies, and
+#: its operations compile nothing, whereas each eager jax operation compiles a
+#: program at its first use at a shape: a first check at 10^6 elements made
+#: 85 of them. Tests set it to run the device path on a machine without an
+#: accelerator.
+CPU_IN_JAX = False
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
 _USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
 
@@ -91,6 +98,9 @@ class JaxBackend(Backend):
     def float64_on_device(self, args: Sequence[Any]) -> str | None:
         lacking = sorted({d.platform for a in args for d in a.devices()} - _FLOAT64_PLATFORMS)
         return f"jax has no float64 on {lacking[0]}" if lacking else None
+
+    def read_in_place(self, args: Sequence[Any]) -> bool:
+        return not CPU_IN_JAX and all(d.platform == "cpu" for a in args for d in a.devices())
 
     def to_working(self, x: Any, copy: bool = True) -> Any:
         if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -132,11 +142,12 @@ class JaxBackend(Backend):
             if placed:
                 with self.working():
                     yield
-            elif small and not jax.config.jax_disable_jit:
-                with compiling():
-                    yield
-            else:
+            elif jax.config.jax_disable_jit:
                 yield
+            else:
+                # (large arrays worked on in numpy: fn's evaluations compiled, as on the device)
+                with compiling() if small else compiling_primal():
+                    yield
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:

@@ -47,7 +47,9 @@ def jax_crossings(monkeypatch, capfd):
     transfer, as jax's transfer guard logs it, and every read of an array's
     values through Python (``__array__``, ``_value``). (numpy reads a jax array
     on the CPU through the buffer protocol, which no hook sees; the torch test
-    runs the same code, and on a GPU that read is a transfer the guard logs.)"""
+    runs the same code, and on a GPU that read is a transfer the guard logs.
+    jax says a transfer's shape the first time a shape crosses in a process
+    only: a later crossing of that shape is logged without it, and not counted.)"""
     jax = pytest.importorskip("jax")
     from jax._src.array import ArrayImpl
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
+import gradverify.backends.jax
 from gradverify._check import xp
 from gradverify._sweep.examples import BUILDERS, example_inputs, tanh_bias_flipped
 
@@ -21,6 +22,13 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _jax_cpu_in_jax(monkeypatch):
+    """(jax's CPU arrays worked on in jax, as an accelerator's are: the
+    device path, on a machine without one.)"""
+    monkeypatch.setattr(gradverify.backends.jax, "CPU_IN_JAX", True)
 
 
 def test_a_torch_check_at_a_million_elements_stays_in_torch(torch_crossings):
@@ -159,3 +167,43 @@ def test_jax_localises_to_an_input_that_moves_no_output(monkeypatch):
     wrong = [f for f in r.findings if f.kind == gv.Kind.MISMATCH]
     assert not r.ok and wrong, r.findings
     assert float(x[wrong[0].input_index]) < 0
+
+
+# -- jax on the CPU --------------------------------------------------------------------------
+def _compiles(run, *args):
+    """The programs jax compiles while ``run(*args)`` runs, and its result."""
+    seen = []
+
+    def listen(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        out = run(*args)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return len(seen), out
+
+
+@pytest.mark.parametrize("flip", [None, FLIP], ids=["correct", "flipped"])
+def test_jax_on_the_cpu_is_worked_on_in_numpy_and_compiles_little(monkeypatch, flip):
+    """By default a large check of jax's CPU arrays runs its arithmetic in
+    numpy, which reads them where they lie: its first check compiles fn's
+    own programs and few else, where the same check in jax compiles a
+    program for each eager operation at each new shape. Same verdicts."""
+    rule = tanh_bias_flipped("jax", flip)
+    counts, results = {}, {}
+    for in_jax, rows in ((False, N // COLS + 1), (True, N // COLS + 2)):  # (fresh shapes: nothing cached)
+        monkeypatch.setattr(gradverify.backends.jax, "CPU_IN_JAX", in_jax)
+        rng = np.random.default_rng(5)
+        with jax.enable_x64(True):
+            x, b = jnp.asarray(rng.standard_normal((rows, COLS))), jnp.asarray(rng.standard_normal(COLS))
+            rule(x, b).block_until_ready()  # (fn's own eager programs compiled first)
+            counts[in_jax], results[in_jax] = _compiles(gv.check, rule, x, b)
+    assert counts[False] <= 20 and counts[True] >= 3 * counts[False], counts
+    for r in results.values():
+        if flip is None:
+            assert r.ok, r
+        else:
+            assert any(f.kind == gv.Kind.MISMATCH and f.input_index == (FLIP // COLS, FLIP % COLS) for f in r.findings)
