@@ -265,7 +265,7 @@ def _check_real(
     arguments (see Evaluator.reached)."""
     small = sum(xp.size(a) for a in args) <= xp.HOST_MAX
     placed = not small and _placed(backend, args)
-    with backend.checking(placed, small):
+    with backend.checking(placed, small, fn, args):
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)

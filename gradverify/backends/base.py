@@ -168,11 +168,11 @@ class Backend:
         yield
 
     @contextlib.contextmanager
-    def checking(self, placed: bool, small: bool) -> Iterator[None]:
-        """Context of one check: ``working`` where the check works on the
-        arguments' device (``placed``), else whatever the backend does once
-        per check on arguments of ``small`` total size (jax: compile fn and
-        its derivatives, see JaxBackend)."""
+    def checking(self, placed: bool, small: bool, fn: Callable | None = None, args: tuple = ()) -> Iterator[None]:
+        """Context of one check of ``fn`` at ``args``: ``working`` where the
+        check works on the arguments' device (``placed``), else whatever the
+        backend does once per check on arguments of ``small`` total size
+        (jax: compile fn and its derivatives, see JaxBackend)."""
         if placed:
             with self.working():
                 yield

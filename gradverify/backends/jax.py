@@ -35,9 +35,20 @@ import numpy as np
 from .._errors import ModeUnavailable
 from . import jax_sparse
 from .base import Backend, HostArrays, Wrt, on_wrt
-from .jax_compiled import Compiled, attempt, compiled, jvp_of, jvps_of, primals_of, run, transform, vjp_of, vjps_of
+from .jax_compiled import (
+    Compiled,
+    attempt,
+    compiled,
+    jvp_of,
+    jvps_of,
+    primals_of,
+    run,
+    transform,
+    vjp_of,
+    vjps_of,
+)
 from .jax_traces import no_leaked_traces as _no_leaked_traces
-from .session import compiling, compiling_primal
+from .session import compiling, compiling_primal, session_cache
 
 __all__ = ["Compiled", "JaxBackend", "compiled"]
 
@@ -61,6 +72,8 @@ _FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
 #: 85 of them. Tests set it to run the device path on a machine without an
 #: accelerator.
 CPU_IN_JAX = False
+#: Set while a check of fn of a few operations runs eagerly (see ``checking``).
+_EAGER: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_eager", default=False)
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
 _USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
 
@@ -131,23 +144,39 @@ class JaxBackend(Backend):
             _USER_X64.reset(token)
 
     @contextlib.contextmanager
-    def checking(self, placed: bool, small: bool) -> Iterator[None]:
+    def checking(self, placed: bool, small: bool, fn: Callable | None = None, args: tuple = ()) -> Iterator[None]:
         # On small arrays a check's session compiles fn, its JVP and its VJP,
         # each once per shape and batch size: eager jax compiles each of fn's
         # operations for every new shape, and a check's vectorised calls (the
         # Jacobian's columns and rows, the stencil's points) are stacked along
         # new batch sizes - one whole-function compilation costs less than
-        # those. Under jax.disable_jit() nothing is compiled.
+        # those, except for fn of a few operations (see few_operations): it
+        # runs eagerly, and so do the checks of its derivatives. Under
+        # jax.disable_jit() nothing is compiled.
         with _no_leaked_traces(collect=True):
             if placed:
                 with self.working():
                     yield
-            elif jax.config.jax_disable_jit:
+            elif jax.config.jax_disable_jit or _EAGER.get():
                 yield
-            else:
-                # (large arrays worked on in numpy: fn's evaluations compiled, as on the device)
-                with compiling() if small else compiling_primal():
+            elif not small:
+                with compiling_primal():  # (worked on in numpy: fn's evaluations compiled, as on the device)
                     yield
+            else:
+                own = session_cache() is None
+                with compiling():
+                    entry = compiled(fn) if own and fn is not None else None
+                    wide = any(self.dtype_name(a) in _WIDE for a in args if hasattr(a, "dtype"))
+                    with self.precision("float64" if wide else "native"):  # (as fn's calls at the point)
+                        eager = entry is not None and entry.few_operations(tuple(args))
+                    if not eager:
+                        yield
+                if eager:
+                    token = _EAGER.set(True)
+                    try:
+                        yield
+                    finally:
+                        _EAGER.reset(token)
 
     @contextlib.contextmanager
     def precision(self, dtype_name: str) -> Iterator[None]:

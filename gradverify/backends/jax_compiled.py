@@ -138,6 +138,31 @@ class Compiled:
             forms = self._by_values[key] = Compiled(fn, {i: jnp.asarray(v) for i, v in values.items()}, self.ok)
         return forms
 
+    def few_operations(self, args: tuple) -> bool:
+        """Whether fn at ``args`` is a few operations of jax's own (at most
+        EAGER_OPERATIONS, none a call of a nested program); False where it
+        does not trace as it is (the forms take its integer arguments as
+        constants, or fall back to eager calls). Read from fn's trace, which
+        the forms then reuse. A check on small arrays compiles fn, its JVPs
+        and its VJPs in each precision and its batched stencil: about six
+        programs of its own, compiled afresh for every new function. Run
+        eagerly, each operation compiles one small program per shape
+        instead, and every later check at that shape - of any function -
+        reuses it. For a few operations (the elementary functions a
+        library's own tests check one by one) that is the cheaper of the
+        two; for more (a composite function's first check) the six
+        whole-function programs are."""
+        try:
+            self.program(args)
+        except Exception:
+            return False
+        held = self.primal.traces.get(_signature(args))
+        if held is None:
+            return False
+        eqns = held[0].jaxpr.jaxpr.eqns
+        nested = any(isinstance(v, (jex_core.ClosedJaxpr, jex_core.Jaxpr)) for e in eqns for v in e.params.values())
+        return len(eqns) <= EAGER_OPERATIONS and not nested
+
     def program(self, args: tuple) -> _Program | None:
         """fn's program at ``args`` (traced once per signature, the trace kept
         for the primal form); None where evaluating it is not closed (see
@@ -348,6 +373,11 @@ def compiled(fn: Callable) -> Compiled | None:
         return entry
     except TypeError:
         return None
+
+
+#: A single check on small arrays runs fn of at most this many operations
+#: eagerly (see ``Compiled.few_operations``).
+EAGER_OPERATIONS = 4
 
 
 #: At most this many elements in an integer argument taken as a constant.

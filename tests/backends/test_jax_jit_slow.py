@@ -342,10 +342,29 @@ def test_a_small_check_compiles_each_form_of_fn_once_and_no_flat_twin():
     and the batched stencil - six programs, however many columns."""
 
     def fn(x):
-        return jnp.tanh(x) * 0.5 + jnp.sin(x)
+        return jnp.tanh(x) * 0.5 + jnp.sin(x) * x
 
     x = jnp.asarray(np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4))
     r, compiled = _compilations(lambda: gv.check(fn, x))
     assert r.ok and r.strategy.startswith("full Jacobian"), str(r)
     whole = [m for m in compiled if m.startswith("Compiling jit(<lambda>)")]
     assert len(whole) == 6, whole
+
+
+def test_a_single_check_of_a_few_operations_runs_eagerly_and_shares_their_programs():
+    """fn of a few operations (at most EAGER_OPERATIONS) is checked eagerly:
+    no program of fn's own is compiled, and a later check of another such
+    function at the same shape reuses the programs of the operations they
+    share (its checker-side ones included); the checks of its derivatives
+    (order 2) run eagerly too. Inside gv.compiling() it is compiled whole,
+    as a larger function is outside one."""
+    x = jnp.asarray(np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4))
+    first, compiled = _compilations(lambda: gv.check(lambda a: jnp.sin(a) * a, x, order=2))
+    assert first.ok and first.modes["JVP of VJP"] == "checked", str(first)
+    assert not [m for m in compiled if m.startswith("Compiling jit(<lambda>)")], compiled
+    again, recompiled = _compilations(lambda: gv.check(lambda a: jnp.cos(a) * a, x, order=2))
+    assert again.ok, str(again)
+    assert 0 < len(recompiled) < len(compiled) / 2, (len(recompiled), len(compiled))
+    with gv.compiling():
+        inside, whole = _compilations(lambda: gv.check(lambda a: jnp.tan(a) * a, x))
+    assert inside.ok and len([m for m in whole if m.startswith("Compiling jit(<lambda>)")]) == 6, whole
