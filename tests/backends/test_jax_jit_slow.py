@@ -358,7 +358,8 @@ def test_a_single_check_of_a_few_operations_runs_eagerly_and_shares_their_progra
     share (its checker-side ones included); the checks of its derivatives
     (order 2) run eagerly too. Inside gv.compiling() it is compiled whole,
     as a larger function is outside one."""
-    x = jnp.asarray(np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4))
+    # (a shape no other test uses: no program of it compiled before)
+    x = jnp.asarray(np.linspace(0.1, 0.9, 21, dtype=np.float32).reshape(3, 7))
     first, compiled = _compilations(lambda: gv.check(lambda a: jnp.sin(a) * a, x, order=2))
     assert first.ok and first.modes["JVP of VJP"] == "checked", str(first)
     assert not [m for m in compiled if m.startswith("Compiling jit(<lambda>)")], compiled

@@ -194,7 +194,8 @@ def test_jax_on_the_cpu_is_worked_on_in_numpy_and_compiles_little(monkeypatch, f
     program for each eager operation at each new shape. Same verdicts."""
     rule = tanh_bias_flipped("jax", flip)
     counts, results = {}, {}
-    for in_jax, rows in ((False, N // COLS + 1), (True, N // COLS + 2)):  # (fresh shapes: nothing cached)
+    fresh = N // COLS + (1 if flip is None else 3)  # (shapes of this case's own: nothing compiled before)
+    for in_jax, rows in ((False, fresh), (True, fresh + 1)):
         monkeypatch.setattr(gradverify.backends.jax, "CPU_IN_JAX", in_jax)
         rng = np.random.default_rng(5)
         with jax.enable_x64(True):
