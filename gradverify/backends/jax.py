@@ -35,18 +35,7 @@ import numpy as np
 from .._errors import ModeUnavailable
 from . import jax_sparse
 from .base import Backend, HostArrays, Wrt, on_wrt
-from .jax_compiled import (
-    Compiled,
-    attempt,
-    compiled,
-    jvp_of,
-    jvps_of,
-    primals_of,
-    run,
-    transform,
-    vjp_of,
-    vjps_of,
-)
+from .jax_compiled import Compiled, attempt, compiled, jvp_of, jvps_of, primals_of, run, transform, vjp_of, vjps_of
 from .jax_traces import no_leaked_traces as _no_leaked_traces
 from .session import compiling, compiling_primal, session_cache
 
