@@ -48,7 +48,7 @@ from .singular import resolve as resolve_singular
 from .tiers import TIERED, decisive, doubtful
 from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
 from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_tolerances
-from .views.base import Layer, View, compose
+from .views.base import Composed, Layer, View, compose
 from .views.complex import Complex
 from .views.held import Held
 from .views.models import MODEL, model_of, not_arguments
@@ -265,7 +265,7 @@ def _check_real(
     arguments (see Evaluator.reached)."""
     small = sum(xp.size(a) for a in args) <= xp.HOST_MAX
     placed = not small and _placed(backend, args)
-    with backend.checking(placed, small, fn, args):
+    with backend.checking(placed, small, lambda: _own(fn, args)):
         ev = Evaluator(fn, backend, args, (), placed)
         validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
@@ -389,6 +389,13 @@ def _reverse_mode_failed(outcome: _Outcome) -> bool:
     if outcome.modes.get("VJP") == _modes.FAILED:
         return True
     return any(f.level == ERROR and f.pair is not None and "VJP" in f.pair and f.order == 1 for f in outcome.findings)
+
+
+def _own(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """fn as the caller wrote it, and its arguments, where fn is seen through views."""
+    if isinstance(fn, Composed):
+        return fn.fn, tuple(fn.inputs(args))
+    return fn, args
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:

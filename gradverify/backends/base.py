@@ -168,11 +168,15 @@ class Backend:
         yield
 
     @contextlib.contextmanager
-    def checking(self, placed: bool, small: bool, fn: Callable | None = None, args: tuple = ()) -> Iterator[None]:
-        """Context of one check of ``fn`` at ``args``: ``working`` where the
-        check works on the arguments' device (``placed``), else whatever the
-        backend does once per check on arguments of ``small`` total size
-        (jax: compile fn and its derivatives, see JaxBackend)."""
+    def checking(
+        self, placed: bool, small: bool, own: Callable[[], tuple[Callable, tuple]] | None = None
+    ) -> Iterator[None]:
+        """Context of one check: ``working`` where the check works on the
+        arguments' device (``placed``), else whatever the backend does once
+        per check on arguments of ``small`` total size (jax: compile fn and
+        its derivatives, or run a fn of a few operations eagerly, see
+        JaxBackend). ``own()``: fn as the caller wrote it, and its arguments
+        (before the views it is checked through)."""
         if placed:
             with self.working():
                 yield

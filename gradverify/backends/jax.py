@@ -63,6 +63,21 @@ _FLOAT64_PLATFORMS = {"cpu", "gpu", "cuda", "rocm"}
 CPU_IN_JAX = False
 #: Set while a check of fn of a few operations runs eagerly (see ``checking``).
 _EAGER: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_eager", default=False)
+
+
+# The complex view's conversions, one program each (exact: bit for bit their
+# operations'). Run eagerly - and under jvp, vjp and vmap - their several
+# operations would each compile a program at every shape and batch size.
+@jax.jit
+def _as_real(z: Any) -> Any:
+    return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
+
+
+@jax.jit
+def _as_complex(a: Any) -> Any:
+    return jax.lax.complex(a[..., 0], a[..., 1])
+
+
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
 _USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
 
@@ -133,15 +148,19 @@ class JaxBackend(Backend):
             _USER_X64.reset(token)
 
     @contextlib.contextmanager
-    def checking(self, placed: bool, small: bool, fn: Callable | None = None, args: tuple = ()) -> Iterator[None]:
+    def checking(
+        self, placed: bool, small: bool, own: Callable[[], tuple[Callable, tuple]] | None = None
+    ) -> Iterator[None]:
         # On small arrays a check's session compiles fn, its JVP and its VJP,
         # each once per shape and batch size: eager jax compiles each of fn's
         # operations for every new shape, and a check's vectorised calls (the
         # Jacobian's columns and rows, the stencil's points) are stacked along
         # new batch sizes - one whole-function compilation costs less than
         # those, except for fn of a few operations (see few_operations): it
-        # runs eagerly, and so do the checks of its derivatives. Under
-        # jax.disable_jit() nothing is compiled.
+        # runs eagerly, and so do the checks of its derivatives. The
+        # operations counted are the caller's fn's (``own``), not those of
+        # the views it is seen through: theirs are the same for every check
+        # at a shape. Under jax.disable_jit() nothing is compiled.
         with _no_leaked_traces(collect=True):
             if placed:
                 with self.working():
@@ -152,10 +171,11 @@ class JaxBackend(Backend):
                 with compiling_primal():  # (worked on in numpy: fn's evaluations compiled, as on the device)
                     yield
             else:
-                own = session_cache() is None
+                fresh = session_cache() is None
                 with compiling():
-                    entry = compiled(fn) if own and fn is not None else None
-                    wide = any(self.dtype_name(a) in _WIDE for a in args if hasattr(a, "dtype"))
+                    fn, args = _own(own) if fresh else (None, ())
+                    entry = compiled(fn) if fn is not None else None
+                    wide = any(self.dtype_name(a) in (*_WIDE, "complex128") for a in args if hasattr(a, "dtype"))
                     with self.precision("float64" if wide else "native"):  # (as fn's calls at the point)
                         eager = entry is not None and entry.few_operations(tuple(args))
                     if not eager:
@@ -271,10 +291,10 @@ class JaxBackend(Backend):
     no_batching = None
 
     def as_real(self, z: Any) -> Any:
-        return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
+        return _as_real(z)
 
     def as_complex(self, a: Any) -> Any:
-        return jax.lax.complex(a[..., 0], a[..., 1])
+        return _as_complex(a)
 
     def batched_jvp(
         self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], points: Sequence[Any], tangents: Sequence[Any]
@@ -321,3 +341,14 @@ def _forward_mode_refused(fn: Callable) -> None:
     it, which would find that out at length (eager, compiled, vectorised)."""
     if isinstance(fn, jax.custom_vjp):
         raise ModeUnavailable("jax: can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
+
+
+def _own(own: Callable[[], tuple[Callable, tuple]] | None) -> tuple[Callable | None, tuple]:
+    """``own()``, or nothing where there is none or it raises (the check says
+    why, in its own words, when it meets the same arguments)."""
+    if own is None:
+        return None, ()
+    try:
+        return own()
+    except Exception:
+        return None, ()

@@ -369,3 +369,19 @@ def test_a_single_check_of_a_few_operations_runs_eagerly_and_shares_their_progra
     with gv.compiling():
         inside, whole = _compilations(lambda: gv.check(lambda a: jnp.tan(a) * a, x))
     assert inside.ok and len([m for m in whole if m.startswith("Compiling jit(<lambda>)")]) == 6, whole
+
+
+def test_a_complex_function_of_a_few_operations_runs_eagerly_its_view_not_counted():
+    """The operations counted are fn's own, not those of the complex view
+    it is checked through (its real and imaginary parts split and joined):
+    a one-operation complex function is checked eagerly, order 2 included,
+    and a second at the same shape reuses most of the programs."""
+    # (a shape no other test uses)
+    rng = np.random.default_rng(3)
+    x = jnp.asarray((rng.uniform(-2, 2, (2, 5)) + 1j * rng.uniform(-2, 2, (2, 5))).astype(np.complex64))
+    first, compiled = _compilations(lambda: gv.check(lambda a: jnp.cos(a), x, order=2))
+    assert first.ok and first.modes["JVP of VJP"] == "checked", str(first)
+    assert not [m for m in compiled if m.startswith("Compiling jit(<lambda>)")], compiled
+    again, recompiled = _compilations(lambda: gv.check(lambda a: jnp.sin(a), x, order=2))
+    assert again.ok, str(again)
+    assert 0 < len(recompiled) < len(compiled) / 4, (len(recompiled), len(compiled))
