@@ -78,6 +78,16 @@ def _as_complex(a: Any) -> Any:
     return jax.lax.complex(a[..., 0], a[..., 1])
 
 
+@jax.jit
+def _concat_flat(*parts: Any) -> Any:
+    # (in the widest dtype among them, cast explicitly: strict promotion
+    # allows no implicit one; one program, not a ravel per part)
+    widest = max((jnp.dtype(p.dtype) for p in parts), key=lambda d: d.itemsize)
+    return jnp.concatenate([jnp.ravel(p).astype(widest) for p in parts])
+
+
+#: The dtypes a host array is cast to in numpy before it becomes a jax array.
+_NUMPY_CASTS = ("float32", "float64", "complex64", "complex128")
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
 _USER_X64: contextvars.ContextVar[bool] = contextvars.ContextVar("gradverify_user_x64")
 
@@ -110,6 +120,8 @@ class JaxBackend(Backend):
         return buffer  # jax arrays are immutable: fn cannot have changed x
 
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
+        if dtype_name in _NUMPY_CASTS and a.dtype.name != dtype_name:
+            a = a.astype(dtype_name)  # (numpy rounds as XLA does, and compiles no conversion per shape)
         return jnp.asarray(a, dtype=dtype_name)
 
     def float64_on_device(self, args: Sequence[Any]) -> str | None:
@@ -331,9 +343,7 @@ class JaxBackend(Backend):
         return jvp_of_fn
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
-        # (in the widest dtype among them, cast explicitly: strict promotion allows no implicit one)
-        widest = max((jnp.dtype(p.dtype) for p in parts), key=lambda d: d.itemsize)
-        return jnp.concatenate([jnp.ravel(p).astype(widest) for p in parts])
+        return _concat_flat(*parts)
 
 
 def _forward_mode_refused(fn: Callable) -> None:

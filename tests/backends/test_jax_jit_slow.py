@@ -385,3 +385,19 @@ def test_a_complex_function_of_a_few_operations_runs_eagerly_its_view_not_counte
     again, recompiled = _compilations(lambda: gv.check(lambda a: jnp.sin(a), x, order=2))
     assert again.ok, str(again)
     assert 0 < len(recompiled) < len(compiled) / 4, (len(recompiled), len(compiled))
+
+
+def test_the_checkers_own_conversions_compile_one_program_not_one_per_operation():
+    """Eagerly, the checker's own steps between fn's calls compile as few
+    programs as they can: a host array becomes a jax array of another
+    dtype by a numpy cast (no conversion program per shape), and the VJP's
+    parts are flattened and joined by one program (not a ravel per part)."""
+    # (shapes no other test uses)
+    x = jnp.asarray(np.linspace(-1.0, 1.0, 11, dtype=np.float32))
+    y = jnp.asarray(np.linspace(0.5, 1.5, 3, dtype=np.float32))
+    start = np.array([4])
+    r, compiled = _compilations(lambda: gv.check(lambda a, b: jax.lax.dynamic_update_slice(a, b, start), x, y, order=2))
+    assert r.ok and r.modes["JVP of VJP"] == "checked", str(r)
+    assert not [m for m in compiled if m.startswith("Compiling jit(ravel)")], compiled
+    converts = [m for m in compiled if m.startswith("Compiling jit(convert_element_type)")]
+    assert len(converts) <= 4, converts
