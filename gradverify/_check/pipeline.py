@@ -41,7 +41,7 @@ from .known import said_known
 from .missing import missing_rules as _missing_rules
 from .modes import AD
 from .oracle import Oracle
-from .primal import Primal, summary
+from .primal import Primal, summaries
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
 from .reproduce import reproducer
 from .singular import resolve as resolve_singular
@@ -297,7 +297,7 @@ def _check_real(
                     if not (refused and _structure.ENGINE_REFUSAL in f.message) and (f.kind, f.argument) not in said
                 ]
                 outcome.findings[:] = structural + kept
-        inputs = tuple(summary(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes)))
+        inputs = summaries([(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))])
     return CheckResult(
         findings=tuple(outcome.findings),
         function=label,
@@ -454,7 +454,7 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
         guarded = _probes.full_jacobian(ev, primal, options.full)
         if guarded:
             _primal.repeat(ev, primal, report, options.nondet_tol)
-        if not xp.any_(primal.finite):
+        if not (primal.all_finite and xp.size(primal.values)) and not xp.any_(primal.finite):
             # ok (no error was found) but inconclusive, and said so in the verdict line
             empty = xp.size(primal.values) == 0
             report.add(

@@ -157,18 +157,18 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         for i, o, size, shape in zip(flat.args, offsets, sizes, flat.shapes):
             if ev.values[i].dtype == x.dtype:
                 ev.values[i] = xp.reshape(x[o : o + size], shape)
-    raw, tops, rs = [], [], []
+    raw, tops = [], []
     seg_tops = _xp.absmaxes(*segs)
-    for s, top in zip(segs, seg_tops):
-        r = _rms(s, top)
-        rs.append(r)
+    # (x's rms beside its segments': every sum of squares in one read)
+    x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
+    *rs, x_rms = _rmses([*segs, x], [*seg_tops, x_top]) if len(segs) > 1 else (*_rmses(segs, seg_tops),) * 2
+    for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
         raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
     raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
     # The slope a derivative formula works at: |f| over |x|. A rule that
     # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
     # it, not to its small result; the AD bound allows that.
-    x_rms = rms(x) if len(segs) > 1 else rs[0]
     f0_scale = precision.f0_scale
     slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
     n, m = flat.n, _xp.size(precision.f0)
@@ -286,13 +286,30 @@ def _rms(a: Any, top: float) -> float:
     device the squares are summed as they are where neither they nor their
     sum can overflow and the largest is far above the smallest normal (one
     pass); otherwise, and always on the host, ``a`` is scaled by ``top`` first."""
-    n = _xp.size(a)
-    if top == 0.0 or not np.isfinite(top):
-        return top
-    if not _xp.on_host(a) and 1e-140 < top < 1e140 and n < 2**40:
-        return float(np.sqrt(_xp.dot(a, a) / n))
-    b = a / top
-    return top * float(np.sqrt(_xp.dot(b, b) / n))
+    return _rmses([a], [top])[0]
+
+
+def _rmses(arrays: list[Any], tops: list[float]) -> list[float]:
+    """``_rms`` of each array given its max |a|: the device's sums of
+    squares come to the host in one read."""
+    direct = [k for k, (a, top) in enumerate(zip(arrays, tops)) if _summed_as_they_are(a, top)]
+    squares = dict(zip(direct, _xp.dots([(arrays[k], arrays[k]) for k in direct])))
+    out = []
+    for k, (a, top) in enumerate(zip(arrays, tops)):
+        n = _xp.size(a)
+        if k in squares:
+            out.append(float(np.sqrt(squares[k] / n)))
+        elif top == 0.0 or not np.isfinite(top):
+            out.append(top)
+        else:
+            b = a / top
+            out.append(top * float(np.sqrt(_xp.dot(b, b) / n)))
+    return out
+
+
+def _summed_as_they_are(a: Any, top: float) -> bool:
+    """Whether ``_rms`` sums a's squares unscaled (see there)."""
+    return not _xp.on_host(a) and 1e-140 < top < 1e140 and _xp.size(a) < 2**40
 
 
 def power_of_two(x: float) -> float:
