@@ -391,11 +391,13 @@ def _reverse_mode_failed(outcome: _Outcome) -> bool:
     return any(f.level == ERROR and f.pair is not None and "VJP" in f.pair and f.order == 1 for f in outcome.findings)
 
 
-def _own(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """fn as the caller wrote it, and its arguments, where fn is seen through views."""
-    if isinstance(fn, Composed):
-        return fn.fn, tuple(fn.inputs(args))
-    return fn, args
+def _own(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, tuple[Any, ...]]:
+    """fn as the caller wrote it, and its arguments, where fn is seen through
+    views (None where they cannot be undone: the check will say why)."""
+    try:
+        return (fn.fn, tuple(fn.inputs(args))) if isinstance(fn, Composed) else (fn, args)
+    except Exception:
+        return None, ()
 
 
 def _placed(backend: Backend, args: tuple[Any, ...]) -> bool:

@@ -60,8 +60,7 @@ def summaries(items: list[tuple[str, Any, str, bool]]) -> tuple[ArraySummary, ..
     """``summary`` of each (name, array, dtype, differentiable): the
     extremes of the device arrays among them read in one read."""
     device = [k for k, (_, v, _, _) in enumerate(items) if _device_floating(v)]
-    ends = _xp.read(*(e for k in device for e in items[k][1].aminmax()))
-    known = {k: (lo, hi) for k, lo, hi in zip(device, ends[::2], ends[1::2])}
+    known = dict(zip(device, _xp.extremes_of(*(items[k][1] for k in device))))
     return tuple(summary(*item, known=known.get(k)) for k, item in enumerate(items))
 
 

@@ -159,9 +159,11 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
                 ev.values[i] = xp.reshape(x[o : o + size], shape)
     raw, tops = [], []
     seg_tops = _xp.absmaxes(*segs)
-    # (x's rms beside its segments': every sum of squares in one read)
+    # (each segment's rms, and the point's after them where there are several:
+    # every sum of squares in one read)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
-    *rs, x_rms = _rmses([*segs, x], [*seg_tops, x_top]) if len(segs) > 1 else (*_rmses(segs, seg_tops),) * 2
+    rs = _rmses(segs, seg_tops) if len(segs) == 1 else _rmses([*segs, x], [*seg_tops, x_top])
+    x_rms = rs[-1]
     for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
         raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))

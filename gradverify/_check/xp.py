@@ -46,6 +46,7 @@ __all__ = [
     "empty",
     "equal",
     "extremes",
+    "extremes_of",
     "fmaxes",
     "finite",
     "flat",
@@ -417,8 +418,15 @@ def absmaxes(*arrays: Any) -> list[float]:
     """``absmax`` of each array, read in one read where they are torch arrays."""
     if not all(hasattr(a, "aminmax") and size(a) for a in arrays):
         return [absmax(a) for a in arrays]
+    return [_maxabs_of(lo, hi) for lo, hi in extremes_of(*arrays)]
+
+
+def extremes_of(*arrays: Any) -> list[tuple[float, float]]:
+    """``extremes`` of each non-empty array, read in one read where they are torch arrays."""
+    if not all(hasattr(a, "aminmax") for a in arrays):
+        return [extremes(a) for a in arrays]
     ends = read(*(e for a in arrays for e in a.aminmax()))
-    return [_maxabs_of(lo, hi) for lo, hi in zip(ends[::2], ends[1::2])]
+    return list(zip(ends[::2], ends[1::2]))
 
 
 def fmaxes(*arrays: Any) -> list[float]:

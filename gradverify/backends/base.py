@@ -169,14 +169,14 @@ class Backend:
 
     @contextlib.contextmanager
     def checking(
-        self, placed: bool, small: bool, own: Callable[[], tuple[Callable, tuple]] | None = None
+        self, placed: bool, small: bool, own: Callable[[], tuple[Callable | None, tuple]] | None = None
     ) -> Iterator[None]:
         """Context of one check: ``working`` where the check works on the
         arguments' device (``placed``), else whatever the backend does once
         per check on arguments of ``small`` total size (jax: compile fn and
         its derivatives, or run a fn of a few operations eagerly, see
         JaxBackend). ``own()``: fn as the caller wrote it, and its arguments
-        (before the views it is checked through)."""
+        (before the views it is checked through; None where there is none)."""
         if placed:
             with self.working():
                 yield

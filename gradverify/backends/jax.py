@@ -161,7 +161,7 @@ class JaxBackend(Backend):
 
     @contextlib.contextmanager
     def checking(
-        self, placed: bool, small: bool, own: Callable[[], tuple[Callable, tuple]] | None = None
+        self, placed: bool, small: bool, own: Callable[[], tuple[Callable | None, tuple]] | None = None
     ) -> Iterator[None]:
         # On small arrays a check's session compiles fn, its JVP and its VJP,
         # each once per shape and batch size: eager jax compiles each of fn's
@@ -185,7 +185,7 @@ class JaxBackend(Backend):
             else:
                 fresh = session_cache() is None
                 with compiling():
-                    fn, args = _own(own) if fresh else (None, ())
+                    fn, args = own() if fresh and own is not None else (None, ())
                     entry = compiled(fn) if fn is not None else None
                     wide = any(self.dtype_name(a) in (*_WIDE, "complex128") for a in args if hasattr(a, "dtype"))
                     with self.precision("float64" if wide else "native"):  # (as fn's calls at the point)
@@ -351,14 +351,3 @@ def _forward_mode_refused(fn: Callable) -> None:
     it, which would find that out at length (eager, compiled, vectorised)."""
     if isinstance(fn, jax.custom_vjp):
         raise ModeUnavailable("jax: can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
-
-
-def _own(own: Callable[[], tuple[Callable, tuple]] | None) -> tuple[Callable | None, tuple]:
-    """``own()``, or nothing where there is none or it raises (the check says
-    why, in its own words, when it meets the same arguments)."""
-    if own is None:
-        return None, ()
-    try:
-        return own()
-    except Exception:
-        return None, ()
