@@ -7,7 +7,8 @@ Five parts, each printed as a table (CPU, one torch thread):
   as on a GPU (one block up to 2^22 elements): kernel launches (every aten
   operation that moves data; views, metadata and allocations - ``aten.empty``
   and its kind run no kernel and write nothing - left out), host reads (a
-  scalar read, ``aten._local_scalar_dense``, or a tensor handed to the host
+  scalar read, ``aten._local_scalar_dense``, a comparison whose answer is a
+  host bool, ``aten.equal``, or a tensor handed to the host
   by ``.tolist()``/``.numpy()``: each one a device synchronisation on a
   GPU), bytes written over the bytes of x, and fn's calls; passing (a
   correct rule) and failing (one sign-flipped element of the VJP, which must
@@ -95,7 +96,7 @@ class Counts:
                 if func.is_view or name in _NO_DATA or name in _METADATA or name in _ALLOCATIONS:
                     return out
                 outer.launches += 1
-                outer.reads += name == "aten._local_scalar_dense"
+                outer.reads += name in _TO_HOST
                 for t in torch.utils._pytree.tree_leaves(out):
                     if isinstance(t, torch.Tensor):
                         outer.bytes += t.numel() * t.element_size()
@@ -226,8 +227,10 @@ def counts(n: int, rounds: int) -> None:
 #: torch operations that move no data (views, metadata)
 _NO_DATA = {
     "aten.slice", "aten.view", "aten.select", "aten.detach", "aten.alias", "aten.expand",
-    "aten.is_same_size", "aten._has_same_storage_numel", "aten.equal", "aten.lift_fresh",
+    "aten.is_same_size", "aten._has_same_storage_numel", "aten.lift_fresh",
 }  # fmt: skip
+#: torch operations whose answer is on the host: a device synchronisation each
+_TO_HOST = {"aten._local_scalar_dense", "aten.equal"}
 
 
 def passes(fn, args, n: int) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import numpy as np
 from . import fd, suite, tolerance as tol, xp as _xp
 from .excuses import Disagreement, Excuse
 from .findings import unravel
-from .judge import Judge, pair_terms, projections
+from .judge import Judge
 from .locate import Localiser
 from .lowprecision import LowPrecision
 from .messages import adjoint_mismatch, fd_mismatch, inconclusive
@@ -40,6 +40,7 @@ class Comparisons(Judge):
 
     def run(self) -> None:
         modes = self.modes
+        self.gather()
         jvp_ok = self.jvp_fd() if modes.jvps else False
         vjp_ok = self.vjp_fd(jvp_ok) if modes.vjps else True
         if adjoint := bool(modes.jvps and modes.vjps and jvp_ok and vjp_ok):
@@ -170,14 +171,13 @@ class Comparisons(Judge):
         refs = [self._ref_for_projection(b) for b in range(len(self.oracle.refs))]
         vs = self.probes.vs
         usable = [b for b, r in enumerate(refs) if r is not None]
-        fd_terms = pair_terms(range(len(vs)), usable, lambda a, b: (vs[a], refs[b][1]))
+        projected, fd_terms = self.sums_of("fd", vs, {b: refs[b][0] for b in usable}, lambda a, b: (vs[a], refs[b][1]))
         # Against the model's reference a projection must pass with room for
         # the measured one's centre, which may sit anywhere within |R1 - R2|
         # of it: then it passes against the measured one too.
         for a, b in fd_terms:
             ref = self.oracle.refs[b]
             fd_terms[a, b] -= ref.shift_terms[a] if ref.modelled and ref.shift_terms else 0.0
-        projected = projections(vs, {b: refs[b][0] for b in usable})
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
             return (projected[a, b], fd_terms[a, b]) if (a, b) in projected else None
@@ -271,8 +271,7 @@ class Comparisons(Judge):
         jvps, vs = self.modes.jvps, self.probes.vs
         bound = self.bounds.jvp
         # (v is 0 on non-finite outputs: they weigh nothing)
-        jv_terms = pair_terms(range(len(vs)), range(len(jvps)), lambda a, b: (vs[a], bound(b)))
-        projected = projections(vs, dict(enumerate(jvps)))
+        projected, jv_terms = self.sums_of("adjoint", vs, dict(enumerate(jvps)), lambda a, b: (vs[a], bound(b)))
         worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[a, b]))
         if worst is None:
             return

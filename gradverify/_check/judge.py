@@ -7,7 +7,7 @@ the excuses, the report of a projection that fails."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -56,21 +56,60 @@ class Judge:
         #: (pair, direction) -> elements beyond the model's bound that the
         #: suite's tolerance covers (the last look at each counts)
         self.covered: dict[tuple[str, int], int] = {}
+        # (what gather read: sums by (kind, a, b); kind -> direction -> the reference they were read against)
+        self._dots: dict[tuple[str, int, int], float] = {}
+        self._terms: dict[tuple[str, int, int], float] = {}
+        self._gathered: dict[str, dict[int, Any]] = {}
+
+    def gather(self) -> None:
+        """The sums a directional check's comparisons ask for, read in one
+        read: <J^T v_a, u_b> with the Hoeffding term of its rounding, and
+        where the modes give them, reverse mode's projections against the
+        smooth FD references and the adjoint identity's, with theirs. A
+        comparison never reached costs its dot products, no read; one that
+        meets a reference an excuse has changed works its sums out again."""
+        if self.probes.full or not self.modes.vjps:
+            return
+        us, vs, jvps, refs, bounds = self.probes.us, self.probes.vs, self.modes.jvps, self.oracle.refs, self.bounds
+        smooth = {b: r for b, r in enumerate(refs) if r.all_smooth}
+        kinds = {
+            "lhs": (self.modes.vjps, dict(enumerate(us)), lambda a, b: (us[b], bounds.vjp(a))),
+            "fd": (vs, {b: r.value for b, r in smooth.items()}, lambda a, b: (vs[a], refs[b].err)),
+            "adjoint": (vs, dict(enumerate(jvps)), lambda a, b: (vs[a], bounds.jvp(b))),
+        }
+        keys = [(kind, a, b) for kind, (left, right, _) in kinds.items() for a in range(len(left)) for b in right]
+        dots = {(k, a, b): (kinds[k][0][a], kinds[k][1][b]) for k, a, b in keys}
+        self._dots, self._terms = gathered(dots, {(k, a, b): functools.partial(kinds[k][2], a, b) for k, a, b in keys})
+        self._gathered = {
+            "lhs": dict.fromkeys(range(len(us))),
+            "fd": smooth,
+            "adjoint": dict.fromkeys(range(len(jvps))),
+        }
+
+    def sums_of(
+        self, kind: str, left: Sequence[Any], right: dict[int, Any], term: Callable[[int, int], tuple[Any, Any]]
+    ) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+        """<left[a], right[b]> and the Hoeffding term of the pair ``term(a,
+        b)`` returns, for every a and every b: as ``gather`` read them (the
+        FD ones where the reference is still the one it read them against),
+        the rest read now in one read."""
+        refs, done = self.oracle.refs, self._gathered.get(kind, {})
+        old = [b for b in right if b in done and (kind != "fd" or done[b] is refs[b])]
+        pairs = [(a, b) for a in range(len(left)) for b in right if b not in old]
+        dots, terms = gathered(
+            {p: (left[p[0]], right[p[1]]) for p in pairs}, {p: functools.partial(term, *p) for p in pairs}
+        )
+        for a, b in ((a, b) for a in range(len(left)) for b in old):
+            dots[a, b], terms[a, b] = self._dots[kind, a, b], self._terms[kind, a, b]
+        return dots, terms
 
     @functools.cached_property
-    def lhs(self) -> list[list[float]]:
-        """<J^T v_a, u_b> for every projection (directional checks)."""
-        us, vjps = self.probes.us, self.modes.vjps
-        projected = projections(vjps, dict(enumerate(us)))
-        return [[projected[a, b] for b in range(len(us))] for a in range(len(vjps))]
-
-    @functools.cached_property
-    def g_terms(self) -> dict[tuple[int, int], float]:
-        """The Hoeffding term of VJP a's rounding in its projection on u_b,
-        for every pair: the weights are u_b's elements (a random sign times a
-        magnitude each)."""
+    def _reverse(self) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+        """<J^T v_a, u_b> for every projection (directional checks), and the
+        Hoeffding term of VJP a's rounding in it: the weights are u_b's
+        elements (a random sign times a magnitude each)."""
         us, vjp = self.probes.us, self.bounds.vjp
-        return pair_terms(range(len(self.modes.vjps)), range(len(us)), lambda a, b: (us[b], vjp(a)))
+        return self.sums_of("lhs", self.modes.vjps, dict(enumerate(us)), lambda a, b: (us[b], vjp(a)))
 
     def column_slopes(self, b: int) -> np.ndarray:
         """|AD| along column b of a full Jacobian (real units), per output
@@ -168,8 +207,8 @@ class Judge:
                 if rb is None:
                     continue
                 rhs, bound = rb
-                lhs = self.lhs[a][b]
-                bound += self.g_terms[a, b]
+                lhs = self._reverse[0][a, b]
+                bound += self._reverse[1][a, b]
                 ratio = abs(lhs - rhs) / (bound + 1e-300)
                 self.closeness.note(ratio)
                 if ratio > 1 and (worst is None or ratio > worst.ratio):
@@ -208,16 +247,14 @@ class Judge:
         )
 
 
-def pair_terms(
-    cotangents: Iterable[int], directions: Iterable[int], term: Callable[[int, int], tuple[Any, Any]]
-) -> dict[tuple[int, int], float]:
-    """The Hoeffding term (tol.hoeffdings) of the weights and bounds
-    ``term(a, b)`` returns, for every cotangent a and direction b."""
-    pairs = [(a, b) for a in cotangents for b in directions]
-    return dict(zip(pairs, tol.hoeffdings([functools.partial(term, a, b) for a, b in pairs])))
+K = TypeVar("K")
 
 
-def projections(left: Sequence[Any], right: dict[int, Any]) -> dict[tuple[int, int], float]:
-    """<left[a], right[b]> for every a and every b, read in one read (see xp.dots)."""
-    pairs = [(a, b) for a in range(len(left)) for b in right]
-    return dict(zip(pairs, _xp.dots([(left[a], right[b]) for a, b in pairs])))
+def gathered(
+    dots: dict[K, tuple[Any, Any]], terms: dict[K, Callable[[], tuple[Any, Any]]]
+) -> tuple[dict[K, float], dict[K, float]]:
+    """The dot product of each pair of ``dots`` and the Hoeffding term of
+    each pair ``terms``' makers return, by their keys, read in one read
+    (tol.sums)."""
+    d, t = tol.sums(list(dots.values()), list(terms.values()))
+    return dict(zip(dots, d)), dict(zip(terms, t))

@@ -228,18 +228,25 @@ def hoeffdings(terms: list[Callable[[], tuple[Any, Any]]]) -> list[float]:
     each pair is made and dropped in turn (one full-size term alive at a
     time), and the sums of squares of torch arrays come to the host in one
     read. A sum that overflows is worked out again, rescaled."""
-    out: list[float] = []
-    pending: list[tuple[int, Any]] = []  # (term, its sum of squares on the device)
-    for k, make in enumerate(terms):
+    return sums([], terms)[1]
+
+
+def sums(pairs: list[tuple[Any, Any]], terms: list[Callable[[], tuple[Any, Any]]]) -> tuple[list[float], list[float]]:
+    """``xp.dots(pairs)`` and ``hoeffdings(terms)`` with the torch arrays'
+    sums of both handed to the host together, in one read."""
+    torch_pairs = all(hasattr(a, "dot") and hasattr(a, "detach") for pair in pairs for a in pair)
+    dots = [a.dot(b) for a, b in pairs] if torch_pairs else _xp.dots(pairs)
+    out: list[Any] = []  # (a host term, or a torch sum of squares on the device)
+    for make in terms:
         p = _xp.flat(_weighted(*make()))
-        if hasattr(p, "detach"):
-            pending.append((k, p.dot(p)))
-            out.append(math.nan)
-        else:
-            out.append(hoeffding(1.0, p))
-    for (k, _), q in zip(pending, _xp.read(*(q for _, q in pending))):
+        out.append(p.dot(p) if hasattr(p, "detach") else hoeffding(1.0, p))
+    device = [k for k, q in enumerate(out) if not isinstance(q, float)]
+    read = iter(_xp.read(*(dots if torch_pairs else []), *(out[k] for k in device)))
+    if torch_pairs:
+        dots = [next(read) for _ in dots]
+    for k, q in zip(device, read):
         out[k] = HOEFFDING_K * math.sqrt(q) if q < math.inf else hoeffding(*terms[k]())
-    return out
+    return dots, out
 
 
 def _weighted(weights: Any, bounds: Any) -> Any:

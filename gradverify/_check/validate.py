@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,9 +58,19 @@ def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
             raise ArgumentTypeError(explain(f"argument {i}", "a dense array with values", what, fix))
 
 
-def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> None:
+def validate_arrays(
+    backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]
+) -> dict[int, tuple[float, float]]:
+    """Finite floating arguments. Returns the extremes of those on a device
+    (argument -> (min, max)), read in one read: their summaries use them."""
+    device = [i for i, (a, v) in enumerate(zip(args, values)) if backend.is_floating(a) and xp.device_floating(v)]
+    known = dict(zip(device, xp.extremes_of(*(values[i] for i in device))))
     for i, (a, v) in enumerate(zip(args, values)):
-        if xp.size(v) and backend.is_floating(a) and not xp.all_finite(v):
+        if i in known:
+            finite = all(map(math.isfinite, known[i]))
+        else:
+            finite = not (xp.size(v) and backend.is_floating(a)) or xp.all_finite(v)
+        if not finite:
             bad = ~xp.finite(v)
             if xp.any_(bad):
                 k = int(xp.nonzero(bad, limit=1)[0])
@@ -72,6 +83,7 @@ def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.n
                         "replace NaN/inf before checking, e.g. np.nan_to_num, or check another point",
                     )
                 )
+    return known
 
 
 def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tuple[int, ...]:

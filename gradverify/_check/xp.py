@@ -35,11 +35,13 @@ __all__ = [
     "any_",
     "argmax",
     "as64",
+    "changed",
     "axpy",
     "concat",
     "copy",
     "count",
     "device",
+    "device_floating",
     "device_kind",
     "dot",
     "dots",
@@ -260,6 +262,11 @@ def _into(a: Any, b: Any, op: str) -> Any:
     return getattr(torch, op)(a, b, out=a)
 
 
+def device_floating(v: Any) -> bool:
+    """A non-empty floating torch array (whose extremes ``aminmax`` gives in one pass)."""
+    return not on_host(v) and hasattr(v, "aminmax") and bool(size(v)) and is_floating(v)
+
+
 def all_finite(a: Any) -> bool:
     """Whether every element is finite (one reduction on a device array)."""
     if size(a) == 0:
@@ -393,15 +400,36 @@ def extremes(a: Any) -> tuple[float, float]:
 
 def read(*scalars: Any) -> list[float]:
     """Device scalars (0-d arrays of one backend) as Python floats, handed to
-    the host in one read: one synchronisation on a GPU, not one each."""
+    the host in one read: one synchronisation on a GPU, not one each (a
+    bool as 0.0 or 1.0)."""
     if not scalars:
         return []
     first = scalars[0]
-    if len(scalars) == 1 or on_host(first) or any(s.dtype != first.dtype for s in scalars):
-        return [float(v) for v in scalars]  # (one dtype stacks exactly; no cast ever rounds a value)
+    if len(scalars) == 1 or on_host(first) or not _stack_exactly(scalars):
+        return [float(v) for v in scalars]
     if hasattr(first, "detach"):  # torch
         return [float(v) for v in _torch().stack(scalars).tolist()]
     return [float(v) for v in np.asarray(ns(first).stack(scalars))]
+
+
+def _stack_exactly(scalars: tuple[Any, ...]) -> bool:
+    """Whether stacking keeps every value: one dtype, or floats and bools
+    (promoted to the widest float, which holds each narrower float and 0/1
+    exactly); never an integer beside a float, which promotion may round."""
+    first = scalars[0].dtype
+    if all(s.dtype == first for s in scalars):
+        return True
+    return all(str(s.dtype).removeprefix("torch.") == "bool" or is_floating(s) for s in scalars)
+
+
+def changed(a: Any, b: Any) -> Any:
+    """Whether ``b`` differs from ``a`` anywhere: a host bool, or for two
+    device arrays of one shape a 0-d device bool to ``read`` with other
+    scalars (where it holds, NaN at one place in both may be all there is:
+    ``equal`` decides)."""
+    if on_host(a) or on_host(b) or tuple(a.shape) != tuple(b.shape):
+        return not equal(a, b)
+    return ns(a, b).any(a != b)
 
 
 def _maxabs(a: Any) -> float:
