@@ -43,7 +43,10 @@ class Bounds:
             scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
         else:
             if b not in self._jvp_scale:
-                self._jvp_scale[b] = max(_xp.absmax(jv), probes.slope_scale * probes.u_tops[b])
+                top = modes.tops("JVP", b, jv)
+                self._jvp_scale[b] = max(
+                    _xp.absmax(jv) if top is None else top[0], probes.slope_scale * probes.u_tops[b]
+                )
             scale = self._jvp_scale[b]
         bound = tol.ad_bound(jv, modes.ad_out, self.rtol, self.atol, scale)
         if _xp.size(bound) <= KEEP_BOUNDS:
@@ -56,17 +59,17 @@ class Bounds:
             return self._vjp[a]
         g = self.modes.vjps[a]
         if a not in self._vjp_scales and not self.probes.full:
-            self._vjp_scales[a] = self._scales_of(g, a)
+            self._vjp_scales[a] = self._scales_of(g, a, self.modes.tops("VJP", a, g))
         bound = self.of_vjp(g, self._vjp_scales.get(a))
         if _xp.size(bound) <= KEEP_BOUNDS:
             self._vjp[a] = bound
         return bound
 
-    def _scales_of(self, g: np.ndarray, a: int | None = None) -> list[float]:
+    def _scales_of(self, g: np.ndarray, a: int | None = None, tops: list[float] | None = None) -> list[float]:
         """Each argument's part of ``g`` (J^T v_a; a None: of some cotangent):
-        the scale of its rounding bound."""
+        the scale of its rounding bound (``tops``: the parts' max |.|, read already)."""
         slope = self.probes.slope_scale * self.probes.v_top(a)
-        return [max(top, slope) for top in _xp.absmaxes(*self.probes.flat.split(g))]
+        return [max(top, slope) for top in tops or _xp.absmaxes(*self.probes.flat.split(g))]
 
     def of_vjp(self, g: np.ndarray, scales: list[float] | None = None) -> np.ndarray:
         """Bound of ``g`` (a J^T v, flat over the inputs); ``scales``: its

@@ -102,13 +102,13 @@ class Comparisons(Judge):
         worst = None
         count = 0
         for b, (jv, ref) in enumerate(zip(self.modes.jvps, self.oracle.refs)):
+            known, top = self.tops.get(b, (None, math.nan))
+            if known is ref and top <= 0.5:
+                self.closeness.note(top)
+                continue  # (every element well within its bound, as gather read)
             t = self.bounds.jvp(b)
             xp = _xp.ns(jv)
-            with _xp.quiet():
-                scale = t + ref.err
-                scale += 1e-300
-                ratio = _xp.iabs(jv - ref.value)
-                ratio /= scale  # (over the bound where > 1: the same test as _violation's)
+            ratio, scale = self.jvp_ratio(b, ref, t)
             usable = True if ref.all_smooth else self.oracle.usable(ref)
             if usable is True:
                 top = _xp.absmax(ratio)

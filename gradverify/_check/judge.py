@@ -60,6 +60,9 @@ class Judge:
         self._dots: dict[tuple[str, int, int], float] = {}
         self._terms: dict[tuple[str, int, int], float] = {}
         self._gathered: dict[str, dict[int, Any]] = {}
+        #: direction -> (the FD reference, the largest ratio of J u_b's
+        #: disagreement with it to its bound), where gather read it
+        self.tops: dict[int, tuple[fd.Reference, float]] = {}
 
     def gather(self) -> None:
         """The sums a directional check's comparisons ask for, read in one
@@ -68,23 +71,43 @@ class Judge:
         smooth FD references and the adjoint identity's, with theirs. A
         comparison never reached costs its dot products, no read; one that
         meets a reference an excuse has changed works its sums out again."""
-        if self.probes.full or not self.modes.vjps:
+        if self.probes.full:
             return
-        us, vs, jvps, refs, bounds = self.probes.us, self.probes.vs, self.modes.jvps, self.oracle.refs, self.bounds
+        us, vs, jvps, refs = self.probes.us, self.probes.vs, self.modes.jvps, self.oracle.refs
         smooth = {b: r for b, r in enumerate(refs) if r.all_smooth}
+        jvp_bound = functools.cache(self.bounds.jvp)  # (J u_b's bound worked out once here, whatever its size)
         kinds = {
-            "lhs": (self.modes.vjps, dict(enumerate(us)), lambda a, b: (us[b], bounds.vjp(a))),
+            "lhs": (self.modes.vjps, dict(enumerate(us)), lambda a, b: (us[b], self.bounds.vjp(a))),
             "fd": (vs, {b: r.value for b, r in smooth.items()}, lambda a, b: (vs[a], refs[b].err)),
-            "adjoint": (vs, dict(enumerate(jvps)), lambda a, b: (vs[a], bounds.jvp(b))),
+            "adjoint": (vs, dict(enumerate(jvps)), lambda a, b: (vs[a], jvp_bound(b))),
         }
-        keys = [(kind, a, b) for kind, (left, right, _) in kinds.items() for a in range(len(left)) for b in right]
+        keys = [(k, a, b) for k, (left, right, _) in kinds.items() for a in range(len(left)) for b in right]
+        if not self.modes.vjps:
+            keys = []
+        # (and the largest ratio of J u_b to its bound from FD, each direction's, on a device)
+        ratios = [b for b in smooth if b < len(jvps) and _xp.device_floating(jvps[b])]
+        ends = [e for b in ratios for e in self.jvp_ratio(b, smooth[b], jvp_bound(b))[0].aminmax()]
         dots = {(k, a, b): (kinds[k][0][a], kinds[k][1][b]) for k, a, b in keys}
-        self._dots, self._terms = gathered(dots, {(k, a, b): functools.partial(kinds[k][2], a, b) for k, a, b in keys})
+        terms = {(k, a, b): functools.partial(kinds[k][2], a, b) for k, a, b in keys}
+        self._dots, self._terms, ends = gathered(dots, terms, ends)
+        self.tops = {b: (smooth[b], _xp.maxabs_of(lo, hi)) for b, lo, hi in zip(ratios, ends[::2], ends[1::2])}
         self._gathered = {
             "lhs": dict.fromkeys(range(len(us))),
             "fd": smooth,
             "adjoint": dict.fromkeys(range(len(jvps))),
         }
+
+    def jvp_ratio(self, b: int, ref: fd.Reference, t: Any = None) -> tuple[Any, Any]:
+        """|J u_b - FD| over J u_b's bound ``t`` and FD's half-width
+        ``ref.err``, per output element, and that denominator (positive: a
+        tiny floor)."""
+        jv, t = self.modes.jvps[b], self.bounds.jvp(b) if t is None else t
+        with _xp.quiet():
+            scale = t + ref.err
+            scale += 1e-300
+            ratio = _xp.iabs(jv - ref.value)
+            ratio /= scale  # (over the bound where > 1: the same test as _violation's)
+        return ratio, scale
 
     def sums_of(
         self, kind: str, left: Sequence[Any], right: dict[int, Any], term: Callable[[int, int], tuple[Any, Any]]
@@ -96,7 +119,7 @@ class Judge:
         refs, done = self.oracle.refs, self._gathered.get(kind, {})
         old = [b for b in right if b in done and (kind != "fd" or done[b] is refs[b])]
         pairs = [(a, b) for a in range(len(left)) for b in right if b not in old]
-        dots, terms = gathered(
+        dots, terms, _ = gathered(
             {p: (left[p[0]], right[p[1]]) for p in pairs}, {p: functools.partial(term, *p) for p in pairs}
         )
         for a, b in ((a, b) for a in range(len(left)) for b in old):
@@ -251,10 +274,10 @@ K = TypeVar("K")
 
 
 def gathered(
-    dots: dict[K, tuple[Any, Any]], terms: dict[K, Callable[[], tuple[Any, Any]]]
-) -> tuple[dict[K, float], dict[K, float]]:
+    dots: dict[K, tuple[Any, Any]], terms: dict[K, Callable[[], tuple[Any, Any]]], also: Sequence[Any] = ()
+) -> tuple[dict[K, float], dict[K, float], list[float]]:
     """The dot product of each pair of ``dots`` and the Hoeffding term of
-    each pair ``terms``' makers return, by their keys, read in one read
-    (tol.sums)."""
-    d, t = tol.sums(list(dots.values()), list(terms.values()))
-    return dict(zip(dots, d)), dict(zip(terms, t))
+    each pair ``terms``' makers return, by their keys, and the values of the
+    device scalars ``also``, read in one read (tol.sums)."""
+    d, t, rest = tol.sums(list(dots.values()), list(terms.values()), also)
+    return dict(zip(dots, d)), dict(zip(terms, t)), rest

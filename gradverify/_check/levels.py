@@ -14,7 +14,7 @@ import numpy as np
 from . import fd, tolerance as tol, xp as _xp
 from .oracle import Oracle
 from .primal import Precision
-from .probes import Probes
+from .probes import Probes, below_steps as _below_steps
 
 __all__ = [
     "STAIRS",
@@ -39,10 +39,8 @@ STAIRS = (
 
 def below_steps(probes: Probes, precision: Precision) -> np.ndarray:
     """The input elements (a mask over the flat inputs, beside them) nearer
-    0 than any step finite differences take (tol.finest_step), yet not 0:
-    every estimate along them reads fn on both sides of 0."""
-    x = _xp.ns(probes.x).abs(probes.x)
-    return (x > 0) & (x < tol.finest_step(precision.u_oracle))
+    0 than any step finite differences take (see probes.below_steps)."""
+    return _below_steps(probes.x, precision)
 
 
 def steep_limit(probes: Probes, precision: Precision) -> float:

@@ -9,8 +9,9 @@ them as ``Modes``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,14 @@ class Modes:
     # elementwise fn: their rounding floor comes from the whole Jacobian.
     jmax_jvp: float | None
     jmax_vjp: float | None
+    #: (mode, probe) -> (the value, max |.| of each argument's part of it
+    #: (VJP) or of all of it (JVP)), where its validation read them
+    seen: dict[tuple[str, int], tuple[Any, list[float]]] = field(default_factory=dict)
+
+    def tops(self, mode: str, key: int, value: Any) -> list[float] | None:
+        """max |.| of ``value``'s parts (see ``seen``), where they were read (None: not)."""
+        known = self.seen.get((mode, key))
+        return known[1] if known is not None and known[0] is value else None
 
 
 class AD:
@@ -76,9 +85,15 @@ class AD:
         #: outputs (0 x inf inside the rule: never compared, said)
         self.fed: dict[int, Any] = {}
         #: inputs below every FD step, and the slope no step checks there (levels.beneath): holes too
-        below = below_steps(ctx.probes, ctx.precision)
-        self.steep = (below, steep_limit(ctx.probes, ctx.precision)) if _xp.any_(below) else None
+        below = ctx.probes.below
+        if below is None:
+            below = below_steps(ctx.probes, ctx.precision)
+            below = below if _xp.any_(below) else False
+        self.steep = None if below is False else (below, steep_limit(ctx.probes, ctx.precision))
         self.beyond: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # mode -> probe -> those holes
+        self.seen: dict[tuple[str, int], tuple[Any, list[float]]] = {}  # (see Modes.seen)
+        #: the runs whose finiteness is read later, together (see settle); None: read at once
+        self.pending: list[tuple[str, int, Any, Any, int, list[Any]]] | None = None
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
@@ -139,6 +154,8 @@ class AD:
         probe ``key`` for FD to decide (see singular). A call outside the
         first-order runs (key None) only gets the zeros: its holes are the
         first-order ones."""
+        if self._all_finite(mode, key, value, native):
+            return value if native is None else (value, native)
         bad = ~_xp.finite(value)
         if native is not None:
             bad = bad | ~_xp.finite(native)
@@ -157,6 +174,46 @@ class AD:
             self.raw[mode][key] = value if native is None else xp.where(_xp.finite(value), native, value)
         value = xp.where(bad, 0.0, value)
         return value if native is None else (value, xp.where(bad, 0.0, native))
+
+    def _all_finite(self, mode: str, key: int | None, value: Any, native: Any) -> bool:
+        """Whether a torch ``value`` (and ``native``) of a first-order run is
+        finite, where nothing else can make a hole (no input below every
+        step; a VJP, or an output finite everywhere): the extremes of each
+        argument's part (VJP) or of the whole (JVP) say it - NaN and inf
+        reach them - in one read, and give its bound's scale (``seen``).
+        False where that is not so, or the test is not made this way."""
+        if key is None or self.steep is not None or (mode == "JVP" and not self.primal.all_finite):
+            return False
+        parts = self.probes.flat.split(value) if mode == "VJP" else [value]
+        arrays = [*parts, *(() if native is None else (native,))]
+        if not all(_xp.device_floating(a) for a in arrays):
+            return False
+        if self.pending is not None:
+            self.pending.append((mode, key, value, native, len(parts), arrays))
+            return True  # (for now: ``settle`` reads it)
+        return self._finite(mode, key, value, len(parts), _xp.extremes_of(*arrays))
+
+    def _finite(self, mode: str, key: int, value: Any, parts: int, ends: list[tuple[float, float]]) -> bool:
+        if not all(math.isfinite(lo) and math.isfinite(hi) for lo, hi in ends):
+            return False
+        self.seen[mode, key] = (value, [max(-lo, hi) for lo, hi in ends[:parts]])
+        return True
+
+    def settle(self, values: dict[str, list[Any]], low: dict[str, dict[int, Any]]) -> None:
+        """The finiteness of the first-order runs that ``_all_finite`` put
+        off, read in one read for all of them; a run found non-finite is
+        validated in full (``_holed``), its values in ``values`` (mode ->
+        the runs) and ``low`` (mode -> the native runs) replaced."""
+        pending, self.pending = self.pending or [], None
+        ends = iter(_xp.extremes_of(*(a for *_, arrays in pending for a in arrays)))
+        for mode, key, value, native, parts, arrays in pending:
+            if self._finite(mode, key, value, parts, [next(ends) for _ in arrays]) or key >= len(values[mode]):
+                continue
+            out = self._holed(mode, key, value, native)
+            if native is None:
+                values[mode][key] = out
+            else:
+                values[mode][key], low[mode][key] = out
 
     def _steep(self, mode: str, key: int, value: Any) -> Any:
         """Where ``value`` is steeper than any step checks at an input below every step (levels.beneath):
@@ -399,8 +456,10 @@ def run(ad: AD, probes: Probes) -> Modes:
     """J u_b for every direction and J^T v_a for every cotangent."""
     low_jvps: dict[int, np.ndarray] = {}
     low_vjps: dict[int, np.ndarray] = {}
+    ad.pending = []  # (every run's finiteness in one read)
     jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps, probes.full)
     vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps, probes.full)
+    ad.settle({"JVP": jvps, "VJP": vjps}, {"JVP": low_jvps, "VJP": low_vjps})
     if ad.dropped:
         # some calls ran in float64 before one could not: use the native runs throughout
         jvps = [low_jvps.get(b, j) for b, j in enumerate(jvps)]
@@ -429,6 +488,7 @@ def run(ad: AD, probes: Probes) -> Modes:
         ad64=ad.ad64,
         jmax_jvp=jmax_jvp,
         jmax_vjp=jmax_vjp,
+        seen={} if ad.dropped else dict(ad.seen),
     )
 
 

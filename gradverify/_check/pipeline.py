@@ -267,7 +267,7 @@ def _check_real(
     placed = not small and _placed(backend, args)
     with backend.checking(placed, small, lambda: _own(fn, args)):
         ev = Evaluator(fn, backend, args, (), placed)
-        known = validate_arrays(backend, args, ev.values)
+        ev.extremes = validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         empty = [i for i in wrt_t if xp.size(ev.values[i]) == 0]  # (nothing to check in them)
         wrt_t = tuple(i for i in wrt_t if i not in empty)
@@ -297,7 +297,9 @@ def _check_real(
                     if not (refused and _structure.ENGINE_REFUSAL in f.message) and (f.kind, f.argument) not in said
                 ]
                 outcome.findings[:] = structural + kept
-        inputs = summaries([(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))], known)
+        inputs = summaries(
+            [(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))], ev.extremes
+        )
     return CheckResult(
         findings=tuple(outcome.findings),
         function=label,

@@ -236,6 +236,15 @@ def choose(ev: Evaluator, primal: Primal) -> Precision:
     return _precision(ev, primal, oracle, name, reason, f0, native_u)
 
 
+def _f0_scale(primal: Primal, f0: Any) -> float:
+    """max |f0| over its finite elements: where f0 is fn's output on a
+    device, finite, the extremes its evaluation read say it."""
+    s = primal.summary
+    if f0 is primal.values and primal.all_finite and _xp.device_floating(primal.raw) and s.min is not None:
+        return _xp.maxabs_of(s.min, s.max)  # (as fmax finds it: one pass, the same two ends)
+    return _xp.fmax(f0)
+
+
 def resolution(precision: Precision, strategy: str) -> list[str]:
     """What a directional check resolves where FD has no precision finer
     than float32 (said in the report; [] otherwise)."""
@@ -259,7 +268,7 @@ def _precision(
         name=name,
         reason=reason,
         f0=f0,
-        f0_scale=_xp.fmax(f0),
+        f0_scale=_f0_scale(primal, f0),
         native_u=native_u,
         u_oracle=u_oracle,
         h=tol.base_step(name),

@@ -92,6 +92,9 @@ class Probes:
     inputs_max: float  # the largest input magnitude
     u_tops: tuple[float, ...] = ()  # each direction's largest |u| (directional checks)
     v_tops: tuple[float, ...] = ()  # each cotangent's largest |v| (directional checks)
+    #: the inputs below every FD step (below_steps) where there are any,
+    #: False where there are none, None where not worked out with the probes
+    below: Any = None
 
     def v_top(self, a: int | None) -> float:
         """The largest |v_a| (1 for a full Jacobian's e_i; None: of any cotangent)."""
@@ -158,7 +161,8 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
             if ev.values[i].dtype == x.dtype:
                 ev.values[i] = xp.reshape(x[o : o + size], shape)
     raw, tops = [], []
-    seg_tops = _xp.absmaxes(*segs)
+    known = [ev.extremes.get(i) for i in ev.wrt]  # (validation's: the same values)
+    seg_tops = [_xp.maxabs_of(*k) for k in known] if None not in known else _xp.absmaxes(*segs)
     # (each segment's rms, and the point's after them where there are several:
     # every sum of squares in one read)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
@@ -199,7 +203,9 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     if not primal.all_finite:
         # non-finite outputs are not checked: give them no weight
         vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
-    ends = [] if use_full else _xp.absmaxes(*us, *vs)  # (each direction's and cotangent's largest: one read)
+    # (each direction's and cotangent's largest, and on a device whether an
+    # input lies below every FD step: one read)
+    ends, below = ([], None) if use_full else _tops_and_below(us, vs, x, precision)
     return Probes(
         flat=flat,
         x=x,
@@ -215,7 +221,27 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         seed=seed,
         slope_scale=slope_scale,
         inputs_max=math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops, default=0.0),
+        below=below,
     )
+
+
+def below_steps(x: Any, precision: Precision) -> Any:
+    """The elements of ``x`` (a mask beside it) nearer 0 than any step
+    finite differences take (tol.finest_step), yet not 0: every estimate
+    along them reads fn on both sides of 0."""
+    x = _xp.ns(x).abs(x)
+    return (x > 0) & (x < tol.finest_step(precision.u_oracle))
+
+
+def _tops_and_below(us: tuple[Any, ...], vs: tuple[Any, ...], x: Any, precision: Precision) -> tuple[list[float], Any]:
+    """The largest |.| of each direction and cotangent, and on a device
+    ``Probes.below``, read together."""
+    arrays = (*us, *vs)
+    if not all(_xp.device_floating(a) for a in arrays):
+        return _xp.absmaxes(*arrays), None
+    below = below_steps(x, precision)
+    ends, (some,) = _xp.extremes_and(arrays, (_xp.ns(below).any(below),))
+    return [_xp.maxabs_of(lo, hi) for lo, hi in ends], below if some else False
 
 
 #: The eight signs (+-1, most significant bit first, as np.unpackbits) of every byte.

@@ -10,7 +10,7 @@ the errors it weights, times a magnitude that the bound takes as the weight.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -231,9 +231,12 @@ def hoeffdings(terms: list[Callable[[], tuple[Any, Any]]]) -> list[float]:
     return sums([], terms)[1]
 
 
-def sums(pairs: list[tuple[Any, Any]], terms: list[Callable[[], tuple[Any, Any]]]) -> tuple[list[float], list[float]]:
-    """``xp.dots(pairs)`` and ``hoeffdings(terms)`` with the torch arrays'
-    sums of both handed to the host together, in one read."""
+def sums(
+    pairs: list[tuple[Any, Any]], terms: list[Callable[[], tuple[Any, Any]]], also: Sequence[Any] = ()
+) -> tuple[list[float], list[float], list[float]]:
+    """``xp.dots(pairs)``, ``hoeffdings(terms)`` and the values of the
+    device scalars ``also``, with the torch arrays' sums handed to the host
+    together with them, in one read."""
     torch_pairs = all(hasattr(a, "dot") and hasattr(a, "detach") for pair in pairs for a in pair)
     dots = [a.dot(b) for a, b in pairs] if torch_pairs else _xp.dots(pairs)
     out: list[Any] = []  # (a host term, or a torch sum of squares on the device)
@@ -241,12 +244,13 @@ def sums(pairs: list[tuple[Any, Any]], terms: list[Callable[[], tuple[Any, Any]]
         p = _xp.flat(_weighted(*make()))
         out.append(p.dot(p) if hasattr(p, "detach") else hoeffding(1.0, p))
     device = [k for k, q in enumerate(out) if not isinstance(q, float)]
-    read = iter(_xp.read(*(dots if torch_pairs else []), *(out[k] for k in device)))
+    read = iter(_xp.read(*(dots if torch_pairs else []), *(out[k] for k in device), *also))
     if torch_pairs:
         dots = [next(read) for _ in dots]
-    for k, q in zip(device, read):
+    for k in device:
+        q = next(read)
         out[k] = HOEFFDING_K * math.sqrt(q) if q < math.inf else hoeffding(*terms[k]())
-    return dots, out
+    return dots, out, list(read)
 
 
 def _weighted(weights: Any, bounds: Any) -> Any:

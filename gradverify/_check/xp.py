@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ __all__ = [
     "empty",
     "equal",
     "extremes",
+    "extremes_and",
     "extremes_of",
     "fmaxes",
     "finite",
@@ -63,6 +64,7 @@ __all__ = [
     "is_array",
     "is_floating",
     "like",
+    "maxabs_of",
     "mul",
     "nonzero",
     "ns",
@@ -435,10 +437,11 @@ def changed(a: Any, b: Any) -> Any:
 def _maxabs(a: Any) -> float:
     """max |a| of a non-empty device array, NaN if any element is NaN (torch:
     one pass for both extremes, no |a| array, one read)."""
-    return _maxabs_of(*extremes(a)) if hasattr(a, "aminmax") else float(ns(a).max(ns(a).abs(a)))
+    return maxabs_of(*extremes(a)) if hasattr(a, "aminmax") else float(ns(a).max(ns(a).abs(a)))
 
 
-def _maxabs_of(lo: float, hi: float) -> float:
+def maxabs_of(lo: float, hi: float) -> float:
+    """max |.| of an array of extremes (lo, hi), NaN where either is."""
     return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
 
 
@@ -446,15 +449,23 @@ def absmaxes(*arrays: Any) -> list[float]:
     """``absmax`` of each array, read in one read where they are torch arrays."""
     if not all(hasattr(a, "aminmax") and size(a) for a in arrays):
         return [absmax(a) for a in arrays]
-    return [_maxabs_of(lo, hi) for lo, hi in extremes_of(*arrays)]
+    return [maxabs_of(lo, hi) for lo, hi in extremes_of(*arrays)]
 
 
 def extremes_of(*arrays: Any) -> list[tuple[float, float]]:
     """``extremes`` of each non-empty array, read in one read where they are torch arrays."""
+    return extremes_and(arrays, ())[0]
+
+
+def extremes_and(arrays: Sequence[Any], scalars: Sequence[Any]) -> tuple[list[tuple[float, float]], list[float]]:
+    """``extremes`` of each non-empty array and the values of device
+    ``scalars`` (floats or bools, see ``read``), read in one read where the
+    arrays are torch arrays."""
     if not all(hasattr(a, "aminmax") for a in arrays):
-        return [extremes(a) for a in arrays]
-    ends = read(*(e for a in arrays for e in a.aminmax()))
-    return list(zip(ends[::2], ends[1::2]))
+        return [extremes(a) for a in arrays], read(*scalars)
+    got = read(*(e for a in arrays for e in a.aminmax()), *scalars)
+    ends = got[: 2 * len(arrays)]
+    return list(zip(ends[::2], ends[1::2])), got[2 * len(arrays) :]
 
 
 def fmaxes(*arrays: Any) -> list[float]:

@@ -19,6 +19,7 @@ and what each mode returned there.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,16 +42,21 @@ def held_entries(backend: Backend, args: Sequence[Any]) -> tuple[np.ndarray | No
     """Per argument, the mask of its non-finite entries (None: all finite,
     or not a floating array)."""
     masks: list[np.ndarray | None] = [None] * len(args)
-    asked: dict[int, Any] = {}  # (whether each floating argument is all finite, read together)
+    asked: dict[int, Any] = {}  # (the floating arguments, whose finiteness is read together)
     for k, a in enumerate(args):
         if hasattr(a, "dtype") and (backend.is_floating(a) or backend.is_complex(a)):
             v = a.detach() if hasattr(a, "detach") else a
             if backend.read_in_place((a,)):
                 v = np.asarray(v)  # (read where it lies: no program compiled for the test)
             if xp.size(v) != 0:
-                asked[k] = xp.ns(v).all(xp.ns(v).isfinite(v))
-    for k, finite in zip(asked, xp.read(*asked.values())):
-        if not finite:
+                asked[k] = v
+    # (a real torch array's extremes say it: NaN and inf reach them, one pass each)
+    ends = [k for k, v in asked.items() if xp.device_floating(v)]
+    rest = [k for k in asked if k not in ends]
+    finite = dict(zip(ends, (all(map(math.isfinite, e)) for e in xp.extremes_of(*(asked[k] for k in ends)))))
+    finite.update(zip(rest, xp.read(*(xp.ns(asked[k]).all(xp.ns(asked[k]).isfinite(asked[k])) for k in rest))))
+    for k in asked:
+        if not finite[k]:
             bad = ~np.isfinite(backend.to_numpy(args[k]))
             masks[k] = bad if bad.any() else None
     return tuple(masks)
