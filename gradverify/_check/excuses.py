@@ -409,7 +409,7 @@ class WideNoise(Excuse):
                 quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
                 tilt = xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
                 explained = within(tilt, excess, weights, ref.err)
-                if not _xp.any_(explained):
+                if explained is None:
                     return False
                 break
             span = 8 * table.d
@@ -424,14 +424,14 @@ class WideNoise(Excuse):
                 # noise is not worked out: the tilt is never above this bound.
                 top, most = fd.blockwise(_wide_bound, peak, fs, peak, eligible, scalars)
                 tilt = None
-                if _xp.any_(within(most, excess, weights, ref.err)):
+                if within(most, excess, weights, ref.err) is not None:
                     table.measure()
                     _, tilt = fd.blockwise(_wide_tilt, peak, fs, table.sigma, peak, eligible, scalars)
                 peak = top
                 # (the points have served: let them go before the next table's are made)
                 del fs, most
                 table.f.clear()
-            if tilt is not None and _xp.any_(explained := within(tilt, excess, weights, ref.err)):
+            if tilt is not None and (explained := within(tilt, excess, weights, ref.err)) is not None:
                 break
         oracle.refs[b] = ref.gave_up(
             explained,
@@ -484,12 +484,15 @@ def _wide_tilt(fs: tuple[Any, ...], sigma: Any, peak: Any, eligible: Any, scalar
     return xp.maximum(peak, values), tilt
 
 
-def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any:
+def within(tilt: Any, excess: Any, weights: Any, err: Any) -> Any | None:
     """The elements whose disagreement a slope error of ``tilt`` explains:
-    per element, or (``weights``) all that add to one projection's."""
+    per element, or (``weights``) all that add to one projection's, whose
+    excess is positive; None where it explains none (one read either way:
+    a projection's reach is positive only where an element is noisy)."""
     if weights is None:
-        return (excess > 0) & (excess <= tilt)
+        explained = (excess > 0) & (excess <= tilt)
+        return explained if _xp.any_(explained) else None
     xp = _xp.ns(tilt)
     noisy = tilt > err
-    reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0)) if _xp.any_(noisy) else 0.0
-    return noisy if reach >= excess else noisy & False
+    reach = tol.hoeffding(weights, xp.where(noisy, tilt, 0.0))
+    return noisy if reach >= excess and reach > 0 else None
