@@ -267,7 +267,7 @@ def _check_real(
     placed = not small and _placed(backend, args)
     with backend.checking(placed, small, lambda: _own(fn, args)):
         ev = Evaluator(fn, backend, args, (), placed)
-        ev.extremes = validate_arrays(backend, args, ev.values)
+        ev.asked = validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         empty = [i for i in wrt_t if xp.size(ev.values[i]) == 0]  # (nothing to check in them)
         wrt_t = tuple(i for i in wrt_t if i not in empty)

@@ -20,6 +20,7 @@ from . import tolerance as tol, xp as _xp
 from .calls import CallFailed, Unshaped
 from .evaluate import Evaluator
 from .findings import Findings, unravel
+from .validate import finite_arguments
 
 __all__ = ["Precision", "Primal", "choose", "evaluate", "repeat", "resolution", "summary"]
 
@@ -117,13 +118,18 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
             )
         )
     shape = tuple(out1.shape)
-    # (whether fn changed each argument and the output's extremes - NaN and
-    # inf reach them, so they say its finiteness too - come in one read)
+    # (whether fn changed each argument, the output's extremes - NaN and inf
+    # reach them, so they say its finiteness too - and what validation asked
+    # of the arguments come in one read)
     tests = [_xp.changed(before, now) for before, now in zip(ev.values, after)]
     ends = list(out1.aminmax()) if _xp.device_floating(out1) else []
-    got = iter(_xp.read(*(t for t in tests if not isinstance(t, bool)), *ends))
+    asked, ev.asked = ev.asked, {}
+    got = iter(_xp.read(*(t for t in tests if not isinstance(t, bool)), *ends, *(s for a in asked.values() for s in a)))
     tests = [t if isinstance(t, bool) else bool(next(got)) for t in tests]
     known = (next(got), next(got)) if ends else None
+    for i in asked:
+        ev.extremes[i], ev.squares[i] = (next(got), next(got)), next(got)
+    finite_arguments(ev.values, {i: ev.extremes[i] for i in asked})
     for i, (before, now) in enumerate(zip(ev.values, after)):
         if tests[i] and not _xp.equal(before, now):
             same_shape = tuple(before.shape) == tuple(now.shape)

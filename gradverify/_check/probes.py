@@ -163,20 +163,14 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     raw, tops = [], []
     known = [ev.extremes.get(i) for i in ev.wrt]  # (validation's: the same values)
     seg_tops = [_xp.maxabs_of(*k) for k in known] if None not in known else _xp.absmaxes(*segs)
-    # (each segment's rms, and the point's after them where there are several:
-    # every sum of squares in one read)
+    # (each segment's rms, from the sums of squares validation read where it
+    # did; the point's, where there are several, read with the directions' tops)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
-    rs = _rmses(segs, seg_tops) if len(segs) == 1 else _rmses([*segs, x], [*seg_tops, x_top])
-    x_rms = rs[-1]
+    rs = _rmses(segs, seg_tops, [ev.squares.get(i) for i in ev.wrt])
     for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
         raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
     raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
-    # The slope a derivative formula works at: |f| over |x|. A rule that
-    # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
-    # it, not to its small result; the AD bound allows that.
-    f0_scale = precision.f0_scale
-    slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
     n, m = flat.n, _xp.size(precision.f0)
     use_full = full_jacobian(ev, primal, full)
     rng = np.random.default_rng(seed)
@@ -203,9 +197,21 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     if not primal.all_finite:
         # non-finite outputs are not checked: give them no weight
         vs = tuple(xp.where(primal.finite, v, 0.0) for v in vs)
-    # (each direction's and cotangent's largest, and on a device whether an
-    # input lies below every FD step: one read)
-    ends, below = ([], None) if use_full else _tops_and_below(us, vs, x, precision)
+    # (each direction's and cotangent's largest, on a device whether an input
+    # lies below every FD step, and the point's sum of squares: one read)
+    direct = len(segs) > 1 and _xp.device_floating(x) and _summed_as_they_are(x, x_top)
+    ends, below, x_squares = _tops_and_below(
+        () if use_full else (*us, *vs), x, precision, (x.dot(x),) if direct else ()
+    )
+    if len(segs) == 1:
+        x_rms = rs[0]
+    else:
+        x_rms = float(np.sqrt(x_squares[0] / n)) if direct else _rmses([x], [x_top])[0]
+    # The slope a derivative formula works at: |f| over |x|. A rule that
+    # cancels (1 - tanh^2 near saturation, elu's y + alpha) rounds relative to
+    # it, not to its small result; the AD bound allows that.
+    f0_scale = precision.f0_scale
+    slope_scale = f0_scale / x_rms if x_rms > 0 and np.isfinite(f0_scale) else 0.0
     return Probes(
         flat=flat,
         x=x,
@@ -233,15 +239,17 @@ def below_steps(x: Any, precision: Precision) -> Any:
     return (x > 0) & (x < tol.finest_step(precision.u_oracle))
 
 
-def _tops_and_below(us: tuple[Any, ...], vs: tuple[Any, ...], x: Any, precision: Precision) -> tuple[list[float], Any]:
-    """The largest |.| of each direction and cotangent, and on a device
-    ``Probes.below``, read together."""
-    arrays = (*us, *vs)
-    if not all(_xp.device_floating(a) for a in arrays):
-        return _xp.absmaxes(*arrays), None
+def _tops_and_below(
+    arrays: tuple[Any, ...], x: Any, precision: Precision, also: tuple[Any, ...]
+) -> tuple[list[float], Any, list[float]]:
+    """The largest |.| of each of ``arrays`` (the directions and cotangents),
+    on a device ``Probes.below``, and the values of the device scalars
+    ``also``, read together."""
+    if not arrays or not all(_xp.device_floating(a) for a in arrays):
+        return _xp.absmaxes(*arrays), None, _xp.read(*also)
     below = below_steps(x, precision)
-    ends, (some,) = _xp.extremes_and(arrays, (_xp.ns(below).any(below),))
-    return [_xp.maxabs_of(lo, hi) for lo, hi in ends], below if some else False
+    ends, (some, *rest) = _xp.extremes_and(arrays, (_xp.ns(below).any(below), *also))
+    return [_xp.maxabs_of(lo, hi) for lo, hi in ends], below if some else False, rest
 
 
 #: The eight signs (+-1, most significant bit first, as np.unpackbits) of every byte.
@@ -317,11 +325,13 @@ def _rms(a: Any, top: float) -> float:
     return _rmses([a], [top])[0]
 
 
-def _rmses(arrays: list[Any], tops: list[float]) -> list[float]:
+def _rmses(arrays: list[Any], tops: list[float], known: list[float | None] | None = None) -> list[float]:
     """``_rms`` of each array given its max |a|: the device's sums of
-    squares come to the host in one read."""
+    squares (those not ``known`` already) come to the host in one read."""
+    known = known or [None] * len(arrays)
     direct = [k for k, (a, top) in enumerate(zip(arrays, tops)) if _summed_as_they_are(a, top)]
-    squares = dict(zip(direct, _xp.dots([(arrays[k], arrays[k]) for k in direct])))
+    asked = [k for k in direct if known[k] is None]
+    squares = {k: known[k] for k in direct} | dict(zip(asked, _xp.dots([(arrays[k], arrays[k]) for k in asked])))
     out = []
     for k, (a, top) in enumerate(zip(arrays, tops)):
         n = _xp.size(a)

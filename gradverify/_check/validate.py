@@ -16,6 +16,7 @@ from . import xp
 __all__ = [
     "function_name",
     "resolve_wrt",
+    "finite_arguments",
     "validate_arrays",
     "validate_fn",
     "validate_options",
@@ -58,32 +59,45 @@ def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
             raise ArgumentTypeError(explain(f"argument {i}", "a dense array with values", what, fix))
 
 
-def validate_arrays(
-    backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]
-) -> dict[int, tuple[float, float]]:
-    """Finite floating arguments. Returns the extremes of those on a device
-    (argument -> (min, max)), read in one read: their summaries use them."""
-    device = [i for i, (a, v) in enumerate(zip(args, values)) if backend.is_floating(a) and xp.device_floating(v)]
-    known = dict(zip(device, xp.extremes_of(*(values[i] for i in device))))
+def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> dict[int, tuple]:
+    """Finite floating arguments. On the host they are tested now. Of a
+    floating array on a device, its extremes and its sum of squares (in
+    float64, flat) are returned as device scalars (argument -> (min, max,
+    sum of squares)), to be read with fn's first output and tested then
+    (``finite_arguments``): a read of their own would cost a
+    synchronisation, and the view that holds non-finite entries fixed has
+    made them finite already - the test only guards."""
+    asked: dict[int, tuple] = {}
     for i, (a, v) in enumerate(zip(args, values)):
-        if i in known:
-            finite = all(map(math.isfinite, known[i]))
-        else:
-            finite = not (xp.size(v) and backend.is_floating(a)) or xp.all_finite(v)
-        if not finite:
-            bad = ~xp.finite(v)
-            if xp.any_(bad):
-                k = int(xp.nonzero(bad, limit=1)[0])
-                first = tuple(int(j) for j in np.unravel_index(k, tuple(v.shape)))
-                raise ArgumentValueError(
-                    explain(
-                        f"argument {i}",
-                        "finite values (gradients are checked at a finite point)",
-                        f"{xp.count(bad)} non-finite element(s), the first {float(xp.flat(v)[k])} at index {first}",
-                        "replace NaN/inf before checking, e.g. np.nan_to_num, or check another point",
-                    )
-                )
-    return known
+        if not (xp.size(v) and backend.is_floating(a)):
+            continue
+        if xp.device_floating(v):
+            f = xp.flat(xp.as64(v))
+            asked[i] = (*v.aminmax(), f.dot(f))
+        elif not xp.all_finite(v):
+            _refuse(i, v)
+    return asked
+
+
+def finite_arguments(values: Sequence[Any], extremes: dict[int, tuple[float, float]]) -> None:
+    """The arguments whose ``extremes`` were read are finite (NaN and inf reach them)."""
+    for i, (lo, hi) in extremes.items():
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            _refuse(i, values[i])
+
+
+def _refuse(i: int, v: Any) -> None:
+    bad = ~xp.finite(v)
+    k = int(xp.nonzero(bad, limit=1)[0])
+    first = tuple(int(j) for j in np.unravel_index(k, tuple(v.shape)))
+    raise ArgumentValueError(
+        explain(
+            f"argument {i}",
+            "finite values (gradients are checked at a finite point)",
+            f"{xp.count(bad)} non-finite element(s), the first {float(xp.flat(v)[k])} at index {first}",
+            "replace NaN/inf before checking, e.g. np.nan_to_num, or check another point",
+        )
+    )
 
 
 def resolve_wrt(wrt: Any, floating: Sequence[bool], dtypes: Sequence[str]) -> tuple[int, ...]:
