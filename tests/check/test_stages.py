@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gradverify as gv
-from gradverify._check import fd, modes as _modes, primal as _primal, probes as _probes
+from gradverify._check import fd, modes as _modes, primal as _primal, probes as _probes, xp
 from gradverify._check.bounds import Bounds
 from gradverify._check.context import Context, Options
 from gradverify._check.evaluate import Evaluator
@@ -17,7 +17,7 @@ from gradverify._check.findings import Closeness, Findings
 from gradverify._check.locate import bisect
 from gradverify._check.modes import AD
 from gradverify._check.oracle import Oracle
-from gradverify._check.validate import resolve_wrt
+from gradverify._check.validate import finite_arguments, resolve_wrt, validate_arrays
 from gradverify._result import Kind
 from gradverify.backends import backend_of
 
@@ -69,6 +69,25 @@ def test_the_primal_reports_mutation_and_leaves_the_callers_array_alone():
     assert primal is not None and primal.shape == (3,) and primal.all_finite
     assert [f.kind for f in report.items] == [Kind.MUTATION] and report.items[0].input_index == (1,)
     assert x.tolist() == [0.1, 0.2, 0.3]
+
+
+def test_a_non_finite_argument_past_the_views_is_refused_at_its_first_element():
+    """(The view that holds non-finite entries fixed makes every argument
+    finite before validation; validation still guards: on the host at once,
+    on a device from the extremes read with fn's first output.)"""
+    host = np.array([1.0, np.nan, 2.0])
+    with pytest.raises(gv.ArgumentValueError, match=r"1 non-finite element\(s\), the first nan at index \(1,\)"):
+        validate_arrays(backend_of((host,)), [host], [host])
+    finite = torch.tensor([[1.0, -3.0], [2.0, 0.5]], dtype=torch.float64)
+    bad = torch.tensor([[1.0, 2.0], [float("-inf"), 4.0]], dtype=torch.float64)
+    backend = backend_of((finite,))
+    asked = validate_arrays(backend, [finite, bad], [finite, bad])  # (nothing read yet)
+    assert sorted(asked) == [0, 1]
+    lo, hi, squares, *rest = xp.read(*asked[0], *asked[1])
+    assert (lo, hi, squares) == (-3.0, 2.0, 14.25)
+    finite_arguments([finite], {0: (lo, hi)})
+    with pytest.raises(gv.ArgumentValueError, match=r"argument 1: .* the first -inf at index \(1, 0\)"):
+        finite_arguments([finite, bad], {0: (lo, hi), 1: tuple(rest[:2])})
 
 
 def test_the_oracle_runs_in_float64_and_ad_in_both_tiers_for_float32_arguments():
