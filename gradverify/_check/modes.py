@@ -85,15 +85,11 @@ class AD:
         #: outputs (0 x inf inside the rule: never compared, said)
         self.fed: dict[int, Any] = {}
         #: inputs below every FD step, and the slope no step checks there (levels.beneath): holes too
-        below = ctx.probes.below
-        if below is None:
-            below = below_steps(ctx.probes, ctx.precision)
-            below = below if _xp.any_(below) else False
+        if (below := ctx.probes.below) is None:  # (else worked out with the probes: see Probes.below)
+            below = m if _xp.any_(m := below_steps(ctx.probes, ctx.precision)) else False
         self.steep = None if below is False else (below, steep_limit(ctx.probes, ctx.precision))
         self.beyond: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # mode -> probe -> those holes
-        self.seen: dict[tuple[str, int], tuple[Any, list[float]]] = {}  # (see Modes.seen)
-        #: the runs whose finiteness is read later, together (see settle); None: read at once
-        self.pending: list[tuple[str, int, Any, Any, int, list[Any]]] | None = None
+        self.deferred = Deferred(self)
 
     def usable(self, mode: str) -> bool:
         return self.status.get(mode) not in (UNAVAILABLE, FAILED)
@@ -154,12 +150,12 @@ class AD:
         probe ``key`` for FD to decide (see singular). A call outside the
         first-order runs (key None) only gets the zeros: its holes are the
         first-order ones."""
-        if self._all_finite(mode, key, value, native):
+        if self.deferred.finite(mode, key, value, native):
             return value if native is None else (value, native)
         bad = ~_xp.finite(value)
         if native is not None:
             bad = bad | ~_xp.finite(native)
-        steep = self._steep(mode, key, value) if self.steep is not None and key is not None else None
+        steep = _steep(self.steep, self.probes.full, mode, key, value) if self.steep and key is not None else None
         bad = bad if steep is None else bad | steep
         if mode == "JVP" and not self.primal.all_finite:
             bad = bad & self.primal.finite
@@ -174,56 +170,6 @@ class AD:
             self.raw[mode][key] = value if native is None else xp.where(_xp.finite(value), native, value)
         value = xp.where(bad, 0.0, value)
         return value if native is None else (value, xp.where(bad, 0.0, native))
-
-    def _all_finite(self, mode: str, key: int | None, value: Any, native: Any) -> bool:
-        """Whether a torch ``value`` (and ``native``) of a first-order run is
-        finite, where nothing else can make a hole (no input below every
-        step; a VJP, or an output finite everywhere): the extremes of each
-        argument's part (VJP) or of the whole (JVP) say it - NaN and inf
-        reach them - in one read, and give its bound's scale (``seen``).
-        False where that is not so, or the test is not made this way."""
-        if key is None or self.steep is not None or (mode == "JVP" and not self.primal.all_finite):
-            return False
-        parts = self.probes.flat.split(value) if mode == "VJP" else [value]
-        arrays = [*parts, *(() if native is None else (native,))]
-        if not all(_xp.device_floating(a) for a in arrays):
-            return False
-        if self.pending is not None:
-            self.pending.append((mode, key, value, native, len(parts), arrays))
-            return True  # (for now: ``settle`` reads it)
-        return self._finite(mode, key, value, len(parts), _xp.extremes_of(*arrays))
-
-    def _finite(self, mode: str, key: int, value: Any, parts: int, ends: list[tuple[float, float]]) -> bool:
-        if not all(math.isfinite(lo) and math.isfinite(hi) for lo, hi in ends):
-            return False
-        self.seen[mode, key] = (value, [max(-lo, hi) for lo, hi in ends[:parts]])
-        return True
-
-    def settle(self, values: dict[str, list[Any]], low: dict[str, dict[int, Any]]) -> None:
-        """The finiteness of the first-order runs that ``_all_finite`` put
-        off, read in one read for all of them; a run found non-finite is
-        validated in full (``_holed``), its values in ``values`` (mode ->
-        the runs) and ``low`` (mode -> the native runs) replaced."""
-        pending, self.pending = self.pending or [], None
-        ends = iter(_xp.extremes_of(*(a for *_, arrays in pending for a in arrays)))
-        for mode, key, value, native, parts, arrays in pending:
-            if self._finite(mode, key, value, parts, [next(ends) for _ in arrays]) or key >= len(values[mode]):
-                continue
-            out = self._holed(mode, key, value, native)
-            if native is None:
-                values[mode][key] = out
-            else:
-                values[mode][key], low[mode][key] = out
-
-    def _steep(self, mode: str, key: int, value: Any) -> Any:
-        """Where ``value`` is steeper than any step checks at an input below every step (levels.beneath):
-        a column of such an input, a random direction (every input is in it), or the element itself."""
-        below, limit = self.steep
-        with _xp.quiet():
-            steep = _xp.ns(value).abs(value) > limit
-        if mode == "VJP":
-            return steep & below
-        return steep if not self.probes.full or bool(below[key]) else steep & False
 
     def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
         """Every probe's native and float64-tier derivatives of ``mode`` from
@@ -452,14 +398,84 @@ def _invalid(
     return invalid
 
 
-def run(ad: AD, probes: Probes) -> Modes:
-    """J u_b for every direction and J^T v_a for every cotangent."""
+class Deferred:
+    """The first-order runs' finiteness, read together. Where nothing but a
+    NaN or inf can make a hole (no input below every step; a VJP, or an
+    output finite everywhere), a torch run's extremes say it (NaN and inf
+    reach them) - those of each argument's part of a VJP, or of a whole
+    JVP - and they are its bound's scale too (``seen``). While ``pending``
+    is a list, the runs' extremes are asked for and read by ``settle``, all
+    at once; else at once."""
+
+    def __init__(self, ad: AD) -> None:
+        self.ad = ad
+        self.seen: dict[tuple[str, int], tuple[Any, list[float]]] = {}  # (see Modes.seen)
+        self.pending: list[tuple[str, int, Any, Any, int, list[Any]]] | None = None
+
+    def finite(self, mode: str, key: int | None, value: Any, native: Any) -> bool:
+        """Whether a first-order run's ``value`` (and ``native``) is finite,
+        tested this way (for now, where it is pending: ``settle`` reads it);
+        False where it is not, or not tested this way."""
+        ad = self.ad
+        if key is None or ad.steep is not None or (mode == "JVP" and not ad.primal.all_finite):
+            return False
+        parts = ad.probes.flat.split(value) if mode == "VJP" else [value]
+        arrays = [*parts, *(() if native is None else (native,))]
+        if not all(_xp.device_floating(a) for a in arrays):
+            return False
+        if self.pending is not None:
+            self.pending.append((mode, key, value, native, len(parts), arrays))
+            return True
+        return self._seen(mode, key, value, len(parts), _xp.extremes_of(*arrays))
+
+    def _seen(self, mode: str, key: int, value: Any, parts: int, ends: list[tuple[float, float]]) -> bool:
+        if not all(math.isfinite(lo) and math.isfinite(hi) for lo, hi in ends):
+            return False
+        self.seen[mode, key] = (value, [max(-lo, hi) for lo, hi in ends[:parts]])
+        return True
+
+    def settle(self, values: dict[str, list[Any]], low: dict[str, dict[int, Any]], asked: _xp.Asked | None) -> None:
+        """The pending runs' finiteness, in one read (with what another
+        stage ``asked``); a run found non-finite is validated in full
+        (AD._holed), its values in ``values`` (mode -> the runs) and ``low``
+        (mode -> the native runs) replaced."""
+        pending, self.pending = self.pending or [], None
+        ends, also = _xp.extremes_and([a for *_, arrays in pending for a in arrays], asked.scalars if asked else ())
+        if asked is not None:
+            asked.take(also)
+        ends = iter(ends)
+        for mode, key, value, native, parts, arrays in pending:
+            if self._seen(mode, key, value, parts, [next(ends) for _ in arrays]) or key >= len(values[mode]):
+                continue
+            out = self.ad._holed(mode, key, value, native)
+            if native is None:
+                values[mode][key] = out
+            else:
+                values[mode][key], low[mode][key] = out
+
+
+def _steep(steep: tuple[Any, float], full: bool, mode: str, key: int, value: Any) -> Any:
+    """Where ``value`` is steeper than any step checks at an input below every step (levels.beneath):
+    a column of such an input, a random direction (every input is in it), or the element itself."""
+    below, limit = steep
+    with _xp.quiet():
+        steep_ = _xp.ns(value).abs(value) > limit
+    if mode == "VJP":
+        return steep_ & below
+    return steep_ if not full or bool(below[key]) else steep_ & False
+
+
+def run(ad: AD, probes: Probes, meanwhile: Callable[[], _xp.Asked | None] | None = None) -> Modes:
+    """J u_b for every direction and J^T v_a for every cotangent.
+    ``meanwhile``: what another stage does after the AD calls, before their
+    values are read; the device scalars it asks for are read with them."""
     low_jvps: dict[int, np.ndarray] = {}
     low_vjps: dict[int, np.ndarray] = {}
-    ad.pending = []  # (every run's finiteness in one read)
+    ad.deferred.pending = []  # (every run's finiteness in one read)
     jvps = _every(ad, "JVP", ad.jvp, probes.us, low_jvps, probes.full)
     vjps = _every(ad, "VJP", ad.vjp, probes.vs, low_vjps, probes.full)
-    ad.settle({"JVP": jvps, "VJP": vjps}, {"JVP": low_jvps, "VJP": low_vjps})
+    asked = meanwhile() if meanwhile is not None else None
+    ad.deferred.settle({"JVP": jvps, "VJP": vjps}, {"JVP": low_jvps, "VJP": low_vjps}, asked)
     if ad.dropped:
         # some calls ran in float64 before one could not: use the native runs throughout
         jvps = [low_jvps.get(b, j) for b, j in enumerate(jvps)]
@@ -488,7 +504,7 @@ def run(ad: AD, probes: Probes) -> Modes:
         ad64=ad.ad64,
         jmax_jvp=jmax_jvp,
         jmax_vjp=jmax_vjp,
-        seen={} if ad.dropped else dict(ad.seen),
+        seen={} if ad.dropped else dict(ad.deferred.seen),
     )
 
 

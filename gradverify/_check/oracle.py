@@ -18,7 +18,7 @@ from . import fd, tolerance as tol, xp as _xp
 from .calls import CallFailed
 from .context import Context
 
-__all__ = ["FD_DIRECTIONS", "Oracle"]
+__all__ = ["FD_DIRECTIONS", "Oracle", "first_points"]
 
 #: A point of at least this many elements is written into one buffer of the
 #: oracle's, not a fresh array per evaluation of fn (whose memory would be
@@ -49,14 +49,21 @@ class Oracle:
         self.vectorise = ctx.options.vectorise  # fn at many points of a small check in one vectorised call
         self.coarse = ctx.coarse  # (the directions' references from the coarse model)
         self.batched = False  # whether any F value came from such a call
-        # F(0): the finite differences' centre, from the same fn as their
-        # stencil (a compiled fn may round unlike its eager run)
-        self.f0 = precision.f0
-        if ev.rule is None and ev.backend.compiles(ev.fn):
-            self.f0 = ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
         self.refs = References()
         self._buffer: Any = None  # (see REUSED_POINT)
         self.notes: list[str] = []  # (said in the check's notes)
+        #: direction -> F's values at the coarse model's points and its scales (see first_points)
+        self.prepared: dict[int, tuple[dict[int, Any], tuple[float, float]]] = {}
+
+    @functools.cached_property
+    def f0(self) -> Any:
+        """F(0): the finite differences' centre, from the same fn as their
+        stencil (a compiled fn may round unlike its eager run); worked out
+        where first asked for, after the AD runs."""
+        ev, probes, precision = self.ev, self.probes, self.precision
+        if ev.rule is None and ev.backend.compiles(ev.fn):
+            return ev.primal(probes.flat.split(_xp.copy(probes.x)), precision.oracle, flat=True)
+        return precision.f0
 
     @property
     def label(self) -> str:
@@ -175,6 +182,7 @@ class Oracle:
         have: dict[int, np.ndarray] | None = None,
         quick: Any = fd.UNKNOWN,
         coarse: bool = False,
+        scales: tuple[float, float] | None = None,
     ) -> fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -185,7 +193,7 @@ class Oracle:
         estimated (see fd.reference's ``sparse``). ``point``: the magnitude
         at which the point and fn's terms round, in units of c (see
         fd.model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
-        default; along e_j see ``terms``. ``quick``, ``coarse``: see fd.reference."""
+        default; along e_j see ``terms``. ``quick``, ``coarse``, ``scales``: see fd.reference."""
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)
@@ -203,9 +211,16 @@ class Oracle:
             point=point,
         )
         ref = fd.reference(
-            problem, model_first=model_first, ad=ad, sparse=j is not None, have=have, quick=quick, coarse=coarse
+            problem,
+            model_first=model_first,
+            ad=ad,
+            sparse=j is not None,
+            have=have,
+            quick=quick,
+            coarse=coarse,
+            scales=scales,
         )
-        return self._in_units(ref, c)
+        return _in_units(self, ref, c)
 
     def column(self, j: int) -> tuple[Any, Any, bool]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps
@@ -225,26 +240,6 @@ class Oracle:
         moved element's own (x + b rounds at |x| however small b is); along a
         direction at most 1 (|u_j| >= |x_j| / c)."""
         return max(self.probes.inputs_max, tol.TINY_SCALE) / c if column else 1.0
-
-    def _in_units(self, ref: fd.Reference, c: float) -> fd.Reference:
-        if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
-            ref.value /= c
-            ref.err /= c
-            if ref.shift is not None:
-                ref.shift /= c
-        if ref.shift is not None:
-            # (a projection uses its Hoeffding term alone, weighted by its
-            # cotangent: the vector is not kept; a full Jacobian has none)
-            shift, vs = ref.shift, () if self.probes.full else self.probes.vs
-            ref.shift_terms = tuple(tol.hoeffdings([functools.partial(lambda v: (v, shift), v) for v in vs]))
-            ref.shift = None
-        if not self.primal.all_finite:
-            ref.status = _xp.put(ref.status, ~self.primal.finite, fd.UNRELIABLE)
-            ref.all_smooth = False
-        if ref.measure is not None:
-            measure = ref.measure
-            ref.measure = lambda: self._in_units(measure(), c)
-        return ref
 
     def first_order(self, jvps: tuple[np.ndarray, ...], bound: Callable[[int], np.ndarray]) -> None:
         """The references the first-order comparisons judge: every column of a
@@ -279,6 +274,7 @@ class Oracle:
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
             h, floor, raised = self.precision.h, self.precision.floor, None
+            ready, scales = self.prepared.pop(b, (None, None))  # (evaluated at the first step, h)
             for tried in range(FINER_TRIES + 1):
                 try:
                     ref = self.fd(
@@ -288,10 +284,11 @@ class Oracle:
                         model_first=True,
                         ad=jv,
                         point=points[b],
-                        have=have and have[b],
+                        have=(have and have[b]) or (ready if tried == 0 else None),
                         quick=quick[b],
                         coarse=self.coarse,
                         h=h,
+                        scales=scales if tried == 0 else None,
                     )
                     break
                 except CallFailed as e:
@@ -324,12 +321,69 @@ class Oracle:
         for ref in self.refs:
             ref.measure = None
         self._buffer = None
+        self.prepared.clear()
 
     def usable(self, ref: fd.Reference) -> np.ndarray | bool:
         """The elements a comparison may judge: smooth or a kink, finite output."""
         if ref.all_smooth:
             return True
         return (ref.status <= fd.KINK) & self.primal.finite
+
+
+def first_points(oracle: Oracle) -> _xp.Asked | None:
+    """The coarse first tier's points along the oracle's FD direction,
+    evaluated now (after the AD runs, where first_order would) with the
+    rounding model's scales of them asked for as device scalars, read with
+    the AD runs' (modes.run): one read for both. None where there is no such
+    tier, the arrays are not on a torch device, or fn raises there
+    (first_order then evaluates them itself, as it does everywhere else)."""
+    probes = oracle.probes
+    if probes.full or not oracle.coarse or not _xp.device_floating(probes.x):
+        return None
+    h = oracle.precision.h
+    asked: list[Any] = []
+    finishes = []
+    for b in range(min(FD_DIRECTIONS, len(probes.us))):
+        steps = [k * h / 4 for k in fd.COARSE_OFFSETS]
+        try:
+            have = dict(zip(fd.COARSE_OFFSETS, fd.values_at(oracle.F(probes.us[b], probes.cs[b]), steps)))
+        except CallFailed:
+            return None
+        scales = fd.model_scales(have, h)
+        if scales is None:
+            return None
+        asked += scales[0]
+        finishes.append((b, have, len(scales[0]), scales[1]))
+
+    def take(values: list[float]) -> None:
+        at = 0
+        for b, have, k, finish in finishes:
+            oracle.prepared[b] = (have, finish(values[at : at + k]))
+            at += k
+
+    return _xp.Asked(asked, take)
+
+
+def _in_units(oracle: Oracle, ref: fd.Reference, c: float) -> fd.Reference:
+    """``ref`` (along c u) in the units of u, its arrays in place."""
+    if c != 1.0:  # (the reference's own arrays: in place where arrays are mutable)
+        ref.value /= c
+        ref.err /= c
+        if ref.shift is not None:
+            ref.shift /= c
+    if ref.shift is not None:
+        # (a projection uses its Hoeffding term alone, weighted by its
+        # cotangent: the vector is not kept; a full Jacobian has none)
+        shift, vs = ref.shift, () if oracle.probes.full else oracle.probes.vs
+        ref.shift_terms = tuple(tol.hoeffdings([functools.partial(lambda v: (v, shift), v) for v in vs]))
+        ref.shift = None
+    if not oracle.primal.all_finite:
+        ref.status = _xp.put(ref.status, ~oracle.primal.finite, fd.UNRELIABLE)
+        ref.all_smooth = False
+    if ref.measure is not None:
+        measure = ref.measure
+        ref.measure = lambda: _in_units(oracle, measure(), c)
+    return ref
 
 
 class References(list):

@@ -40,7 +40,7 @@ from .keywords import keywords_checked, options_checked
 from .known import said_known
 from .missing import missing_rules as _missing_rules
 from .modes import AD
-from .oracle import Oracle
+from .oracle import Oracle, first_points
 from .primal import Primal, summaries
 from .probes import FULL_MAX_IN, FULL_MAX_OUT, Probes
 from .reproduce import reproducer
@@ -297,9 +297,8 @@ def _check_real(
                     if not (refused and _structure.ENGINE_REFUSAL in f.message) and (f.kind, f.argument) not in said
                 ]
                 outcome.findings[:] = structural + kept
-        inputs = summaries(
-            [(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))], ev.extremes
-        )
+        items = [(f"arg{i}", v, d, i in wrt_t) for i, (v, d) in enumerate(zip(ev.values, ev.dtypes))]
+        inputs = summaries(items, ev.extremes)
     return CheckResult(
         findings=tuple(outcome.findings),
         function=label,
@@ -481,8 +480,8 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
         ad = AD(ctx)
         outcome.modes = ad.status
         try:
-            modes = _modes.run(ad, probes)
             oracle = Oracle(ctx)
+            modes = _modes.run(ad, probes, lambda: first_points(oracle))  # (one read for both)
             bounds = Bounds(oracle, modes, ev.dtypes, options.rtol, options.atol)
             oracle.first_order(modes.jvps, bounds.jvp)
             modes, bounds = resolve_singular(ctx, ad, oracle, modes, bounds)

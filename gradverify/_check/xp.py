@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from array_api_compat import array_namespace
 
 __all__ = [
     "HOST_MAX",
+    "Asked",
     "Scratch",
     "absmax",
     "absmaxes",
@@ -422,6 +424,15 @@ def _stack_exactly(scalars: tuple[Any, ...]) -> bool:
     if all(s.dtype == first for s in scalars):
         return True
     return all(str(s.dtype).removeprefix("torch.") == "bool" or is_floating(s) for s in scalars)
+
+
+@dataclass
+class Asked:
+    """Device scalars one stage asks for, read with another stage's read
+    (one synchronisation for both): ``take`` receives their values."""
+
+    scalars: list[Any]
+    take: Callable[[list[float]], None]
 
 
 def changed(a: Any, b: Any) -> Any:

@@ -19,11 +19,12 @@ from .stencil import (
     kink_test,
     model_noise,
     richardson,
-    scales,
+    scales as block_scales,
+    scales_asked,
     tolerance_parts,
 )
 
-__all__ = ["COARSE_OFFSETS", "KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references"]
+__all__ = ["COARSE_OFFSETS", "KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references", "model_scales"]
 
 
 #: A model reference of at most this many elements keeps its six points for
@@ -42,6 +43,19 @@ MODEL_OFFSETS = (-4, -2, -1, 1, 2, 4)
 COARSE_OFFSETS = (-4, -2, 2, 4)
 
 
+def model_scales(f: dict[int, Array], h: float) -> tuple[list[Any], Any] | None:
+    """The scales model_reference works out from F's values ``f`` (at
+    COARSE_OFFSETS at least), asked for as torch device scalars to be read
+    with another stage's (see stencil.scales_asked): those scalars, and what
+    makes its ``scales`` of their values; None where ``f`` is not on such a
+    device."""
+    F = {k: _xp.flat(f[k]) for k in COARSE_OFFSETS}
+    if not all(_xp.device_floating(a) for a in F.values()):
+        return None
+    with _xp.quiet():
+        return scales_asked(F, block_slices(_xp.size(F[2]), F[2], None), h)
+
+
 def model_reference(
     f: dict[int, Array],
     f0: Array,
@@ -53,6 +67,7 @@ def model_reference(
     chunk: int | None = None,
     point: float = 1.0,
     coarse: bool = False,
+    scales: tuple[float, float] | None = None,
 ) -> tuple[Array, Array, Array | None, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
     points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
@@ -87,10 +102,10 @@ def model_reference(
     xp = _xp.ns(f0f, *F.values())
     tol_array, tol_f = tolerance_parts(ad_tol, shape)
     blocks = block_slices(n, f0f, chunk)
-    slope_scale = stencil_scale = 0.0
+    slope_scale, stencil_scale = scales or (0.0, 0.0)
     with _xp.quiet():
-        for b in blocks:
-            slope, outer, _ = scales(F, b, h)  # (as estimate() computes them, bit for bit)
+        for b in () if scales is not None else blocks:
+            slope, outer, _ = block_scales(F, b, h)  # (as estimate() computes them, bit for bit)
             slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, outer)
         eps_f = model_noise(u_oracle, h, f0_scale, stencil_scale, slope_scale, point)
         typical = max(f0_scale, slope_scale)

@@ -27,6 +27,7 @@ def reference(
     have: dict[int, Array] | None = None,
     quick: Any = UNKNOWN,
     coarse: bool = False,
+    scales: tuple[float, float] | None = None,
 ) -> Reference:
     """FD reference for F'(0) of ``problem``, with kink analysis of flagged
     elements. ``model_first``: try the rounding model first (see
@@ -38,14 +39,17 @@ def reference(
     already (model_first); ``quick``: model_reference()'s result on them (None
     included), where model_references() worked it out already. ``coarse``:
     the model from COARSE_OFFSETS (model_reference's ``coarse``): two
-    evaluations fewer, the rest evaluated only where it is measured."""
+    evaluations fewer, the rest evaluated only where it is measured.
+    ``scales``: the model's scales of ``have``, read already (model_scales)."""
     F, f0, h, u_oracle, ad_tol = problem.F, problem.f0, problem.h, problem.u_oracle, problem.ad_tol
     f0_scale, point = problem.f0_scale, problem.point
     if model_first:
         offsets = COARSE_OFFSETS if coarse else MODEL_OFFSETS
         have = have or dict(zip(offsets, values_at(F, [k * h / 4 for k in offsets])))
         if quick is UNKNOWN:
-            quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, coarse=coarse)
+            quick = model_reference(
+                have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, coarse=coarse, scales=scales
+            )
             if quick is None and coarse:
                 # (the coarse model stepped aside: the six points' model decides, two evaluations more)
                 missing = [k for k in MODEL_OFFSETS if k not in have]

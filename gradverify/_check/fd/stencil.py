@@ -40,6 +40,7 @@ __all__ = [
     "grid",
     "grid_bound",
     "model_noise",
+    "scales_asked",
     "values_at",
     "evaluate_level",
     "tolerance_parts",
@@ -405,6 +406,37 @@ def scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> 
     d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
     slope, below, above, *top = _xp.fmaxes(d2, F[-4][b], F[4][b], *(() if f0 is None else (f0[b],)))
     return slope, max(below, above), top[0] if top else 0.0
+
+
+def scales_asked(F: dict[int, Array], blocks: list[slice], h: float) -> tuple[list[Any], Callable]:
+    """``scales`` of every block of torch arrays, as model_reference takes
+    them - (the largest slope, the largest |F(+-h)|) over the blocks - with
+    their extremes asked for as device scalars: those scalars, and what
+    makes the two scales of their values (bit for bit ``scales``': an
+    array with a non-finite element takes a second pass, as fmax does)."""
+    asked, parts = [], []
+    for b in blocks:
+        if b.stop - b.start == 0 or _xp.size(F[2]) == 0:
+            continue
+        for i in range(3):
+            asked.extend(_scaled(F, b, h, i).aminmax())
+        parts.append(b)
+
+    def finish(values: list[float]) -> tuple[float, float]:
+        slope_scale = stencil_scale = 0.0
+        for k, b in enumerate(parts):
+            tops = [_xp.maxabs_of(*values[6 * k + 2 * i : 6 * k + 2 * i + 2]) for i in range(3)]
+            slope, below, above = (t if math.isfinite(t) else _xp.fmax(_scaled(F, b, h, i)) for i, t in enumerate(tops))
+            slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, max(below, above))
+        return slope_scale, stencil_scale
+
+    return asked, finish
+
+
+def _scaled(F: dict[int, Array], b: slice, h: float, i: int) -> Array:
+    """What ``scales`` takes the largest finite |.| of on block b: D(h/2)
+    (i = 0, as it computes it), F(-h), F(h)."""
+    return (F[2][b] - F[-2][b]) * (1.0 / h) if i == 0 else F[(-4, 4)[i - 1]][b]
 
 
 def _scales_block(parts: tuple[Array, ...], h: float) -> tuple[Array, Array, Array]:
