@@ -44,12 +44,13 @@ class Evaluator(Vectorised):
         self.values = [to(a) for a in args]  # never handed to user code
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
-        #: argument -> (min, max) of its values and the sum of their squares,
+        #: argument -> (min, max) of its values and the sum of their squares
+        #: (with the array summed: a sum depends on where its data lies),
         #: where validation asked for them (device scalars, ``asked``; read
         #: with fn's first output)
         self.asked: dict[int, tuple[Any, ...]] = {}
         self.extremes: dict[int, tuple[float, float]] = {}
-        self.squares: dict[int, float] = {}
+        self.squares: dict[int, tuple[Any, float]] = {}
         self.wrt = tuple(wrt)
         self.vmaps = backend.vectorises(getattr(self.fn, "fn", self.fn) if hasattr(self.fn, "views") else self.fn)
         self.counts: Counter[str] = Counter()

@@ -71,17 +71,18 @@ class Judge:
         smooth FD references and the adjoint identity's, with theirs. A
         comparison never reached costs its dot products, no read; one that
         meets a reference an excuse has changed works its sums out again."""
-        if self.probes.full:
-            return
+        if self.probes.full or not _xp.device_floating(self.probes.us[0]):
+            return  # (on the host there is nothing to save: each comparison works out its own)
         us, vs, jvps, refs = self.probes.us, self.probes.vs, self.modes.jvps, self.oracle.refs
         smooth = {b: r for b, r in enumerate(refs) if r.all_smooth}
-        jvp_bound = functools.cache(self.bounds.jvp)  # (J u_b's bound worked out once here, whatever its size)
+        jvp_bound = functools.lru_cache(maxsize=1)(self.bounds.jvp)  # (one direction's bound alive at a time)
         kinds = {
             "lhs": (self.modes.vjps, dict(enumerate(us)), lambda a, b: (us[b], self.bounds.vjp(a))),
             "fd": (vs, {b: r.value for b, r in smooth.items()}, lambda a, b: (vs[a], refs[b].err)),
             "adjoint": (vs, dict(enumerate(jvps)), lambda a, b: (vs[a], jvp_bound(b))),
         }
-        keys = [(k, a, b) for k, (left, right, _) in kinds.items() for a in range(len(left)) for b in right]
+        # (by direction, then cotangent: each bound worked out once here)
+        keys = [(k, a, b) for k, (left, right, _) in kinds.items() for b in right for a in range(len(left))]
         if not self.modes.vjps:
             keys = []
         # (and the largest ratio of J u_b to its bound from FD, each direction's, on a device)
@@ -117,7 +118,9 @@ class Judge:
         FD ones where the reference is still the one it read them against),
         the rest read now in one read."""
         refs, done = self.oracle.refs, self._gathered.get(kind, {})
-        old = [b for b in right if b in done and (kind != "fd" or done[b] is refs[b])]
+        for b in [b for b in done if kind == "fd" and done[b] is not refs[b]]:
+            del done[b]  # (read against a reference an excuse has replaced: let it go)
+        old = [b for b in right if b in done]
         pairs = [(a, b) for a in range(len(left)) for b in right if b not in old]
         dots, terms, _ = gathered(
             {p: (left[p[0]], right[p[1]]) for p in pairs}, {p: functools.partial(term, *p) for p in pairs}

@@ -445,9 +445,11 @@ class Deferred:
             asked.take(also)
         ends = iter(ends)
         for mode, key, value, native, parts, arrays in pending:
-            if self._seen(mode, key, value, parts, [next(ends) for _ in arrays]) or key >= len(values[mode]):
+            if self._seen(mode, key, value, parts, [next(ends) for _ in arrays]):
                 continue
-            out = self.ad._holed(mode, key, value, native)
+            out = self.ad._holed(mode, key, value, native)  # (its holes kept, whether or not the mode failed later)
+            if key >= len(values[mode]):
+                continue
             if native is None:
                 values[mode][key] = out
             else:
@@ -495,6 +497,7 @@ def run(ad: AD, probes: Probes, meanwhile: Callable[[], _xp.Asked | None] | None
             jmax_jvp = max(jmax_jvp, probes.slope_scale)
         if gs:
             jmax_vjp = max(max(_rows_absmax(gs).tolist()), probes.slope_scale)
+    seen, ad.deferred.seen = ad.deferred.seen, {}  # (the dropped tier's runs not held by the AD)
     return Modes(
         jvps=jv,
         vjps=gs,
@@ -504,7 +507,7 @@ def run(ad: AD, probes: Probes, meanwhile: Callable[[], _xp.Asked | None] | None
         ad64=ad.ad64,
         jmax_jvp=jmax_jvp,
         jmax_vjp=jmax_vjp,
-        seen={} if ad.dropped else dict(ad.deferred.seen),
+        seen={} if ad.dropped else seen,
     )
 
 

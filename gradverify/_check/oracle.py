@@ -52,8 +52,9 @@ class Oracle:
         self.refs = References()
         self._buffer: Any = None  # (see REUSED_POINT)
         self.notes: list[str] = []  # (said in the check's notes)
-        #: direction -> F's values at the coarse model's points and its scales (see first_points)
-        self.prepared: dict[int, tuple[dict[int, Any], tuple[float, float]]] = {}
+        #: direction -> F's values at the coarse model's points (or what fn
+        #: raised there), its scales and the step (see first_points)
+        self.prepared: dict[int, tuple[Any, tuple[float, float] | None, float]] = {}
 
     @functools.cached_property
     def f0(self) -> Any:
@@ -274,9 +275,13 @@ class Oracle:
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
             h, floor, raised = self.precision.h, self.precision.floor, None
-            ready, scales = self.prepared.pop(b, (None, None))  # (evaluated at the first step, h)
+            ready, scales, at = self.prepared.pop(b, (None, None, None))  # (evaluated at step ``at``)
             for tried in range(FINER_TRIES + 1):
+                if at != h:
+                    ready = scales = None
                 try:
+                    if isinstance(ready, CallFailed):
+                        raise ready
                     ref = self.fd(
                         u,
                         tols[b],
@@ -284,11 +289,11 @@ class Oracle:
                         model_first=True,
                         ad=jv,
                         point=points[b],
-                        have=(have and have[b]) or (ready if tried == 0 else None),
+                        have=(have and have[b]) or ready,
                         quick=quick[b],
                         coarse=self.coarse,
                         h=h,
-                        scales=scales if tried == 0 else None,
+                        scales=scales,
                     )
                     break
                 except CallFailed as e:
@@ -337,6 +342,7 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
     the AD runs' (modes.run): one read for both. None where there is no such
     tier, the arrays are not on a torch device, or fn raises there
     (first_order then evaluates them itself, as it does everywhere else)."""
+    oracle.f0  # noqa: B018  (F(0) first, where fn is compiled: evaluated where it always was)
     probes = oracle.probes
     if probes.full or not oracle.coarse or not _xp.device_floating(probes.x):
         return None
@@ -347,18 +353,19 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
         steps = [k * h / 4 for k in fd.COARSE_OFFSETS]
         try:
             have = dict(zip(fd.COARSE_OFFSETS, fd.values_at(oracle.F(probes.us[b], probes.cs[b]), steps)))
-        except CallFailed:
-            return None
+        except CallFailed as e:
+            oracle.prepared[b] = (e, None, h)  # (raised again where first_order evaluates them: its retries)
+            break
         scales = fd.model_scales(have, h)
         if scales is None:
-            return None
+            break
         asked += scales[0]
         finishes.append((b, have, len(scales[0]), scales[1]))
 
     def take(values: list[float]) -> None:
         at = 0
         for b, have, k, finish in finishes:
-            oracle.prepared[b] = (have, finish(values[at : at + k]))
+            oracle.prepared[b] = (have, finish(values[at : at + k]), h)
             at += k
 
     return _xp.Asked(asked, take)

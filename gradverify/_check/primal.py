@@ -128,7 +128,7 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
     tests = [t if isinstance(t, bool) else bool(next(got)) for t in tests]
     known = (next(got), next(got)) if ends else None
     for i in asked:
-        ev.extremes[i], ev.squares[i] = (next(got), next(got)), next(got)
+        ev.extremes[i], ev.squares[i] = (next(got), next(got)), (ev.values[i], next(got))
     finite_arguments(ev.values, {i: ev.extremes[i] for i in asked})
     for i, (before, now) in enumerate(zip(ev.values, after)):
         if tests[i] and not _xp.equal(before, now):

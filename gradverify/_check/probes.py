@@ -166,7 +166,8 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     # (each segment's rms, from the sums of squares validation read where it
     # did; the point's, where there are several, read with the directions' tops)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
-    rs = _rmses(segs, seg_tops, [ev.squares.get(i) for i in ev.wrt])
+    summed = [ev.squares.get(i, (None, None)) for i in ev.wrt]  # (of these very arrays: not after a rerun's views)
+    rs = _rmses(segs, seg_tops, [q if a is ev.values[i] else None for i, (a, q) in zip(ev.wrt, summed)])
     for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
         raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))

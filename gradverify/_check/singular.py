@@ -60,6 +60,7 @@ def resolve(ctx: Context, ad: AD, oracle: Oracle, modes: Modes, bounds: Bounds) 
         vjps=() if "VJP" in failed else modes.vjps,
         low_jvps={} if "JVP" in failed else modes.low_jvps,
         low_vjps={} if "VJP" in failed else modes.low_vjps,
+        seen={k: v for k, v in modes.seen.items() if k[0] not in failed},
     )
     return kept, Bounds(oracle, kept, bounds.dtypes, bounds.rtol, bounds.atol)
 

@@ -61,7 +61,7 @@ def validate_readable(backend: Backend, args: Sequence[Any]) -> None:
 
 def validate_arrays(backend: Backend, args: Sequence[Any], values: Sequence[np.ndarray]) -> dict[int, tuple]:
     """Finite floating arguments. On the host they are tested now. Of a
-    floating array on a device, its extremes and its sum of squares (in
+    floating torch array on a device (xp.device_floating), its extremes and its sum of squares (in
     float64, flat) are returned as device scalars (argument -> (min, max,
     sum of squares)), to be read with fn's first output and tested then
     (``finite_arguments``): a read of their own would cost a

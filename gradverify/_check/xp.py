@@ -267,8 +267,13 @@ def _into(a: Any, b: Any, op: str) -> Any:
 
 
 def device_floating(v: Any) -> bool:
-    """A non-empty floating torch array (whose extremes ``aminmax`` gives in one pass)."""
-    return not on_host(v) and hasattr(v, "aminmax") and bool(size(v)) and is_floating(v)
+    """A non-empty torch array of float16, bfloat16, float32 or float64
+    (whose extremes ``aminmax`` gives in one pass; torch has no aminmax of
+    its float8 types)."""
+    return not on_host(v) and hasattr(v, "aminmax") and bool(size(v)) and str(v.dtype) in _AMINMAX
+
+
+_AMINMAX = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
 
 
 def all_finite(a: Any) -> bool:
@@ -418,8 +423,9 @@ def read(*scalars: Any) -> list[float]:
 
 def _stack_exactly(scalars: tuple[Any, ...]) -> bool:
     """Whether stacking keeps every value: one dtype, or floats and bools
-    (promoted to the widest float, which holds each narrower float and 0/1
-    exactly); never an integer beside a float, which promotion may round."""
+    (promoted to a float that holds each of them and 0/1 exactly: float16
+    and bfloat16 to float32); never an integer beside a float, which
+    promotion may round."""
     first = scalars[0].dtype
     if all(s.dtype == first for s in scalars):
         return True

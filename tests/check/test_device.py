@@ -113,3 +113,66 @@ def test_points_written_into_one_buffer_judge_as_fresh_ones(monkeypatch, host_ma
         reused, fresh = _reports(monkeypatch, fn, *args)
         assert reused == fresh
         assert reused["ok"] == ok, reused
+
+
+def _nan_then_raising_jvp():
+    """sin whose JVP is NaN at output 5 along the first direction and raises
+    along the second."""
+    calls = []
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return torch.sin(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.save_for_forward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * torch.cos(ctx.saved_tensors[0])
+
+        @staticmethod
+        def jvp(ctx, t):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("the second direction's JVP raises")
+            out = t * torch.cos(ctx.saved_tensors[0])
+            out[5] = torch.nan
+            return out
+
+    return Sin.apply
+
+
+@pytest.mark.parametrize("host_max", [xp.HOST_MAX, 0], ids=["host", "device"])
+def test_a_nan_of_a_mode_that_fails_later_is_still_judged(monkeypatch, host_max):
+    """The AD runs' finiteness is read once, after every run: a NaN in the
+    first direction's JVP is judged by FD even where the second direction's
+    raises and the mode fails."""
+    monkeypatch.setattr(xp, "HOST_MAX", host_max)
+    x = torch.linspace(-1.0, 1.0, 3000, dtype=torch.float64)
+    r = gv.check(_nan_then_raising_jvp(), x, directions=2)
+    kinds = {f.kind for f in r.findings}
+    assert gv.Kind.EXCEPTION in kinds and gv.Kind.NONFINITE_GRADIENT in kinds, str(r)
+    assert any(f.output_index == (5,) for f in r.findings if f.kind == gv.Kind.NONFINITE_GRADIENT), str(r)
+
+
+def test_fn_raising_at_the_first_points_is_evaluated_as_often_on_a_device_as_on_the_host(monkeypatch):
+    """The device path evaluates the first tier's FD points before reading
+    the AD runs (one read for both); where fn raises there, first_order
+    takes the exception over, not the points again."""
+
+    def boxed(x):
+        if bool((x.detach() > 1.0).any()):
+            raise ValueError("outside the box")
+        return torch.sin(x)
+
+    x = torch.linspace(0.0, 0.5, 3000, dtype=torch.float64)
+    x[7] = 1.0 - 1e-9
+    host = gv.check(boxed, x, full=False)
+    monkeypatch.setattr(xp, "HOST_MAX", 0)
+    device = gv.check(boxed, x, full=False)
+    assert [f.kind for f in device.findings] == [f.kind for f in host.findings] == [gv.Kind.EXCEPTION]
+    assert device.evaluations == host.evaluations

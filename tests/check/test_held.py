@@ -162,6 +162,14 @@ def test_nan_entries_and_float32():
     assert r32.ok and r32.inputs[0].held == 2, str(r32)
 
 
+def test_float8_entries_are_found_where_torch_has_no_extremes_for_them():
+    """(The entries' test reads float16..float64 arrays' extremes, one pass
+    each; torch has no aminmax of float8: those take isfinite.)"""
+    x = torch.tensor([0.5, INF, -1.0, 0.25]).to(torch.float8_e5m2)
+    r = gv.check(lambda t: (t.float() * 2.0).to(t.dtype), x)
+    assert r.inputs[0].held == 1, str(r)
+
+
 def test_held_entries_at_order_2():
     r = gv.check(lambda t: torch.softmax(t, 0), masked(), order=2)
     assert r.ok, str(r)
