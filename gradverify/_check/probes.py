@@ -149,6 +149,8 @@ def full_jacobian(ev: Evaluator, primal: Primal, full: bool | None) -> bool:
 
 def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
     segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
+    # (the sums of squares validation read, of these very arrays: not of a rerun's views of x)
+    summed = [q if a is ev.values[i] else None for i, (a, q) in ((i, ev.squares.get(i, (None, None))) for i in ev.wrt)]
     sizes = tuple(_xp.size(s) for s in segs)
     offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
     flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
@@ -166,8 +168,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     # (each segment's rms, from the sums of squares validation read where it
     # did; the point's, where there are several, read with the directions' tops)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
-    summed = [ev.squares.get(i, (None, None)) for i in ev.wrt]  # (of these very arrays: not after a rerun's views)
-    rs = _rmses(segs, seg_tops, [q if a is ev.values[i] else None for i, (a, q) in zip(ev.wrt, summed)])
+    rs = _rmses(segs, seg_tops, summed)
     for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
         raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
