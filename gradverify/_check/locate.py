@@ -97,8 +97,12 @@ class Localiser:
         decided every element of the column."""
         value, err, complete = self._column(j)
         v, g = self.probes.vs[a], self.modes.vjps[a]
-        values = {"VJP": float(g[j]), "FD": _xp.dot(v, value)}
-        bound = float(self.vjp_bounds(a)[j]) + tol.hoeffding(v, err)
+        # (the projection, its Hoeffding term and the VJP's element with its bound: one read)
+        (fd_value,), (terms,), (ad, ad_bound) = tol.sums(
+            [(v, value)], [lambda: (v, err)], (g[j], self.vjp_bounds(a)[j])
+        )
+        values = {"VJP": ad, "FD": fd_value}
+        bound = ad_bound + terms
         return values, bound, abs(values["VJP"] - values["FD"]) > bound, complete
 
     def _diagonal_guess(self, a: int, b: int, use_jvp: bool = False) -> int | None:

@@ -108,11 +108,13 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
     typical = max(f0_scale, level0.slope)
     # (an output left out is 0 +- R1's modelled bound: unresolved against the same scales)
     left_out = unmoved and not (tol.NOISE_SAFETY * R1_WEIGHT / h) * level0.eps_f <= 0.5 * typical
-    if left_out or _xp.any_(_unresolved(err, value, status, typical)):
+    marked = left_out or _xp.any_(_unresolved(err, value, status, typical))
+    if marked:
         # only then is the curvature worth its pass over the vector
         typical = max(typical, level0.curvature(status == SMOOTH))
         status = mark_unresolved(value, err, status, typical, reasons)
-    all_smooth = not suspects.size and not _xp.any_(status != SMOOTH)
+    # (without suspects or marks the status is as made, all SMOOTH: nothing to read)
+    all_smooth = not suspects.size and not (marked and _xp.any_(status != SMOOTH))
     flagged = _xp.put(_xp.zeros(_xp.size(value), value, "bool"), suspects, True)
     flagged = _xp.ns(value).reshape(flagged, shape)
     return Reference(value, err, status, all_smooth, noise, reasons, typical, flagged, eps_f=level0.eps_f)
