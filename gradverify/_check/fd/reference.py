@@ -5,6 +5,7 @@ elements no step can resolve marked unreliable."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -78,7 +79,7 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
     if sparse and _xp.size(p.f0) >= STREAM_COLUMN and not _xp.immutable(p.f0):
         # F's values kept where they differ from F(0), not whole (see _Moved)
         f0f = _xp.flat(p.f0)
-        points = [_Moved.of(_xp.flat(have[k] if k in have else p.F(k * h / 4)), f0f) for k in OFFSETS]
+        points = _Moved.each([_point(p, have, k * h / 4, k) for k in OFFSETS], f0f)
         narrowed = _on_support(p, h, points)
         if narrowed is not None:
             return narrowed
@@ -125,11 +126,17 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
 STREAM_COLUMN = KEEP_POINTS
 
 
+def _point(p: Problem, have: dict[int, Array], t: float, k: int) -> Callable[[], Array]:
+    """F(t) flat, from ``have`` where it holds it (under offset k), when called."""
+    return lambda: _xp.flat(have[k] if k in have else p.F(t))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Moved:
-    """F at one point of a column's stencil, held as where it differs from F(0)
-    bit for bit (its value, or the sign of a zero): host indices, and F's
-    values there beside F(0). Elsewhere F is F(0)."""
+    """F at one point of a column's stencil, held at host indices that take
+    in every output where it differs from F(0) bit for bit (its value, or
+    the sign of a zero), with F's values there beside F(0). Elsewhere F is
+    F(0)."""
 
     idx: np.ndarray
     values: Array
@@ -137,16 +144,33 @@ class _Moved:
     @staticmethod
     def of(a: Array, f0f: Array) -> Array | _Moved:
         """``a`` held so, or ``a`` itself where it differs in many places."""
-        xp = _xp.ns(a, f0f)
-        if a.dtype == f0f.dtype == xp.float64:
-            differs = a.view(xp.int64) != f0f.view(xp.int64)  # (one pass)
-        else:
-            with _xp.quiet():
-                differs = (a != f0f) | (xp.signbit(a) != xp.signbit(f0f))
-        idx = _xp.nonzero(differs)
+        idx = _xp.nonzero(_differs(a, f0f))
         if idx.size > _xp.size(a) // 8:
             return a
         return _Moved(idx, a[_xp.index(idx, a)])
+
+    @staticmethod
+    def each(points: list[Callable[[], Array]], f0f: Array) -> list[Array | _Moved]:
+        """``of`` of each point (made one at a time, in order), on a device
+        in two reads, not one a point: the outputs the first point moves
+        (the widest step: a column's other points move those or fewer) are
+        read, every other point's values there are gathered, and whether
+        any moves an output outside them is read once for all. A point that
+        does is made again and held as ``of`` holds it."""
+        first = _Moved.of(points[0](), f0f)
+        if not isinstance(first, _Moved) or not first.idx.size or not _xp.device_floating(f0f):
+            return [first, *(_Moved.of(make(), f0f) for make in points[1:])]
+        xp = _xp.ns(f0f)
+        at = _xp.index(first.idx, f0f)
+        beyond = xp.ones(_xp.size(f0f), dtype=xp.bool, device=f0f.device)
+        beyond[at] = False
+        held, moves = [first], []
+        for make in points[1:]:
+            a = make()
+            moves.append((_differs(a, f0f) & beyond).any())  # (torch: one kernel)
+            held.append(_Moved(first.idx, a[at]))
+        again = _xp.read(*moves)
+        return [held[0], *(_Moved.of(make(), f0f) if o else m for make, m, o in zip(points[1:], held[1:], again))]
 
     @staticmethod
     def whole(a: Array | _Moved, f0f: Array) -> Array:
@@ -167,6 +191,15 @@ class _Moved:
         if hit.any():
             out = _xp.put(out, pos[hit], a.values[_xp.index(np.flatnonzero(hit), f0f)])
         return out
+
+
+def _differs(a: Array, f0f: Array) -> Array:
+    """Where ``a`` differs from F(0) bit for bit (its value, or the sign of a zero)."""
+    xp = _xp.ns(a, f0f)
+    if a.dtype == f0f.dtype == xp.float64:
+        return a.view(xp.int64) != f0f.view(xp.int64)  # (one pass)
+    with _xp.quiet():
+        return (a != f0f) | (xp.signbit(a) != xp.signbit(f0f))
 
 
 def _on_support(p: Problem, h: float, points: list[Array | _Moved]) -> Reference | None:

@@ -324,3 +324,38 @@ def test_the_coarse_model_is_the_same_on_every_backend():
     t = fd.model_reference({k: torch.from_numpy(v) for k, v in have.items()}, torch.from_numpy(f0), *args, coarse=True)
     for i in (0, 1):
         assert np.array_equal(ref[i], np.asarray(j[i])) and np.array_equal(ref[i], t[i].numpy()), i
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["within the first's", "one beyond"])
+def test_a_large_columns_points_are_held_in_two_reads_as_each_alone_would_be(outside):
+    """On a device a column's eight points are held where they move the
+    outputs: the first point's moved outputs read, the others' values
+    gathered there, and whether any moves an output beyond them read once
+    - a point that does is evaluated again and held alone. Each point is
+    held bit for bit as ``of`` holds it."""
+    torch = pytest.importorskip("torch")
+    from gradverify._check.fd.reference import _Moved
+
+    from ..test_tiers import _host_reads
+
+    f0 = torch.linspace(-1.0, 1.0, 5000, dtype=torch.float64)
+    calls = [0, 0, 0]
+
+    def point(k, idx, step):
+        def make():
+            calls[k] += 1
+            a = f0.clone()
+            a[idx] += step
+            return a
+
+        return make
+
+    last = [3, 17, 400, 999] if outside else [17]
+    points = [point(0, [3, 17, 400], 0.5), point(1, [3, 17], -0.25), point(2, last, 2.0**-30)]
+    held = []
+    reads = _host_reads(lambda: held.extend(_Moved.each(points, f0)))
+    assert calls == [1, 1, 2 if outside else 1] and reads == (3 if outside else 2)
+    for make, h in zip(points, held):
+        assert isinstance(h, _Moved)
+        alone = _Moved.whole(_Moved.of(make(), f0), f0)
+        assert torch.equal(_Moved.whole(h, f0).view(torch.int64), alone.view(torch.int64))
