@@ -149,8 +149,9 @@ def full_jacobian(ev: Evaluator, primal: Primal, full: bool | None) -> bool:
 
 def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k: int, full: bool | None) -> Probes:
     segs = [_xp.flat(_xp.as64(ev.values[i])) for i in ev.wrt]
-    # (the sums of squares validation read, of these very arrays: not of a rerun's views of x)
-    summed = [q if a is ev.values[i] else None for i, (a, q) in ((i, ev.squares.get(i, (None, None))) for i in ev.wrt)]
+    # (the sums of squares validation read, of these very arrays - taken, so
+    # that neither they nor a rerun's views of x are held to them)
+    summed = [q if a is ev.values[i] else None for i, (a, q) in ((i, ev.squares.pop(i, (None, None))) for i in ev.wrt)]
     sizes = tuple(_xp.size(s) for s in segs)
     offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
     flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
