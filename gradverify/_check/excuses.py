@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .levels import STAIRS, at_step, below_steps, beneath, finer, grid_at, refined, staircase
+from .levels import STAIRS, at_step, beneath, finer, grid_at, refined, staircase
 from .oracle import Oracle
+from .probes import below_steps
 
 __all__ = [
     "AllUnmeasured",
@@ -206,7 +207,7 @@ class Beneath(OncePerDirection):
         self.slopes = slopes
 
     def __call__(self, oracle: Oracle, case: Disagreement) -> bool:
-        if not oracle.probes.full or not bool(below_steps(oracle.probes, oracle.precision)[case.b]):
+        if not oracle.probes.full or not bool(below_steps(oracle.probes.x, oracle.precision)[case.b]):
             return False
         look = self.first_look(oracle, case)
         if look is None:

@@ -14,12 +14,11 @@ import numpy as np
 from . import fd, tolerance as tol, xp as _xp
 from .oracle import Oracle
 from .primal import Precision
-from .probes import Probes, below_steps as _below_steps
+from .probes import Probes
 
 __all__ = [
     "STAIRS",
     "at_step",
-    "below_steps",
     "beneath",
     "finer",
     "grid_at",
@@ -37,12 +36,6 @@ STAIRS = (
 )
 
 
-def below_steps(probes: Probes, precision: Precision) -> np.ndarray:
-    """The input elements (a mask over the flat inputs, beside them) nearer
-    0 than any step finite differences take (see probes.below_steps)."""
-    return _below_steps(probes.x, precision)
-
-
 def steep_limit(probes: Probes, precision: Precision) -> float:
     """The slope beyond which no finite difference can show a derivative: one
     that would move f over the finest step by more than the larger of 1,
@@ -55,7 +48,7 @@ def steep_limit(probes: Probes, precision: Precision) -> float:
 
 def beneath(oracle: Oracle, j: int, slope: float) -> str | None:
     """Why no finite difference can check AD's ``slope`` with respect to
-    input element j, if none can: x_j lies below every step (below_steps)
+    input element j, if none can: x_j lies below every step (probes.below_steps)
     and the slope is beyond steep_limit (inf always is). fn then changes by
     all that slope gives between the point and 0, at a scale no step
     resolves: lax.rem's d/dy = -trunc(x / y) at the smallest normal y,

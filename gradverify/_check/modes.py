@@ -21,8 +21,8 @@ from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol, xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
 from .context import Context
-from .levels import below_steps, steep_limit
-from .probes import Probes
+from .levels import steep_limit
+from .probes import Probes, below_steps
 
 __all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
 
@@ -86,7 +86,7 @@ class AD:
         self.fed: dict[int, Any] = {}
         #: inputs below every FD step, and the slope no step checks there (levels.beneath): holes too
         if (below := ctx.probes.below) is None:  # (else worked out with the probes: see Probes.below)
-            below = m if _xp.any_(m := below_steps(ctx.probes, ctx.precision)) else False
+            below = m if _xp.any_(m := below_steps(ctx.probes.x, ctx.precision)) else False
         self.steep = None if below is False else (below, steep_limit(ctx.probes, ctx.precision))
         self.beyond: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # mode -> probe -> those holes
         self.deferred = Deferred(self)

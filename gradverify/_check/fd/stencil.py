@@ -403,8 +403,7 @@ def scales(F: dict[int, Array], b: slice, h: float, f0: Array | None = None) -> 
     if _xp.immutable(F[2]):
         parts = tuple(a[b] for a in (F[2], F[-2], F[-4], F[4], F[2] if f0 is None else f0))
         return tuple(float(v) for v in compiled(_scales_block, F[2])(parts, h))
-    d2 = (F[2][b] - F[-2][b]) * (1.0 / h)  # D(h/2)
-    slope, below, above, *top = _xp.fmaxes(d2, F[-4][b], F[4][b], *(() if f0 is None else (f0[b],)))
+    slope, below, above, *top = _xp.fmaxes(*(_scaled(F, b, h, i) for i in range(3)), *(() if f0 is None else (f0[b],)))
     return slope, max(below, above), top[0] if top else 0.0
 
 
@@ -435,7 +434,7 @@ def scales_asked(F: dict[int, Array], blocks: list[slice], h: float) -> tuple[li
 
 def _scaled(F: dict[int, Array], b: slice, h: float, i: int) -> Array:
     """What ``scales`` takes the largest finite |.| of on block b: D(h/2)
-    (i = 0, as it computes it), F(-h), F(h)."""
+    (i = 0), F(-h), F(h)."""
     return (F[2][b] - F[-2][b]) * (1.0 / h) if i == 0 else F[(-4, 4)[i - 1]][b]
 
 
