@@ -381,7 +381,8 @@ class WideNoise(Excuse):
         eligible = ref.status == fd.SMOOTH
         if ref.flagged is not None:
             eligible = eligible & ~ref.flagged
-        if not _xp.any_(eligible):
+        # (every element is, where no element was flagged: known without a read)
+        if not (ref.all_smooth and _xp.size(eligible)) and not _xp.any_(eligible):
             return False
         p = oracle.precision
         c = oracle.probes.cs[b]
@@ -394,6 +395,11 @@ class WideNoise(Excuse):
         # (an earlier call may have measured every table already: the quantum
         # is then judged over the span they reached)
         span = self.spans.get(b, 0.0)
+        if not _xp.on_host(peak) and fd.wide_table_fits(p.h, level):
+            ruled_out = self._none_could(oracle, case, F, eligible, level)
+            if ruled_out is not None:
+                self.levels[b], self.spans[b] = ruled_out
+                return False
         while True:
             table = fd.wide_table(F, oracle.f0, p.h, level)
             if table is None:
@@ -447,6 +453,39 @@ class WideNoise(Excuse):
             ),
         )
         return True
+
+    @staticmethod
+    def _none_could(oracle: Oracle, case: Disagreement, F: Callable, eligible: Any, level: int) -> tuple | None:
+        """Where fn's values are not on the host (each read a synchronisation):
+        whether no table from ``level`` on, nor the quantum beyond the widest,
+        could explain the disagreement, in one read. Every table's points are
+        made one table at a time and let go, as in the loop, but only the most
+        any of them could tilt (``_wide_bound``, never below a table's tilt)
+        is kept, with the quantum's tilt over the span they reach: ``within``
+        explains more the larger its tilt (per element, and a projection's
+        reach grows with each term), so where this bound explains nothing, no
+        level does. Returns the levels and span a full loop would
+        have left (nothing could), or None (some level might: the loop decides)."""
+        p, probes = oracle.precision, oracle.probes
+        c = probes.cs[case.b]
+        xp = _xp.ns(oracle.f0)
+        peak = xp.abs(oracle.f0)
+        scalars = (probes.inputs_max, p.u_oracle, p.h * c)
+        bound, span = None, 0.0
+        with _xp.quiet():
+            while (table := fd.wide_table(F, oracle.f0, p.h, level)) is not None:
+                span, level = 8 * table.d, level + 1
+                fs = tuple(table.f[k] for k in sorted(table.f))
+                peak, most = fd.blockwise(_wide_bound, peak, fs, peak, eligible, scalars)
+                bound = most if bound is None else _xp.imaximum(bound, most)
+                del fs, most
+                table.f.clear()
+            quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, probes.inputs_max)
+            quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
+            bound = _xp.imaximum(bound, xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0))
+            if within(bound, case.excess, case.weights, oracle.refs[case.b].err) is not None:
+                return None
+        return level, span
 
 
 def _wide_bound(fs: tuple[Any, ...], peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:

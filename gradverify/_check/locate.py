@@ -97,13 +97,15 @@ class Localiser:
         decided every element of the column."""
         value, err, complete = self._column(j)
         v, g = self.probes.vs[a], self.modes.vjps[a]
-        # (the projection, its Hoeffding term and the VJP's element with its bound: one read)
-        (fd_value,), (terms,), (ad, ad_bound) = tol.sums(
-            [(v, value)], [lambda: (v, err)], (g[j], self.vjp_bounds(a)[j])
+        # (the projection, its Hoeffding term, the VJP's element with its bound and
+        # whether FD decided the column: one read)
+        unread = (complete,) if _xp.is_array(complete) else ()
+        (fd_value,), (terms,), (ad, ad_bound, *decided) = tol.sums(
+            [(v, value)], [lambda: (v, err)], (g[j], self.vjp_bounds(a)[j], *unread)
         )
         values = {"VJP": ad, "FD": fd_value}
         bound = ad_bound + terms
-        return values, bound, abs(values["VJP"] - values["FD"]) > bound, complete
+        return values, bound, abs(values["VJP"] - values["FD"]) > bound, bool(decided[0]) if decided else complete
 
     def _diagonal_guess(self, a: int, b: int, use_jvp: bool = False) -> int | None:
         """If fn were elementwise in an input shaped like the output, its element
@@ -112,17 +114,19 @@ class Localiser:
         violation is the candidate."""
         probes = self.probes
         v, g, u = probes.vs[a], self.modes.vjps[a], probes.us[b]
-        best: tuple[float, int] | None = None
+        offsets, violations = [], []
         for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
             if tuple(shape) != self.primal.shape:
                 continue
             uk = _xp.window(u, off, off + size)
             # ranking needs no precision: one JVP, or a central difference (2 evaluations)
             w = self.projection_oracle(uk, use_jvp=use_jvp)
-            r = _xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w))
-            k = _xp.argmax(r)
-            if best is None or float(r[k]) > best[0]:
-                best = (float(r[k]), off + k)
+            offsets.append(off)
+            violations.append(_xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w)))
+        best: tuple[float, int] | None = None
+        for off, (k, top) in zip(offsets, _xp.argmaxes(*violations)):
+            if best is None or top > best[0]:
+                best = (top, off + k)
         return None if best is None else best[1]
 
     def projection_oracle(self, u: np.ndarray, use_jvp: bool) -> np.ndarray:
@@ -138,9 +142,11 @@ class Localiser:
             d = F(h) - F(-h)  # (fn's outputs are not ours to write: a new array, then in place)
             d /= 2 * h * c
         xp = _xp.ns(d)
-        if self.primal.all_finite and _xp.all_finite(d):
-            return d
-        return xp.where(_xp.finite(d) & self.primal.finite, d, 0.0)
+        if not self.primal.all_finite:
+            return xp.where(_xp.finite(d) & self.primal.finite, d, 0.0)
+        if not _xp.on_host(d):  # (no read: the same values where every element is finite)
+            return xp.where(_xp.finite(d), d, 0.0)
+        return d if _xp.all_finite(d) else xp.where(_xp.finite(d), d, 0.0)
 
     def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
         """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:

@@ -226,13 +226,19 @@ class Oracle:
     def column(self, j: int) -> tuple[Any, Any, bool]:
         """Column j of the Jacobian (J e_j, real units) by FD with steps
         relative to that element's scale, with its error; 0 where FD cannot
-        decide. Also whether FD decided every element of a finite output."""
+        decide. Also whether FD decided every element of a finite output
+        (unread where the column is on a device: a 0-d array to read with
+        the next read, or ``bool``)."""
         ref = self.fd(None, 0.0, float(self.probes.raw_scale[j]), j=j)
         if ref.all_smooth:
             return ref.value, ref.err, True
         usable = self.usable(ref)
         xp = _xp.ns(ref.value)
-        complete = _xp.all_(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+        if not _xp.is_array(usable):
+            complete: Any = bool(usable)
+        else:
+            complete = xp.all(usable | ~self.primal.finite)
+            complete = bool(complete) if _xp.on_host(complete) else complete
         return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
 
     def terms(self, c: float, column: bool) -> float:

@@ -27,7 +27,6 @@ from array_api_compat import array_namespace
 __all__ = [
     "HOST_MAX",
     "Asked",
-    "Scratch",
     "absmax",
     "absmaxes",
     "absolute",
@@ -36,6 +35,7 @@ __all__ = [
     "all_finite",
     "any_",
     "argmax",
+    "argmaxes",
     "as64",
     "changed",
     "axpy",
@@ -285,27 +285,6 @@ def all_finite(a: Any) -> bool:
     return math.isfinite(_maxabs(a))
 
 
-class Scratch:
-    """Reusable temporaries of a block loop (numpy and torch): each name gets one
-    buffer of the largest block's length, reused by every block - a fresh
-    array per operation costs more in page faults than its arithmetic. None
-    for jax (compiled kernels need none)."""
-
-    def __init__(self, like: Any, length: int) -> None:
-        self.like, self.length = like, length
-        self.buffers: dict[str, Any] = {}
-
-    @classmethod
-    def beside(cls, like: Any, length: int) -> Scratch | None:
-        return None if immutable(like) else cls(like, length)
-
-    def __call__(self, name: str, m: int, dtype: str = "float64") -> Any:
-        buf = self.buffers.get(name)
-        if buf is None:
-            buf = self.buffers[name] = empty(self.length, self.like, dtype)
-        return buf[:m]
-
-
 def sub(a: Any, b: Any, out: Any = None) -> Any:
     """a - b, into ``out`` when given (numpy and torch)."""
     if out is None:
@@ -526,6 +505,16 @@ def nonzero(mask: Any, limit: int | None = None) -> np.ndarray:
 def argmax(a: Any) -> int:
     xp = ns(a)
     return int(np.argmax(a)) if xp is np else int(xp.argmax(xp.reshape(a, (-1,))))
+
+
+def argmaxes(*arrays: Any) -> list[tuple[int, float]]:
+    """Each array's ``argmax`` and its element there, read in one read where they are torch arrays."""
+    if not all(hasattr(a, "detach") for a in arrays):
+        return [(k := argmax(a), float(ns(a).reshape(a, (-1,))[k])) for a in arrays]
+    ks = [_torch().argmax(a.reshape(-1)) for a in arrays]
+    # (an index below 2^53 is exact as a float64: read beside the values)
+    got = read(*(v for a, k in zip(arrays, ks) for v in (a.reshape(-1).take(k), k.double())))
+    return [(int(k), top) for top, k in zip(got[::2], got[1::2])]
 
 
 def dot(a: Any, b: Any) -> float:

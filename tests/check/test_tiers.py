@@ -158,6 +158,23 @@ def test_a_passing_large_check_reads_its_scalars_together():
     assert reads <= 8, reads
 
 
+@pytest.mark.parametrize(("forward_rule", "most"), [(True, 20), (False, 24)])
+def test_a_failing_large_check_reads_its_scalars_together(forward_rule, most):
+    """A flipped element of the VJP, named, in few reads (22 and 33 when the
+    excuses and the localiser read each scalar alone): the wide-noise excuse
+    bounds what every wider table could explain in one read (and knows
+    without one that every element is eligible where none was flagged), a
+    measured reference reads its flags with whether any element is
+    unresolved, and the localiser reads its guess, and whether FD decided
+    the column, with the sums they serve."""
+    x, b = _point(7000)
+    rule = tanh_bias_flipped("torch", 12345, forward_rule=forward_rule)
+    found = []
+    reads = _host_reads(lambda: found.append(gv.check(rule, x, b)))
+    assert [f.input_index for f in found[0].findings if f.kind == gv.Kind.MISMATCH] == [(1234, 5)], str(found[0])
+    assert reads <= most, reads
+
+
 @pytest.mark.parametrize(("forward_rule", "most"), [(True, 17), (False, 13)])
 def test_a_passing_large_check_holds_its_arrays_no_longer_than_it_needs_them(forward_rule, most, monkeypatch):
     """The full-size arrays a passing check holds at once at 70,000 elements

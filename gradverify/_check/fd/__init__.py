@@ -32,7 +32,7 @@ large as the derivatives themselves.
 
 from .blocks import CHUNK, DEVICE_CHUNK, blockwise, compiled
 from .model import COARSE_OFFSETS, KEEP_POINTS, MODEL_OFFSETS, model_reference, model_references, model_scales
-from .noise import WIDE_SPACINGS, WIDE_SPAN, WideTable, wide_table
+from .noise import WIDE_SPACINGS, WIDE_SPAN, WideTable, wide_table, wide_table_fits
 from .records import ASIDE, JUMP, KINK, SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .reference import mark_unresolved, reference
 from .stencil import (
@@ -87,4 +87,5 @@ __all__ = [
     "reference",
     "values_at",
     "wide_table",
+    "wide_table_fits",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from .. import xp as _xp
 from .records import Array
 
-__all__ = ["CHUNK", "DEVICE_CHUNK", "block_slices", "blockwise", "compiled"]
+__all__ = ["CHUNK", "DEVICE_CHUNK", "Scratch", "block_slices", "blockwise", "compiled"]
 
 
 #: Elements per block of estimate() and model_reference() on the CPU: their
@@ -80,3 +80,24 @@ def compiled(fn: Callable, like: Array, static: tuple[int, ...] = ()) -> Callabl
 
         _KERNELS[fn] = jax.jit(fn, static_argnums=static)
     return _KERNELS[fn]
+
+
+class Scratch:
+    """Reusable temporaries of a block loop (numpy and torch): each name gets one
+    buffer of the largest block's length, reused by every block - a fresh
+    array per operation costs more in page faults than its arithmetic. None
+    for jax (compiled kernels need none)."""
+
+    def __init__(self, like: Any, length: int) -> None:
+        self.like, self.length = like, length
+        self.buffers: dict[str, Any] = {}
+
+    @classmethod
+    def beside(cls, like: Any, length: int) -> Scratch | None:
+        return None if _xp.immutable(like) else cls(like, length)
+
+    def __call__(self, name: str, m: int, dtype: str = "float64") -> Any:
+        buf = self.buffers.get(name)
+        if buf is None:
+            buf = self.buffers[name] = _xp.empty(self.length, self.like, dtype)
+        return buf[:m]

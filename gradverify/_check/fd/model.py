@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import tolerance as tol, xp as _xp
-from .blocks import block_slices, compiled
+from .blocks import Scratch, block_slices, compiled
 from .records import Array
 from .stencil import (
     DIFF_WEIGHT,
@@ -114,7 +114,7 @@ def model_reference(
         drift_max = (tol.NOISE_SAFETY * DIFF_WEIGHT / h) * eps_f
         limits = (noise1, noise2, typical, kappa_max, drift_max)
         kernel = compiled(_coarse_block if coarse else _model_block, f0f)
-        scratch = _xp.Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
+        scratch = Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
         if scratch is None:  # (jax: one compiled block)
             b = blocks[0]
             t = tol_f[b] if tol_array else tol_f
@@ -196,7 +196,7 @@ def _model_block(
     h: float,
     limits: tuple[float, ...],
     outs: tuple[Array, Array, Array] | None = None,
-    scratch: _xp.Scratch | None = None,
+    scratch: Scratch | None = None,
 ) -> tuple:
     """model_reference() on one block: (every element passes, value, err,
     shift) from the points ``fs`` (in the order of MODEL_OFFSETS). Pure array
@@ -258,7 +258,7 @@ def _coarse_block(
     h: float,
     limits: tuple[float, ...],
     outs: tuple[Array, Array, None] | None = None,
-    scratch: _xp.Scratch | None = None,
+    scratch: Scratch | None = None,
 ) -> tuple:
     """The coarse model on one block, from the points ``fs`` (in the order of
     COARSE_OFFSETS): (every element passes, value, err, None). R1 and the

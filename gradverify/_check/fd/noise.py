@@ -11,7 +11,7 @@ from .blocks import blockwise
 from .records import Array
 from .stencil import D4_NOISE, OFFSETS, difference, difference_noise, values_at
 
-__all__ = ["WIDE_SPACINGS", "WIDE_SPAN", "WideTable", "wide_table", "combination"]
+__all__ = ["WIDE_SPACINGS", "WIDE_SPAN", "WideTable", "wide_table", "wide_table_fits", "combination"]
 
 
 #: Spacings of the wider noise tables, in units of the step h, tried one
@@ -58,10 +58,15 @@ class WideTable:
             )
 
 
+def wide_table_fits(h: float, level: int) -> bool:
+    """Whether the ``level``-th wider table fits within WIDE_SPAN at step h."""
+    return level < len(WIDE_SPACINGS) and 8 * WIDE_SPACINGS[level] * h <= WIDE_SPAN
+
+
 def wide_table(F: Callable[[float], Array], f0: Array, h: float, level: int) -> WideTable | None:
     """The ``level``-th wider table's points (None when it does not fit); its
     noise is measured by ``WideTable.measure``."""
-    if level >= len(WIDE_SPACINGS) or 8 * WIDE_SPACINGS[level] * h > WIDE_SPAN:
+    if not wide_table_fits(h, level):
         return None
     d = WIDE_SPACINGS[level] * h
     f = dict(zip(OFFSETS, values_at(F, [k * d for k in OFFSETS])))

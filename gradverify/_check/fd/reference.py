@@ -95,21 +95,25 @@ def _measured(p: Problem, have: dict[int, Array], sparse: bool = False, unmoved:
     value, err, noise = level0.value, level0.err, level0.noise
     shape = tuple(value.shape)
     status = _xp.zeros(shape, value, "int8")  # SMOOTH
-    suspects = _xp.nonzero(level0.kink)
+    typical = max(f0_scale, level0.slope)
+    # whether any element is flagged, and any unresolved as the status was made (all
+    # SMOOTH): one read; the second serves where no suspect changes the status
+    xp = _xp.ns(value)
+    flagged, unresolved = _xp.read(xp.any(level0.kink), xp.any(_unresolved(err, value, status, typical)))
+    suspects = _xp.nonzero(level0.kink) if flagged else np.zeros(0, np.int64)
     if suspects.size:
         suspects = suspects[~noise_explains(level0, suspects, ad_tol)]
     reasons: dict[int, str] = {}
     if suspects.size:
         with _xp.quiet():  # (a level's sides may be inf - inf: unsettled, not a warning)
             v_s, e_s, s_s = descend(p, level0, suspects)
-        xp = _xp.ns(value)
         value = xp.reshape(_xp.put(_xp.copy(_xp.flat(value)), suspects, v_s), shape)
         err = xp.reshape(_xp.put(_xp.copy(_xp.flat(err)), suspects, e_s), shape)
         status = xp.reshape(_xp.put(_xp.flat(status), suspects, s_s), shape)
-    typical = max(f0_scale, level0.slope)
+        unresolved = _xp.any_(_unresolved(err, value, status, typical))
     # (an output left out is 0 +- R1's modelled bound: unresolved against the same scales)
     left_out = unmoved and not (tol.NOISE_SAFETY * R1_WEIGHT / h) * level0.eps_f <= 0.5 * typical
-    marked = left_out or _xp.any_(_unresolved(err, value, status, typical))
+    marked = left_out or bool(unresolved)
     if marked:
         # only then is the curvature worth its pass over the vector
         typical = max(typical, level0.curvature(status == SMOOTH))
