@@ -178,7 +178,7 @@ class Localiser:
         def element(j: int) -> tuple[dict[str, float], float, str | None]:
             e_j = basis(j, probes.flat.n, probes.x)
             w = self.ad.jvp_value(e_j)
-            c = float(probes.raw_scale[j])
+            c = probes.raw_at(j)
             ref = self.oracle.fd(None, 0.0, c, j=j)
             ad = float(w[i]) if w is not None else np.nan
             values = {"JVP": ad, "FD": float(ref.value[i])}

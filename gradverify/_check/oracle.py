@@ -229,7 +229,7 @@ class Oracle:
         decide. Also whether FD decided every element of a finite output
         (unread where the column is on a device: a 0-d array to read with
         the next read, or ``bool``)."""
-        ref = self.fd(None, 0.0, float(self.probes.raw_scale[j]), j=j)
+        ref = self.fd(None, 0.0, self.probes.raw_at(j), j=j)
         if ref.all_smooth:
             return ref.value, ref.err, True
         usable = self.usable(ref)

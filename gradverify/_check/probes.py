@@ -77,7 +77,8 @@ class Flat:
 class Probes:
     flat: Flat
     x: Any  # the point, flat float64 (working arrays, see xp)
-    raw_scale: Any  # each element's step scale
+    #: each argument's floor under its elements' step scales (see raw_scale)
+    raw_floors: tuple[float, ...]
     #: each element's scale in u, |u_b| / scale in (1, 2): the full Jacobian's
     #: ones; None along random directions, where it is raw_scale / c
     #: (``element_scale``), kept by no array of its own
@@ -95,6 +96,20 @@ class Probes:
     #: the inputs below every FD step (below_steps) where there are any,
     #: False where there are none, None where not worked out with the probes
     below: Any = None
+
+    @property
+    def raw_scale(self) -> Any:
+        """Each element's step scale, max(|x_j|, its argument's floor): made
+        when asked for (rarely: a low-precision kink's sides), not held."""
+        xp = _xp.ns(self.x)
+        raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(self.flat.split(self.x), self.raw_floors)]
+        raw = [xp.reshape(r, (-1,)) for r in raw]
+        return _xp.concat(raw) if len(raw) > 1 else raw[0]
+
+    def raw_at(self, j: int) -> float:
+        """Element j's step scale (``raw_scale[j]``, one element read)."""
+        seg = int(np.searchsorted(self.flat.offsets, j, side="right") - 1)
+        return max(abs(float(self.x[j])), self.raw_floors[seg])
 
     def v_top(self, a: int | None) -> float:
         """The largest |v_a| (1 for a full Jacobian's e_i; None: of any cotangent)."""
@@ -118,7 +133,7 @@ class Probes:
 
     def element_scale(self, j: int) -> float:
         """Element j's scale in u (see ``scale``)."""
-        return float(self.scale[j]) if self.scale is not None else float(self.raw_scale[j]) / self.cs[0]
+        return float(self.scale[j]) if self.scale is not None else self.raw_at(j) / self.cs[0]
 
     def unscale(self, b: int, value: float) -> float:
         """A value along direction b in real units (per unit of the input)."""
@@ -163,7 +178,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         for i, o, size, shape in zip(flat.args, offsets, sizes, flat.shapes):
             if ev.values[i].dtype == x.dtype:
                 ev.values[i] = xp.reshape(x[o : o + size], shape)
-    raw, tops = [], []
+    raw, floors, tops = [], [], []
     known = [ev.extremes.get(i) for i in ev.wrt]  # (validation's: the same values)
     seg_tops = [_xp.maxabs_of(*k) for k in known] if None not in known else _xp.absmaxes(*segs)
     # (each segment's rms, from the sums of squares validation read where it
@@ -172,7 +187,8 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     rs = _rmses(segs, seg_tops, summed)
     for s, r, top in zip(segs, rs, seg_tops):
         tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
-        raw.append(_xp.imaximum(xp.abs(s), max(r if r > 0 else 1.0, tol.TINY_SCALE)))
+        floors.append(max(r if r > 0 else 1.0, tol.TINY_SCALE))
+        raw.append(_xp.imaximum(xp.abs(s), floors[-1]))
     raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
     n, m = flat.n, _xp.size(precision.f0)
     use_full = full_jacobian(ev, primal, full)
@@ -218,7 +234,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     return Probes(
         flat=flat,
         x=x,
-        raw_scale=raw_scale,
+        raw_floors=tuple(floors),
         scale=scale,
         u_tops=tuple(ends[: len(us)]),
         v_tops=tuple(ends[len(us) :]),
