@@ -184,6 +184,7 @@ class Oracle:
         quick: Any = fd.UNKNOWN,
         coarse: bool = False,
         scales: tuple[float, float] | None = None,
+        along: bool = False,
     ) -> fd.Reference:
         """FD reference for J u, run along c u (steps relative to the input's own
         scale; base step ``h``, default the oracle's) and returned in the units of u.
@@ -194,11 +195,13 @@ class Oracle:
         estimated (see fd.reference's ``sparse``). ``point``: the magnitude
         at which the point and fn's terms round, in units of c (see
         fd.model_noise): at most 1 along a direction (|u_j| >= |x_j| / c), the
-        default; along e_j see ``terms``. ``quick``, ``coarse``, ``scales``: see fd.reference."""
+        default; along e_j see ``terms``. ``quick``, ``coarse``, ``scales``: see
+        fd.reference. ``along``: ``ad_tol`` is along c u already (first_order's:
+        the bounds are not held in u's units beside)."""
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)
-        ad_tol, ad = _along_c(ad_tol, ad, c)
+        ad_tol, ad = ad_tol if along else _along_c(ad_tol, c), _along_c(ad, c)
         problem = fd.Problem.of(
             self.F(u, c, j=j),
             self.f0,
@@ -232,13 +235,9 @@ class Oracle:
         ref = self.fd(None, 0.0, self.probes.raw_at(j), j=j)
         if ref.all_smooth:
             return ref.value, ref.err, True
-        usable = self.usable(ref)
-        xp = _xp.ns(ref.value)
-        if not _xp.is_array(usable):
-            complete: Any = bool(usable)
-        else:
-            complete = xp.all(usable | ~self.primal.finite)
-            complete = bool(complete) if _xp.on_host(complete) else complete
+        usable, xp = self.usable(ref), _xp.ns(ref.value)
+        complete: Any = xp.all(usable | ~self.primal.finite) if _xp.is_array(usable) else bool(usable)
+        complete = bool(complete) if _xp.on_host(complete) else complete
         return xp.where(usable, ref.value, 0.0), xp.where(usable, ref.err, 0.0), complete
 
     def terms(self, c: float, column: bool) -> float:
@@ -263,19 +262,18 @@ class Oracle:
             have = [dict(zip(fd.MODEL_OFFSETS, [F(t) for t in offsets])) for F in map(self.F, us, probes.cs)]
         cs = probes.cs[: len(us)]
         points = [self.terms(c, column=probes.full) for c in cs]
-        tols = [bound(b) if jvps else 0.0 for b in range(len(us))]
+        tols = [_along_c(bound(b), c) if jvps else 0.0 for b, c in enumerate(cs)]  # (along c u)
         quick = [fd.UNKNOWN] * len(us)
         if have and _xp.size(self.f0) and _xp.size(self.f0) <= fd.CHUNK:
-            scaled = [_along_c(t, jvps[b] if jvps else None, c) for b, (t, c) in enumerate(zip(tols, cs))]
             p = self.precision
             quick = fd.model_references(
                 have,
                 self.f0,
                 p.h,
                 p.u_oracle,
-                [t for t, _ in scaled],
+                tols,
                 p.f0_scale,
-                [a for _, a in scaled] if jvps else None,
+                [_along_c(jvps[b], c) for b, c in enumerate(cs)] if jvps else None,
                 points,
             )
         for b, u in enumerate(us):
@@ -292,6 +290,7 @@ class Oracle:
                         u,
                         tols[b],
                         cs[b],
+                        along=True,
                         model_first=True,
                         ad=jv,
                         point=points[b],
@@ -367,6 +366,9 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
             break
         asked += scales[0]
         finishes.append((b, have, len(scales[0]), scales[1]))
+    # (the points' buffer is let go: the model's arithmetic comes next, and a
+    # later evaluation, on doubt, makes another)
+    oracle._buffer = None
 
     def take(values: list[float]) -> None:
         at = 0
@@ -426,11 +428,9 @@ def _split_point(x: Any, w: Any, t: float, layout: tuple) -> tuple[Any, ...]:
     return tuple(p[o : o + s].reshape(sh) for o, s, sh in zip(*layout))
 
 
-def _along_c(ad_tol: Any, ad: Any, c: float) -> tuple[Any, Any]:
-    """The AD tolerance and values in the units of a step along c u."""
-    if c == 1.0:
-        return ad_tol, ad
-    return ad_tol * c, None if ad is None else ad * c
+def _along_c(a: Any, c: float) -> Any:
+    """An AD tolerance or values in the units of a step along c u."""
+    return a if c == 1.0 or a is None else a * c
 
 
 def _rows_along(x: np.ndarray, ws: list[np.ndarray], steps: list[list[float]]) -> Callable[[np.ndarray], None]:
