@@ -12,8 +12,9 @@ Five parts, each printed as a table (CPU, one torch thread):
   by ``.tolist()``/``.numpy()``: each one a device synchronisation on a
   GPU), bytes written over the bytes of x, and fn's calls; passing (a
   correct rule) and failing (one sign-flipped element of the VJP, which must
-  be named); beside ``gradcheck(fast_mode=True)`` and one forward+backward
-  pass; for jax, the programs compiled by a first check (gradverify and
+  be named), and the most full-size arrays the check holds at once
+  (``live_peak``, blocks as on a GPU); beside ``gradcheck(fast_mode=True)``
+  and one forward+backward pass; for jax, the programs compiled by a first check (gradverify and
   ``check_grads``). Then the host-side floor: the median time of a check
   at n = 2000, where the arithmetic is nothing and gradverify's own Python
   and dispatch are the cost.
@@ -58,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +167,7 @@ def counts(n: int, rounds: int) -> None:
     from jax.test_util import check_grads
 
     import gradverify as gv
+    import gradverify._check.fd.blocks as blocks
     from gradverify._sweep.examples import tanh_bias_flipped
 
     rng = np.random.default_rng([0, n])
@@ -172,8 +175,16 @@ def counts(n: int, rounds: int) -> None:
     b = torch.tensor(rng.standard_normal(10))
     flip = int(rng.integers(x.numel()))
     print(f"n = {n:.0e}, flipped element {flip}; blocks as on a GPU\n")
-    print("| check | verdict | launches | host reads | bytes / bytes of x | fn calls |")
-    print("|---|---|---|---|---|---|")
+    print("| check | verdict | launches | host reads | bytes / bytes of x | fn calls | live arrays |")
+    print("|---|---|---|---|---|---|---|")
+
+    def live(rule, run=None) -> str:
+        saved, blocks.CHUNK = blocks.CHUNK, blocks.DEVICE_CHUNK  # (the blocks of a GPU)
+        try:
+            return f"{live_peak(rule, (x, b), n, run):.1f}"
+        finally:
+            blocks.CHUNK = saved
+
     for label, forward_rule in (("torch Function with JVP", True), ("torch Function, backward only", False)):
         for at in (None, flip):
             rule = tanh_bias_flipped("torch", at, forward_rule=forward_rule)
@@ -183,19 +194,24 @@ def counts(n: int, rounds: int) -> None:
             named = [f.input_index for f in r.findings if f.input_index is not None and f.argument == 0]
             right = bool(named) and int(np.ravel_multi_index(named[0], tuple(x.shape))) == at
             verdict = "pass" if r.ok else f"fail, {'names it' if right else 'does not name it'}"
-            print(f"| gradverify, {label}, {'correct' if at is None else 'flipped'} | {verdict} | {c.row(x)} |")
+            print(
+                f"| gradverify, {label}, {'correct' if at is None else 'flipped'} | {verdict} | {c.row(x)} "
+                f"| {live(rule)} |"
+            )
     for at in (None, flip):
         rule = tanh_bias_flipped("torch", at)
         xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
         with Counts(n) as c:
             ok = torch.autograd.gradcheck(c.counted(rule), (xr, br), fast_mode=True, raise_exception=False)
-        print(f"| gradcheck fast, {'correct' if at is None else 'flipped'} | {'pass' if ok else 'fail'} | {c.row(x)} |")
+        fast = partial(torch.autograd.gradcheck, rule, (xr, br), fast_mode=True, raise_exception=False)
+        label = f"gradcheck fast, {'correct' if at is None else 'flipped'}"
+        print(f"| {label} | {'pass' if ok else 'fail'} | {c.row(x)} | {live(rule, fast)} |")
     rule = tanh_bias_flipped("torch", None)
     with Counts(n) as c:
         xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
         y = c.counted(rule)(xr, br)
         y.backward(torch.ones_like(y))
-    print(f"| one forward+backward | - | {c.row(x)} |")
+    print(f"| one forward+backward | - | {c.row(x)} | - |")
 
     import jax
 
@@ -267,13 +283,14 @@ def passes(fn, args, n: int) -> tuple[float, float]:
     return count[True], count[False]
 
 
-def live_peak(fn, args, n: int) -> float:
+def live_peak(fn, args, n: int, run=None) -> float:
     """The most full-size arrays one torch check holds at once, beyond its
     inputs: every storage of at least n/2 elements' bytes an operation
     creates, counted from its creation to its release (read at torch's
     dispatcher, so memory the allocator keeps after a release, which
     resident-memory sampling counts, is not), in float64 arrays of n. The
-    arguments' own storages are not counted (a view of one is no new memory)."""
+    arguments' own storages are not counted (a view of one is no new memory).
+    ``run``: what runs instead of ``gv.check(fn, *args)`` (a peer's check)."""
     import weakref
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -305,7 +322,7 @@ def live_peak(fn, args, n: int) -> float:
             return out
 
     with Live():
-        gv.check(fn, *args)
+        (run or (lambda: gv.check(fn, *args)))()
     return state["peak"]
 
 

@@ -201,7 +201,7 @@ class Oracle:
         p = self.precision
         if point is None:
             point = self.terms(c, column=j is not None)
-        ad_tol, ad = ad_tol if along else _along_c(ad_tol, c), _along_c(ad, c)
+        ad_tol = ad_tol if along else _along_c(ad_tol, c)
         problem = fd.Problem.of(
             self.F(u, c, j=j),
             self.f0,
@@ -223,6 +223,7 @@ class Oracle:
             quick=quick,
             coarse=coarse,
             scales=scales,
+            ad_scale=c,
         )
         return _in_units(self, ref, c)
 

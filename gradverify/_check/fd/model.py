@@ -68,6 +68,7 @@ def model_reference(
     point: float = 1.0,
     coarse: bool = False,
     scales: tuple[float, float] | None = None,
+    ad_scale: float = 1.0,
 ) -> tuple[Array, Array, Array | None, float] | None:
     """The reference with fn's noise taken at the rounding model alone, from the
     points MODEL_OFFSETS: (value, err, shift, typical) - shift: how far R1 and
@@ -92,7 +93,12 @@ def model_reference(
     interval is never narrower than R1's noise, so this one is at most twice
     as wide: a disagreement the six points would convict is at least half
     way to this bound, in the band of doubt that takes a second tier. It has
-    no shift (None): it is not placed inside the measured interval."""
+    no shift (None): it is not placed inside the measured interval.
+
+    ``ad_scale``: ``ad`` is in units ``ad_scale`` times smaller (J u where
+    the model is along c u): it is scaled block by block, in the block's
+    scratch (on numpy and torch; jax takes it scaled whole), bit for bit as
+    scaled whole, and no full-size scaled copy is held."""
     shape = tuple(f0.shape)
     offsets = COARSE_OFFSETS if coarse else MODEL_OFFSETS
     F = {k: _xp.flat(f[k]) for k in offsets}
@@ -116,6 +122,7 @@ def model_reference(
         kernel = compiled(_coarse_block if coarse else _model_block, f0f)
         scratch = Scratch.beside(f0f, max(b.stop - b.start for b in blocks))
         if scratch is None:  # (jax: one compiled block)
+            adf = adf if adf is None or ad_scale == 1.0 else adf * ad_scale
             b = blocks[0]
             t = tol_f[b] if tol_array else tol_f
             ok, value, err, shift = kernel(
@@ -128,7 +135,7 @@ def model_reference(
             shift = None if coarse else _xp.empty(n, f0f)
             for b in blocks:
                 t = tol_f[b] if tol_array else tol_f
-                ad_b = None if adf is None else adf[b]
+                ad_b = None if adf is None else adf[b] if ad_scale == 1.0 else (adf[b], ad_scale)
                 fs = tuple(F[k][b] for k in offsets)
                 outs = (value[b], err[b], None if shift is None else shift[b])
                 ok, _, _, _ = kernel(fs, f0f[b], t, ad_b, h, limits, outs, scratch)
@@ -240,7 +247,7 @@ def _model_block(
     ok = ok & every(drift <= drift_max)
     if ad is not None:
         room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
-        ok = ok & every(_xp.iabs(_xp.sub(ad, v, tmp("a"))) <= room)
+        ok = ok & every(_xp.iabs(_ad_minus(ad, v, tmp("a"))) <= room)
     r1 -= v
     r2 -= v
     shift = _xp.imaximum(_xp.iabs(r1), _xp.iabs(r2))
@@ -297,5 +304,15 @@ def _coarse_block(
     ok = ok & xp.all(e <= room)
     if ad is not None:
         room = _xp.add(e, t, tmp("room")) if _xp.is_array(t) else e + t
-        ok = ok & xp.all(_xp.iabs(_xp.sub(ad, r1, tmp("a"))) <= room)
+        ok = ok & xp.all(_xp.iabs(_ad_minus(ad, r1, tmp("a"))) <= room)
     return ok, r1, e, None
+
+
+def _ad_minus(ad: Array | tuple[Array, float], v: Array, out: Array | None) -> Array:
+    """ad - v, into ``out`` where given; ``ad`` as (values, c): c values - v
+    (the product rounded, then the difference, as ``ad * c - v`` rounds)."""
+    if not isinstance(ad, tuple):
+        return _xp.sub(ad, v, out)
+    d = _xp.mul(ad[0], ad[1], out)
+    d -= v
+    return d

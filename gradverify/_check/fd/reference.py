@@ -29,6 +29,7 @@ def reference(
     quick: Any = UNKNOWN,
     coarse: bool = False,
     scales: tuple[float, float] | None = None,
+    ad_scale: float = 1.0,
 ) -> Reference:
     """FD reference for F'(0) of ``problem``, with kink analysis of flagged
     elements. ``model_first``: try the rounding model first (see
@@ -41,7 +42,8 @@ def reference(
     included), where model_references() worked it out already. ``coarse``:
     the model from COARSE_OFFSETS (model_reference's ``coarse``): two
     evaluations fewer, the rest evaluated only where it is measured.
-    ``scales``: the model's scales of ``have``, read already (model_scales)."""
+    ``scales``: the model's scales of ``have``, read already (model_scales);
+    ``ad_scale``: see model_reference."""
     F, f0, h, u_oracle, ad_tol = problem.F, problem.f0, problem.h, problem.u_oracle, problem.ad_tol
     f0_scale, point = problem.f0_scale, problem.point
     if model_first:
@@ -49,13 +51,23 @@ def reference(
         have = have or dict(zip(offsets, values_at(F, [k * h / 4 for k in offsets])))
         if quick is UNKNOWN:
             quick = model_reference(
-                have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, coarse=coarse, scales=scales
+                have,
+                f0,
+                h,
+                u_oracle,
+                ad_tol,
+                f0_scale,
+                ad,
+                point=point,
+                coarse=coarse,
+                scales=scales,
+                ad_scale=ad_scale,
             )
             if quick is None and coarse:
                 # (the coarse model stepped aside: the six points' model decides, two evaluations more)
                 missing = [k for k in MODEL_OFFSETS if k not in have]
                 have.update(zip(missing, values_at(F, [k * h / 4 for k in missing])))
-                quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point)
+                quick = model_reference(have, f0, h, u_oracle, ad_tol, f0_scale, ad, point=point, ad_scale=ad_scale)
         if quick is not None:
             value, err, shift, typical = quick
             if _xp.size(value) > KEEP_POINTS:

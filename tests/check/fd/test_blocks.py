@@ -112,6 +112,42 @@ def test_the_model_reference_steps_aside_at_a_kink_and_for_disagreeing_ad():
     assert fd.model_reference(have, np.tanh(smooth), h, 2.0**-53, 1e-12, 1.0, wrong) is None
 
 
+@pytest.mark.parametrize("coarse", [False, True])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_ad_scaled_block_by_block_is_judged_as_ad_scaled_whole(coarse, backend):
+    """The model's agreement test with AD in u's units and its scale
+    (``ad_scale``: scaled block by block in the block's scratch) decides
+    exactly as with AD scaled whole beforehand: the product is rounded, then
+    the difference, in both. Every element's AD sits at the edge of its
+    bound as ``|ad c - value| <= err + t`` rounds (the largest float that
+    passes), so any other order of rounding moves some element across it;
+    one ulp more at one element fails. c = 3 rounds the product (a power of
+    two would not)."""
+    smooth = np.linspace(0.5, 1, 101)
+    h, c, t = 2.0**-18 * 0.7, 3.0, 3e-12
+    offsets = fd.COARSE_OFFSETS if coarse else fd.MODEL_OFFSETS
+    have = {k: np.tanh(smooth + k * h / 4) for k in offsets}
+    f0 = np.tanh(smooth)
+    value, err, _, _ = fd.model_reference(have, f0, h, 2.0**-53, t, 1.0, coarse=coarse)
+    room = err + t
+    edge = (value + room) / c
+    for _ in range(4):  # (to the largest ad whose rounded test passes)
+        up = np.nextafter(edge, np.inf)
+        edge = np.where(np.abs(up * c - value) <= room, up, edge)
+        down = np.nextafter(edge, -np.inf)
+        edge = np.where(np.abs(edge * c - value) <= room, edge, down)
+    assert (np.abs(edge * c - value) <= room).all()
+    assert not (np.abs(np.nextafter(edge, np.inf) * c - value) <= room).any()
+    wrap = np.asarray if backend == "numpy" else pytest.importorskip("torch").from_numpy
+    common = ({k: wrap(v) for k, v in have.items()}, wrap(f0), h, 2.0**-53, t, 1.0)
+    over = edge.copy()
+    over[60] = np.nextafter(over[60], np.inf)
+    for ad, passes in ((edge, True), (over, False)):
+        whole = fd.model_reference(*common, wrap(ad * c), chunk=37, coarse=coarse)
+        blocks = fd.model_reference(*common, wrap(ad), chunk=37, coarse=coarse, ad_scale=c)
+        assert (whole is not None) == (blocks is not None) == passes
+
+
 def test_a_column_whose_bound_swamps_the_unmoved_outputs_is_judged_as_the_whole():
     """F = (t + a t^2, 0, 0): for some curvatures a the unmoved outputs' bound
     is as large as the slope scale until the curvature raises it. The support
