@@ -114,7 +114,7 @@ class Localiser:
         violation is the candidate."""
         probes = self.probes
         v, g, u = probes.vs[a], self.modes.vjps[a], probes.us[b]
-        offsets, violations = [], []
+        offsets, tops = [], []
         for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
             if tuple(shape) != self.primal.shape:
                 continue
@@ -122,11 +122,12 @@ class Localiser:
             # ranking needs no precision: one JVP, or a central difference (2 evaluations)
             w = self.projection_oracle(uk, use_jvp=use_jvp)
             offsets.append(off)
-            violations.append(_xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w)))
+            tops += _xp.top_of(_xp.ns(w).abs(g[off : off + size] * u[off : off + size] - v * _xp.flat(w)))
+        got = _xp.read(*tops)  # (every candidate's largest violation and where: one read)
         best: tuple[float, int] | None = None
-        for off, (k, top) in zip(offsets, _xp.argmaxes(*violations)):
+        for off, top, k in zip(offsets, got[::2], got[1::2]):
             if best is None or top > best[0]:
-                best = (top, off + k)
+                best = (top, off + int(k))
         return None if best is None else best[1]
 
     def projection_oracle(self, u: np.ndarray, use_jvp: bool) -> np.ndarray:

@@ -35,7 +35,6 @@ __all__ = [
     "all_finite",
     "any_",
     "argmax",
-    "argmaxes",
     "as64",
     "changed",
     "axpy",
@@ -78,6 +77,7 @@ __all__ = [
     "size",
     "sub",
     "take",
+    "top_of",
     "window",
     "zeros",
 ]
@@ -507,14 +507,16 @@ def argmax(a: Any) -> int:
     return int(np.argmax(a)) if xp is np else int(xp.argmax(xp.reshape(a, (-1,))))
 
 
-def argmaxes(*arrays: Any) -> list[tuple[int, float]]:
-    """Each array's ``argmax`` and its element there, read in one read where they are torch arrays."""
-    if not all(hasattr(a, "detach") for a in arrays):
-        return [(k := argmax(a), float(ns(a).reshape(a, (-1,))[k])) for a in arrays]
-    ks = [_torch().argmax(a.reshape(-1)) for a in arrays]
-    # (an index below 2^53 is exact as a float64: read beside the values)
-    got = read(*(v for a, k in zip(arrays, ks) for v in (a.reshape(-1).take(k), k.double())))
-    return [(int(k), top) for top, k in zip(got[::2], got[1::2])]
+def top_of(a: Any) -> tuple[Any, Any]:
+    """``a``'s largest element and its flat index (the first, as ``argmax``):
+    0-d tensors on torch, to hand to ``read`` with others (an index below
+    2^53 is exact as a float64), host numbers elsewhere."""
+    if not hasattr(a, "detach"):
+        k = argmax(a)
+        return float(ns(a).reshape(a, (-1,))[k]), k
+    flat = a.reshape(-1)
+    k = _torch().argmax(flat)
+    return flat.take(k), k.double()
 
 
 def dot(a: Any, b: Any) -> float:

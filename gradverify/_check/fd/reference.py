@@ -196,16 +196,28 @@ class _Moved:
         return _xp.put(_xp.copy(f0f), a.idx, a.values)
 
     @staticmethod
-    def at(a: Array | _Moved, f0f: Array, support: np.ndarray) -> Array:
-        """flat(F)[support] (host indices, ascending)."""
-        if not isinstance(a, _Moved):
-            return _xp.flat(a)[_xp.index(support, f0f)]
-        out = f0f[_xp.index(support, f0f)]
-        pos = np.searchsorted(support, a.idx)
-        hit = pos < support.size
-        hit[hit] = support[pos[hit]] == a.idx[hit]
-        if hit.any():
-            out = _xp.put(out, pos[hit], a.values[_xp.index(np.flatnonzero(hit), f0f)])
+    def at_each(points: list[Array | _Moved], f0f: Array, support: np.ndarray) -> list[Array]:
+        """flat(F)[support] of each point (host indices, ascending): F(0)
+        there, with each point's values where it holds them. Points held at
+        one index array (``each``'s) share where those lie in ``support``,
+        worked out once."""
+        sup = _xp.index(support, f0f)
+        base = f0f[sup]
+        placed: dict[int, tuple[Any, Any] | None] = {}  # id(idx) -> (positions in support, in idx)
+        out = []
+        for a in points:
+            if not isinstance(a, _Moved):
+                out.append(_xp.flat(a)[sup])
+                continue
+            if id(a.idx) not in placed:
+                pos = np.searchsorted(support, a.idx)
+                hit = pos < support.size
+                hit[hit] = support[pos[hit]] == a.idx[hit]
+                placed[id(a.idx)] = (
+                    (_xp.index(pos[hit], f0f), _xp.index(np.flatnonzero(hit), f0f)) if hit.any() else None
+                )
+            at = placed[id(a.idx)]
+            out.append(_xp.copy(base) if at is None else _xp.put(_xp.copy(base), at[0], a.values[at[1]]))
         return out
 
 
@@ -230,21 +242,25 @@ def _on_support(p: Problem, h: float, points: list[Array | _Moved]) -> Reference
     shape = tuple(p.f0.shape)
     f0f = _xp.flat(p.f0)
     n = _xp.size(f0f)
+    xp = _xp.ns(f0f)
     with _xp.quiet():
         moved = ~_xp.finite(f0f)
+        shared: dict[int, tuple[np.ndarray, list[Array]]] = {}  # id(idx) -> (idx, the values held there)
         for a in points:
             if isinstance(a, _Moved):
-                where = _xp.index(a.idx, f0f)
-                moved[where] = moved[where] | (a.values != f0f[where])
+                shared.setdefault(id(a.idx), (a.idx, []))[1].append(a.values)
             else:
                 moved |= _xp.flat(a) != f0f
+        for held_at, values in shared.values():  # (the points held at one index array: one pass)
+            where = _xp.index(held_at, f0f)
+            moved[where] = moved[where] | xp.any(xp.stack(values) != f0f[where], axis=0)
     idx = _xp.nonzero(moved)
     if idx.size == n:
         return None
     outer = _xp.fmax(f0f, where=~moved)  # the outputs left out: their |F(+-h)| is their |F(0)|
     at = _xp.index(idx, f0f)
     per_element, t = tolerance_parts(p.ad_tol, shape)
-    have = {k: _Moved.at(a, f0f, idx) for k, a in zip(OFFSETS, points)}
+    have = dict(zip(OFFSETS, _Moved.at_each(points, f0f, idx)))
     part = dataclasses.replace(
         p, F=Line(lambda step: _xp.flat(F(step))[at]), f0=f0f[at], ad_tol=t[at] if per_element else t, outer=outer
     )
@@ -252,7 +268,6 @@ def _on_support(p: Problem, h: float, points: list[Array | _Moved]) -> Reference
     err0 = (tol.NOISE_SAFETY * R1_WEIGHT / h) * sub.eps_f
     rest_unresolved = not err0 <= 0.5 * sub.typical  # (their value is 0)
     reasons = {int(idx[i]): why for i, why in (sub.reasons or {}).items()}
-    xp = _xp.ns(f0f)
 
     def filled(fill: Any, part: Array, dtype: str) -> Array:
         return xp.reshape(_xp.put(_xp.full(n, fill, f0f, dtype), idx, part), shape)
