@@ -197,6 +197,23 @@ def test_a_passing_large_check_holds_its_arrays_no_longer_than_it_needs_them(for
     assert peak <= most + 0.01, peak
 
 
+def test_a_failing_check_measures_fns_noise_on_few_temporaries(monkeypatch):
+    """Where a comparison fails, fn's noise is measured from a difference
+    table of nine points: in one block (a GPU's, at 10^6 elements) its
+    differences are worked out in place after the first, and the table is
+    let go once its largest fourth difference is taken - the check holds at
+    most 33 full-size arrays at once, not 37."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_cost
+
+    from gradverify._check.fd import blocks
+
+    monkeypatch.setattr(blocks, "CHUNK", blocks.DEVICE_CHUNK)
+    x, b = _point(100_000)
+    rule = tanh_bias_flipped("torch", 575193, forward_rule=False)
+    assert bench_cost.live_peak(rule, (x, b), x.numel()) <= 33.01
+
+
 # -- one direction first, a second on doubt -------------------------------------------
 @pytest.mark.parametrize("forward_rule", [True, False])
 def test_a_decisive_pass_takes_one_direction_and_one_cotangent(forward_rule):

@@ -348,14 +348,19 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
     # the point leaves them clean, and so does a feature narrower than
     # the step, which F(0) alone sees.
     row = [f[k] for k in range(-4, 5)]
+    mutable = not _xp.immutable(f0)
     for order in range(1, 5):
-        row = [row[j + 1] - row[j] for j in range(len(row) - 1)]
+        # (the first differences are new arrays - F's values are not ours -,
+        # each later one overwrites the difference only it needed: eight
+        # temporaries of the block at most, not fifteen)
+        row = [_xp.sub(row[j + 1], row[j], row[j] if mutable and order > 1 else None) for j in range(len(row) - 1)]
         if order == 3:
             one_sided = _xp.iminimum(_xp.iabs(row[0] + 0.0), _xp.iabs(row[5] + 0.0))
             one_sided *= 1.0 / _D3_NOISE
     sig = _xp.iabs(row[0])
     for d in row[1:]:
         sig = _xp.imaximum(sig, _xp.iabs(d))
+    del row, d  # (the other fourth differences have served)
     sig *= 1.0 / D4_NOISE
     # (the noise sees every stencil value: a NaN or inf anywhere shows there)
     fin = _xp.finite(r1) & _xp.finite(r2) & _xp.finite(sig)
