@@ -412,9 +412,7 @@ class WideNoise(Excuse):
                 if span == 0.0:
                     return False
                 why = "quantum"
-                quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, inputs)
-                quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
-                tilt = xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0)
+                tilt = _quantum_tilt(p, peak, inputs, span * c, eligible)
                 explained = within(tilt, excess, weights, ref.err)
                 if explained is None:
                     return False
@@ -480,12 +478,20 @@ class WideNoise(Excuse):
                 bound = most if bound is None else _xp.imaximum(bound, most)
                 del fs, most
                 table.f.clear()
-            quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, probes.inputs_max)
-            quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
-            bound = _xp.imaximum(bound, xp.where(eligible, tol.NOISE_SAFETY * quantum / (span * c), 0.0))
+            bound = _xp.imaximum(bound, _quantum_tilt(p, peak, probes.inputs_max, span * c, eligible))
             if within(bound, case.excess, case.weights, oracle.refs[case.b].err) is not None:
                 return None
         return level, span
+
+
+def _quantum_tilt(p: Any, peak: Any, inputs: float, span: float, eligible: Any) -> Any:
+    """The slope error a smooth deviation of up to fn's rounding quantum (u x
+    its terms: the largest |F| seen, ``peak``, or the inputs) over ``span``
+    (in the step's units) can cause, where ``eligible``."""
+    xp = _xp.ns(peak)
+    quantum = tol.ROUNDING_TERMS * p.u_oracle * xp.maximum(peak, inputs)
+    quantum = quantum + tol.SMALLEST_NORMAL.get(p.name, 2.0**-126)
+    return xp.where(eligible, tol.NOISE_SAFETY * quantum / span, 0.0)
 
 
 def _wide_bound(fs: tuple[Any, ...], peak: Any, eligible: Any, scalars: tuple[float, ...]) -> tuple:

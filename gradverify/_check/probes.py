@@ -101,10 +101,8 @@ class Probes:
     def raw_scale(self) -> Any:
         """Each element's step scale, max(|x_j|, its argument's floor): made
         when asked for (rarely: a low-precision kink's sides), not held."""
-        xp = _xp.ns(self.x)
-        raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(self.flat.split(self.x), self.raw_floors)]
-        raw = [xp.reshape(r, (-1,)) for r in raw]
-        return _xp.concat(raw) if len(raw) > 1 else raw[0]
+        segs = [self.x[o : o + n] for o, n in zip(self.flat.offsets, self.flat.sizes)]
+        return _step_scales(segs, self.raw_floors)
 
     def raw_at(self, j: int) -> float:
         """Element j's step scale (``raw_scale[j]``, one element read)."""
@@ -138,6 +136,14 @@ class Probes:
     def unscale(self, b: int, value: float) -> float:
         """A value along direction b in real units (per unit of the input)."""
         return value / float(self.scale[b]) if self.full else value
+
+
+def _step_scales(segs: list[Any], floors: list[float] | tuple[float, ...]) -> Any:
+    """Each element's step scale over the flat arguments ``segs``: max(|x_j|,
+    its argument's floor)."""
+    xp = _xp.ns(*segs)
+    raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(segs, floors)]
+    return _xp.concat(raw) if len(raw) > 1 else raw[0]
 
 
 def basis(j: int, n: int, like: Any = None) -> Any:
@@ -178,18 +184,17 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         for i, o, size, shape in zip(flat.args, offsets, sizes, flat.shapes):
             if ev.values[i].dtype == x.dtype:
                 ev.values[i] = xp.reshape(x[o : o + size], shape)
-    raw, floors, tops = [], [], []
+    floors, tops = [], []
     known = [ev.extremes.get(i) for i in ev.wrt]  # (validation's: the same values)
     seg_tops = [_xp.maxabs_of(*k) for k in known] if None not in known else _xp.absmaxes(*segs)
     # (each segment's rms, from the sums of squares validation read where it
     # did; the point's, where there are several, read with the directions' tops)
     x_top = math.nan if any(math.isnan(t) for t in seg_tops) else max(seg_tops)
     rs = _rmses(segs, seg_tops, summed)
-    for s, r, top in zip(segs, rs, seg_tops):
-        tops.append(max(top, r if r > 0 else 1.0, tol.TINY_SCALE))
+    for r, top in zip(rs, seg_tops):
         floors.append(max(r if r > 0 else 1.0, tol.TINY_SCALE))
-        raw.append(_xp.imaximum(xp.abs(s), floors[-1]))
-    raw_scale = _xp.concat(raw) if len(raw) > 1 else raw[0]
+        tops.append(max(top, floors[-1]))
+    raw_scale = _step_scales(segs, floors)
     n, m = flat.n, _xp.size(precision.f0)
     use_full = full_jacobian(ev, primal, full)
     rng = np.random.default_rng(seed)
