@@ -142,8 +142,17 @@ def _step_scales(segs: list[Any], floors: list[float] | tuple[float, ...]) -> An
     """Each element's step scale over the flat arguments ``segs``: max(|x_j|,
     its argument's floor)."""
     xp = _xp.ns(*segs)
-    raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(segs, floors)]
-    return _xp.concat(raw) if len(raw) > 1 else raw[0]
+    if len(segs) == 1 or _xp.immutable(segs[0]):
+        raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(segs, floors)]
+        return _xp.concat(raw) if len(raw) > 1 else raw[0]
+    # (each segment's scales written in place into one array: no copy joins them)
+    out = _xp.empty(sum(_xp.size(s) for s in segs), segs[0])
+    at = 0
+    for s, f in zip(segs, floors):
+        part = out[at : at + _xp.size(s)]
+        _xp.imaximum(_xp.absolute(s, part), f)
+        at += _xp.size(s)
+    return out
 
 
 def basis(j: int, n: int, like: Any = None) -> Any:

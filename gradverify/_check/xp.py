@@ -572,7 +572,8 @@ def equal(a: Any, b: Any) -> bool:
         return False
     xp = ns(a, b)
     if xp is np:
-        return bool(np.array_equal(a, b, equal_nan=True))
+        # (one pass where they are equal, as they mostly are; NaNs decide it otherwise)
+        return bool(np.array_equal(a, b)) or bool(np.array_equal(a, b, equal_nan=True))
     if hasattr(a, "equal") and hasattr(a, "detach") and a.dtype == b.dtype and bool(a.equal(b)):
         return True  # (torch: one pass; NaNs make it False and the test below decides)
     same = (a == b) | (xp.isnan(a) & xp.isnan(b)) if xp.isdtype(a.dtype, "real floating") else a == b

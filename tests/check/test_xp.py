@@ -1,0 +1,42 @@
+"""The array helpers the stages share, on numpy and torch: the same answers
+on either, whichever path (a fast one, or the general one) gives them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gradverify._check import xp
+from gradverify._check.probes import _step_scales
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, torch.from_numpy], ids=["numpy", "torch"])
+def test_equal_tells_nan_apart_from_a_number_and_holds_nan_equal_to_nan(wrap):
+    a = np.linspace(-1.0, 1.0, 1001)
+    assert xp.equal(wrap(a), wrap(a.copy()))
+    moved = a.copy()
+    moved[500] = np.nextafter(moved[500], 2.0)
+    assert not xp.equal(wrap(a), wrap(moved))
+    with_nan = a.copy()
+    with_nan[7] = np.nan
+    assert xp.equal(wrap(with_nan), wrap(with_nan.copy()))  # (NaN at one place in both: equal)
+    assert not xp.equal(wrap(a), wrap(with_nan))
+    elsewhere = a.copy()
+    elsewhere[8] = np.nan
+    assert not xp.equal(wrap(with_nan), wrap(elsewhere))
+    zeros = np.zeros(4)
+    assert xp.equal(wrap(zeros), wrap(-zeros))  # (a signed zero is the same value)
+    assert not xp.equal(wrap(a), wrap(a[:-1]))
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, torch.from_numpy], ids=["numpy", "torch"])
+def test_step_scales_of_several_arguments_are_each_arguments_own_bit_for_bit(wrap):
+    rng = np.random.default_rng(3)
+    parts = [rng.standard_normal(1000) * 1e-3, rng.standard_normal(7) * 50.0, np.array([0.0, -0.0, np.nan, 1e-300])]
+    floors = [0.25, 1e-3, 1e-290]
+    got = np.asarray(_step_scales([wrap(p.copy()) for p in parts], floors))
+    want = np.concatenate([np.maximum(np.abs(p), f) for p, f in zip(parts, floors)])
+    assert got.tobytes() == want.tobytes()
+    one = np.asarray(_step_scales([wrap(parts[0].copy())], floors[:1]))
+    assert one.tobytes() == want[:1000].tobytes()
