@@ -152,6 +152,13 @@ class AD:
         first-order ones."""
         if self.deferred.finite(mode, key, value, native):
             return value if native is None else (value, native)
+        if (
+            not (self.steep and key is not None)
+            and type(value) is np.ndarray
+            and np.isfinite(value).all()
+            and (native is None or (type(native) is np.ndarray and np.isfinite(native).all()))
+        ):
+            return value if native is None else (value, native)  # (no hole: one pass on the host)
         bad = ~_xp.finite(value)
         if native is not None:
             bad = bad | ~_xp.finite(native)
@@ -419,6 +426,8 @@ class Deferred:
         ad = self.ad
         if key is None or ad.steep is not None or (mode == "JVP" and not ad.primal.all_finite):
             return False
+        if not _xp.device_floating(value):
+            return False  # (nor are its parts)
         parts = ad.probes.flat.split(value) if mode == "VJP" else [value]
         arrays = [*parts, *(() if native is None else (native,))]
         if not all(_xp.device_floating(a) for a in arrays):

@@ -119,10 +119,11 @@ class Oracle:
             out = _xp.copy(out)
         return out
 
-    def stencils(self, us: Any, cs: Any) -> list[dict[int, np.ndarray]] | None:
+    def stencils(self, us: Any, cs: Any) -> tuple[list[dict[int, np.ndarray]], dict[int, np.ndarray]] | None:
         """F's values at the model's offsets (fd.MODEL_OFFSETS) along every
         c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
-        ``_many``); None where there is none."""
+        ``_many``): per direction, by offset; and by offset, a row per
+        direction (fd.model_references' ``stacked``). None where there is none."""
         offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
         movers = [_mover(u, c) for u, c in zip(us, cs)]
         steps = [[t * k for t in offsets] for _, k in movers]
@@ -130,7 +131,9 @@ class Oracle:
         if out is None:
             return None
         n = len(offsets)
-        return [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(len(us))]
+        cube = np.stack(out).reshape(len(us), n, _xp.size(out[0]))  # (direction, offset, output)
+        by_offset = {k: cube[:, q] for q, k in enumerate(fd.MODEL_OFFSETS)}
+        return [dict(zip(fd.MODEL_OFFSETS, cube[b])) for b in range(len(us))], by_offset
 
     def _batches(self) -> bool:
         """Whether fn's points may go to one vectorised call (see ``_many``):
@@ -256,7 +259,8 @@ class Oracle:
         us = probes.us if probes.full else probes.us[:FD_DIRECTIONS]
         # a full Jacobian's columns: small, many stencils - fn at all their
         # points at once, and the rounding model's references in one pass
-        have = self.stencils(us, probes.cs) if probes.full else None  # (None where not vectorised)
+        stencils = self.stencils(us, probes.cs) if probes.full else None  # (None where not vectorised)
+        have, stacked = stencils if stencils is not None else (None, None)
         if probes.full and have is None and _xp.on_host(probes.x):
             # (fn's points one call each, the model's arithmetic still in one pass)
             offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
@@ -276,6 +280,7 @@ class Oracle:
                 p.f0_scale,
                 [_along_c(jvps[b], c) for b, c in enumerate(cs)] if jvps else None,
                 points,
+                stacked,
             )
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None

@@ -237,6 +237,8 @@ def sums(
     """``xp.dots(pairs)``, ``hoeffdings(terms)`` and the values of the
     device scalars ``also``, with the torch arrays' sums handed to the host
     together with them, in one read."""
+    if not (pairs or terms or also):
+        return [], [], []  # (a full Jacobian's columns ask for no term: nothing to read)
     torch_pairs = all(hasattr(a, "dot") and hasattr(a, "detach") for pair in pairs for a in pair)
     dots = [a.dot(b) for a, b in pairs] if torch_pairs else _xp.dots(pairs)
     out: list[Any] = []  # (a host term, or a torch sum of squares on the device)

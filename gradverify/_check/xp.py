@@ -88,6 +88,8 @@ HOST_MAX = 1 << 16
 
 def ns(*arrays: Any) -> Any:
     """The namespace of the first array that is not numpy (numpy if none)."""
+    if len(arrays) == 1 and type(arrays[0]) is np.ndarray:
+        return np  # (the common case, first)
     for a in arrays:
         if a is None or isinstance(a, (np.ndarray, np.generic, float, int, bool)):
             continue
@@ -96,7 +98,7 @@ def ns(*arrays: Any) -> Any:
 
 
 def on_host(a: Any) -> bool:
-    return isinstance(a, (np.ndarray, np.generic, float, int, bool))
+    return type(a) is np.ndarray or isinstance(a, (np.ndarray, np.generic, float, int, bool))
 
 
 def host(a: Any) -> np.ndarray:
@@ -110,6 +112,8 @@ def host(a: Any) -> np.ndarray:
 
 def size(a: Any) -> int:
     """The number of elements (``.size`` is a method on torch tensors)."""
+    if type(a) is np.ndarray:
+        return a.size
     return math.prod(tuple(a.shape))
 
 
@@ -180,6 +184,8 @@ def put(a: Any, idx: Any, values: Any) -> Any:
 
 
 def zeros(n: Any, ref: Any, dtype: str = "float64") -> Any:
+    if type(ref) is np.ndarray:
+        return np.zeros(n, dtype=dtype)
     return full(n, 0, ref, dtype)
 
 
@@ -475,12 +481,16 @@ def fmaxes(*arrays: Any) -> list[float]:
 def any_(mask: Any) -> bool:
     if isinstance(mask, (bool, np.bool_)):
         return bool(mask)
+    if type(mask) is np.ndarray:
+        return bool(mask.any())
     return bool(ns(mask).any(mask))
 
 
 def all_(mask: Any) -> bool:
     if isinstance(mask, (bool, np.bool_)):
         return bool(mask)
+    if type(mask) is np.ndarray:
+        return bool(mask.all())
     return bool(ns(mask).all(mask))
 
 
@@ -551,6 +561,8 @@ def is_floating(a: Any) -> bool:
 
 
 def flat(a: Any) -> Any:
+    if type(a) is np.ndarray:
+        return a.ravel()
     return np.ravel(a) if on_host(a) else ns(a).reshape(a, (-1,))
 
 

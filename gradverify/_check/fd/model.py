@@ -154,9 +154,12 @@ def model_references(
     f0_scale: float,
     ads: list[np.ndarray] | None,
     points: list[float],
+    stacked: dict[int, np.ndarray] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float] | None]:
     """model_reference() along many directions at once (host arrays of at
-    most CHUNK elements): direction b's points ``fs[b]``, AD tolerance
+    most CHUNK elements): direction b's points ``fs[b]`` (``stacked``, where
+    given: each offset's points of every direction, a row per direction, as
+    they are stacked here), AD tolerance
     ``ad_tols[b]``, AD values ``ads[b]`` and ``points[b]``, all sharing F(0)
     and the step. Element for element the same operations as
     model_reference(), on a row per direction: each row's result is bit for
@@ -164,7 +167,8 @@ def model_references(
     shape = tuple(f0.shape)
     f0f = np.ravel(f0)
     n = f0f.size
-    stacked = {k: np.stack([np.ravel(f[k]) for f in fs]) for k in MODEL_OFFSETS}
+    if stacked is None:
+        stacked = {k: np.stack([np.ravel(f[k]) for f in fs]) for k in MODEL_OFFSETS}
     with _xp.quiet():
         d2 = (stacked[2] - stacked[-2]) * (1.0 / h)  # (as scales computes them)
         slopes = np.max(np.abs(d2), axis=-1, where=np.isfinite(d2), initial=0.0)
@@ -186,7 +190,10 @@ def model_references(
                 )
             )
         columns = tuple(np.array(c)[:, None] for c in zip(*limits))
-        t = np.stack([np.ravel(np.broadcast_to(a, shape)) if np.ndim(a) else np.full(n, float(a)) for a in ad_tols])
+        if all(type(a) is np.ndarray and a.shape == (n,) for a in ad_tols):
+            t = np.stack(ad_tols)
+        else:
+            t = np.stack([np.ravel(np.broadcast_to(a, shape)) if np.ndim(a) else np.full(n, float(a)) for a in ad_tols])
         ad = None if ads is None else np.stack([np.ravel(a) for a in ads])
         ok, value, err, shift = _model_block(tuple(stacked[k] for k in MODEL_OFFSETS), f0f, t, ad, h, columns)
     return [
