@@ -206,7 +206,6 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     raw_scale = _step_scales(segs, floors)
     n, m = flat.n, _xp.size(precision.f0)
     use_full = full_jacobian(ev, primal, full)
-    rng = np.random.default_rng(seed)
     if use_full:
         # column j along e_j itself: J e_j is the real column
         scale = _xp.full(n, 1.0, x)
@@ -215,6 +214,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
         vs = _bases(m, x)
         strategy = f"full Jacobian ({m}x{n})"
     else:
+        rng = np.random.default_rng(seed)
         # (|u| / scale in (1, 2): the largest |u| in (1/2, 2), or below 4
         # where doubling c would overflow, for inputs near the largest float)
         c = power_of_two(max(tops))
