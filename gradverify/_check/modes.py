@@ -152,12 +152,7 @@ class AD:
         first-order ones."""
         if self.deferred.finite(mode, key, value, native):
             return value if native is None else (value, native)
-        if (
-            not (self.steep and key is not None)
-            and type(value) is np.ndarray
-            and np.isfinite(value).all()
-            and (native is None or (type(native) is np.ndarray and np.isfinite(native).all()))
-        ):
+        if not (self.steep and key is not None) and _finite_on_host(value, native):
             return value if native is None else (value, native)  # (no hole: one pass on the host)
         bad = ~_xp.finite(value)
         if native is not None:
@@ -463,6 +458,12 @@ class Deferred:
                 values[mode][key] = out
             else:
                 values[mode][key], low[mode][key] = out
+
+
+def _finite_on_host(value: Any, native: Any) -> bool:
+    """Whether ``value`` (and ``native``, where given) are host arrays, finite everywhere."""
+    arrays = (value,) if native is None else (value, native)
+    return all(type(a) is np.ndarray and np.isfinite(a).all() for a in arrays)
 
 
 def _steep(steep: tuple[Any, float], full: bool, mode: str, key: int, value: Any) -> Any:

@@ -120,20 +120,16 @@ class Oracle:
         return out
 
     def stencils(self, us: Any, cs: Any) -> tuple[list[dict[int, np.ndarray]], dict[int, np.ndarray]] | None:
-        """F's values at the model's offsets (fd.MODEL_OFFSETS) along every
-        c u of ``us``, ``cs``, all from one vectorised evaluation of fn (see
-        ``_many``): per direction, by offset; and by offset, a row per
-        direction (fd.model_references' ``stacked``). None where there is none."""
+        """F's values at the model's offsets (fd.MODEL_OFFSETS) along every c u
+        of ``us``, ``cs``, from one vectorised evaluation of fn (see ``_many``),
+        as ``_by_direction`` gives them; None where there is none."""
         offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
         movers = [_mover(u, c) for u, c in zip(us, cs)]
         steps = [[t * k for t in offsets] for _, k in movers]
         out = self._many(_rows_along(self.probes.x, [w for w, _ in movers], steps), len(us) * len(offsets))
         if out is None:
             return None
-        n = len(offsets)
-        cube = np.stack(out).reshape(len(us), n, _xp.size(out[0]))  # (direction, offset, output)
-        by_offset = {k: cube[:, q] for q, k in enumerate(fd.MODEL_OFFSETS)}
-        return [dict(zip(fd.MODEL_OFFSETS, cube[b])) for b in range(len(us))], by_offset
+        return _by_direction(out, len(us))
 
     def _batches(self) -> bool:
         """Whether fn's points may go to one vectorised call (see ``_many``):
@@ -383,6 +379,15 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
             at += k
 
     return _xp.Asked(asked, take)
+
+
+def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndarray]], dict[int, np.ndarray]]:
+    """F's values at the model's offsets along k directions (``out``: each
+    direction's in the order of fd.MODEL_OFFSETS) by direction, by offset;
+    and by offset, a row per direction."""
+    cube = np.stack(out).reshape(k, len(fd.MODEL_OFFSETS), _xp.size(out[0]))  # (direction, offset, output)
+    by_offset = {o: cube[:, q] for q, o in enumerate(fd.MODEL_OFFSETS)}
+    return [dict(zip(fd.MODEL_OFFSETS, cube[b])) for b in range(k)], by_offset
 
 
 def _in_units(oracle: Oracle, ref: fd.Reference, c: float) -> fd.Reference:
