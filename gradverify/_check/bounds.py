@@ -62,6 +62,8 @@ class Bounds:
         jvps, probes, modes = self.modes.jvps, self.probes, self.modes
         if not all(type(j) is np.ndarray for j in jvps) or len({j.shape for j in jvps}) != 1:
             return False
+        if len(jvps) * jvps[0].size > KEEP_BOUNDS:
+            return False  # (a full Jacobian the caller asked for on large arrays: each bound as it is used)
         scales = np.array([modes.jmax_jvp * probes.scale[b] for b in range(len(jvps))])[:, None]
         rows = tol.ad_bound(np.stack(jvps), modes.ad_out, self.rtol, self.atol, scales)
         self._jvp.update(enumerate(rows))

@@ -119,7 +119,7 @@ class Oracle:
             out = _xp.copy(out)
         return out
 
-    def stencils(self, us: Any, cs: Any) -> tuple[list[dict[int, np.ndarray]], dict[int, np.ndarray]] | None:
+    def stencils(self, us: Any, cs: Any) -> tuple[list[dict[int, np.ndarray]], Callable[[], dict]] | None:
         """F's values at the model's offsets (fd.MODEL_OFFSETS) along every c u
         of ``us``, ``cs``, from one vectorised evaluation of fn (see ``_many``),
         as ``_by_direction`` gives them; None where there is none."""
@@ -276,7 +276,7 @@ class Oracle:
                 p.f0_scale,
                 [_along_c(jvps[b], c) for b, c in enumerate(cs)] if jvps else None,
                 points,
-                stacked,
+                stacked() if stacked is not None else None,
             )
         for b, u in enumerate(us):
             jv = jvps[b] if jvps else None
@@ -381,13 +381,14 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
     return _xp.Asked(asked, take)
 
 
-def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndarray]], dict[int, np.ndarray]]:
+def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndarray]], Callable[[], dict]]:
     """F's values at the model's offsets along k directions (``out``: each
     direction's in the order of fd.MODEL_OFFSETS) by direction, by offset;
-    and by offset, a row per direction."""
-    cube = np.stack(out).reshape(k, len(fd.MODEL_OFFSETS), _xp.size(out[0]))  # (direction, offset, output)
-    by_offset = {o: cube[:, q] for q, o in enumerate(fd.MODEL_OFFSETS)}
-    return [dict(zip(fd.MODEL_OFFSETS, cube[b])) for b in range(k)], by_offset
+    and what stacks them by offset, a row per direction (fd.model_references'
+    ``stacked``: made only where the model's references are)."""
+    n = len(fd.MODEL_OFFSETS)
+    by_direction = [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(k)]
+    return by_direction, lambda: {o: np.stack(out[q::n]) for q, o in enumerate(fd.MODEL_OFFSETS)}
 
 
 def _in_units(oracle: Oracle, ref: fd.Reference, c: float) -> fd.Reference:
