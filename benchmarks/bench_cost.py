@@ -35,7 +35,9 @@ Five parts, each printed as a table (CPU, one torch thread):
   one forward+backward pass, as a multiple of that pass.
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
-  rounds that alternate the tools: gradverify's default check against
+  rounds that alternate the tools (with the share of gradverify's time spent
+  inside calls of fn and its derivatives, the framework's AD included: the
+  rest is the checker's own): gradverify's default check against
   ``gradcheck`` (slow mode, forward AD checked where the function has it)
   and ``check_grads(order=1, modes=("fwd", "rev"))`` (or "rev" alone where
   there is no JVP); the ratios' median.
@@ -404,6 +406,43 @@ def _small_cases():
     return cases
 
 
+class InFn:
+    """The time a check spends inside calls of fn and of its derivatives (the
+    framework's AD, vmap and compiled forms included): every way the
+    evaluator calls them, timed where the outermost of them is entered."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._depth = 0
+
+    def __enter__(self) -> InFn:
+        from gradverify._check.evaluate import Evaluator
+
+        self._saved = {name: getattr(Evaluator, name) for name in ("_call", "_host", "host_or")}
+        for name, method in self._saved.items():
+            setattr(Evaluator, name, self._timed(method))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from gradverify._check.evaluate import Evaluator
+
+        for name, method in self._saved.items():
+            setattr(Evaluator, name, method)
+
+    def _timed(self, method):
+        def timed(*args, **kwargs):
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.perf_counter() - start
+
+        return timed
+
+
 def small(rounds: int) -> None:
     import jax
     from jax.test_util import check_grads
@@ -412,6 +451,7 @@ def small(rounds: int) -> None:
 
     cases = _small_cases()
     times: dict[tuple[str, str], list[float]] = {}
+    in_fn: dict[str, list[float]] = {}
 
     def peer(kind, fn, args, forward):
         if kind == "torch":
@@ -427,22 +467,26 @@ def small(rounds: int) -> None:
                 _, t = _timed(lambda: gv.check(fn, *args))
                 if r:
                     times.setdefault((name, "gv"), []).append(t)
+                    with InFn() as clock:  # (a run of its own: the clock's wrappers are not in the times)
+                        _, t = _timed(lambda: gv.check(fn, *args))
+                    in_fn.setdefault(name, []).append(clock.seconds / t)
                 p = peer(kind, fn, args, forward)
                 if p is not None:
                     _, t = _timed(p)
                     if r:
                         times.setdefault((name, "peer"), []).append(t)
-    print("| function | gradverify (ms) | peer (ms) | ratio |")
-    print("|---|---|---|---|")
+    print("| function | gradverify (ms) | of it in fn and its derivatives | peer (ms) | ratio |")
+    print("|---|---|---|---|---|")
     ratios = {"torch": [], "jax": []}
     for name, kind, *_ in cases:
         g = statistics.median(times[(name, "gv")])
+        share = f"{100 * statistics.median(in_fn[name]):.0f}%"
         if (name, "peer") in times:
             q = statistics.median(times[(name, "peer")])
             ratios[kind].append(g / q)
-            print(f"| {name} | {1e3 * g:.1f} | {1e3 * q:.1f} | {g / q:.2f}x |")
+            print(f"| {name} | {1e3 * g:.1f} | {share} | {1e3 * q:.1f} | {g / q:.2f}x |")
         else:
-            print(f"| {name} | {1e3 * g:.1f} | - | - |")
+            print(f"| {name} | {1e3 * g:.1f} | {share} | - | - |")
     for kind, peer_name in (("torch", "gradcheck"), ("jax", "check_grads")):
         print(f"median ratio to {peer_name}: {statistics.median(ratios[kind]):.2f}x over {len(ratios[kind])} functions")
 

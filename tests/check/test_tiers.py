@@ -346,3 +346,26 @@ def test_a_curved_functions_small_error_is_caught_as_the_six_points_catch_it():
         assert not gv.check(rule(1e-8), x, seed=seed).ok
         assert not gv.check(rule(1e-8), x, seed=seed, directions=1).ok
         assert gv.check(rule(0.0), x, seed=seed).ok
+
+
+def test_the_benchmarks_clock_of_fns_calls_sees_every_call(monkeypatch):
+    """bench_cost.InFn: a check of an fn that sleeps in every call spends
+    nearly all its time there, as the clock says; one that does not, little."""
+    import time
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_cost
+
+    def slow(x):
+        time.sleep(0.01)
+        return torch.tanh(x)
+
+    shares = {}
+    for name, fn, x in (("slow", slow, torch.linspace(-1, 1, 6, dtype=torch.float64)), ("fast", torch.tanh, None)):
+        x = torch.linspace(-1, 1, 6, dtype=torch.float64) if x is None else x
+        with bench_cost.InFn() as clock:
+            start = time.perf_counter()
+            assert gv.check(fn, x).ok
+            shares[name] = clock.seconds / (time.perf_counter() - start)
+    assert 0.9 < shares["slow"] <= 1.0
+    assert 0.0 < shares["fast"] < shares["slow"]
