@@ -29,6 +29,7 @@ class Bounds:
         # the scales of bounds not kept (the values' largest magnitude: per direction, per argument)
         self._jvp_scale: dict[int, float] = {}
         self._vjp_scales: dict[int, list[float]] = {}
+        self._columns_tried = False  # (a full Jacobian's columns' bounds, all at once: see _columns)
 
     @property
     def user(self) -> bool:
@@ -39,7 +40,7 @@ class Bounds:
         if b in self._jvp:
             return self._jvp[b]
         jv, probes, modes = self.modes.jvps[b], self.probes, self.modes
-        if probes.full and modes.jmax_jvp is not None and self._columns():
+        if probes.full and modes.jmax_jvp is not None and not self._columns_tried and self._columns():
             return self._jvp[b]
         if probes.full:
             scale = None if modes.jmax_jvp is None else modes.jmax_jvp * probes.scale[b]
@@ -60,10 +61,11 @@ class Bounds:
         are host arrays of one shape (each row bit for bit ``ad_bound`` of
         its column alone: the same operations, element by element)."""
         jvps, probes, modes = self.modes.jvps, self.probes, self.modes
+        self._columns_tried = True  # (once: where it cannot, each bound is worked out as it is used)
+        if len(jvps) * _xp.size(jvps[0]) > KEEP_BOUNDS:
+            return False  # (a full Jacobian the caller asked for on large arrays)
         if not all(type(j) is np.ndarray for j in jvps) or len({j.shape for j in jvps}) != 1:
             return False
-        if len(jvps) * jvps[0].size > KEEP_BOUNDS:
-            return False  # (a full Jacobian the caller asked for on large arrays: each bound as it is used)
         scales = np.array([modes.jmax_jvp * probes.scale[b] for b in range(len(jvps))])[:, None]
         rows = tol.ad_bound(np.stack(jvps), modes.ad_out, self.rtol, self.atol, scales)
         self._jvp.update(enumerate(rows))

@@ -73,3 +73,20 @@ def test_a_full_jacobians_column_tops_are_each_columns_own_ratio(monkeypatch):
     x = torch.linspace(-2.0, 2.0, 12, dtype=torch.float64).reshape(3, 4)
     r = gv.check(lambda x: torch.tanh(x) * x.sum(), x)
     assert r.ok and sorted(seen) == list(range(12))
+
+
+def test_equal_holds_object_arrays_that_are_the_same_equal():
+    a = np.array([1, "two", 3.0], dtype=object)
+    assert xp.equal(a, a.copy())  # (no NaN test is needed, and none can be made, of the same values)
+
+
+def test_a_wide_full_jacobian_tries_its_columns_bounds_at_once_only_once(monkeypatch):
+    import gradverify as gv
+    from gradverify._check import bounds
+
+    calls = []
+    columns = bounds.Bounds._columns
+    monkeypatch.setattr(bounds.Bounds, "_columns", lambda self: calls.append(1) or columns(self))
+    x = torch.linspace(-2.0, 2.0, 260, dtype=torch.float64)  # (260 x 260 elements: more than KEEP_BOUNDS)
+    assert gv.check(torch.tanh, x, full=True).ok
+    assert len(calls) == 1
