@@ -409,25 +409,29 @@ def _small_cases():
 class InFn:
     """The time a check spends inside calls of fn and of its derivatives (the
     framework's AD, vmap and compiled forms included): every way the
-    evaluator calls them, timed where the outermost of them is entered."""
+    evaluator calls them, and the reading of a failing reverse mode's
+    gradients where its rules return them (structure.findings), timed where
+    the outermost of them is entered."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self._depth = 0
 
-    def __enter__(self) -> InFn:
+    def _places(self) -> list[tuple[object, str]]:
+        from gradverify._check import structure
         from gradverify._check.evaluate import Evaluator
 
-        self._saved = {name: getattr(Evaluator, name) for name in ("_call", "_host", "host_or")}
-        for name, method in self._saved.items():
-            setattr(Evaluator, name, self._timed(method))
+        return [(Evaluator, "_call"), (Evaluator, "_host"), (Evaluator, "host_or"), (structure, "findings")]
+
+    def __enter__(self) -> InFn:
+        self._saved = [(owner, name, getattr(owner, name)) for owner, name in self._places()]
+        for owner, name, method in self._saved:
+            setattr(owner, name, self._timed(method))
         return self
 
     def __exit__(self, *exc) -> None:
-        from gradverify._check.evaluate import Evaluator
-
-        for name, method in self._saved.items():
-            setattr(Evaluator, name, method)
+        for owner, name, method in self._saved:
+            setattr(owner, name, method)
 
     def _timed(self, method):
         def timed(*args, **kwargs):

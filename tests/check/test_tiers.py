@@ -349,23 +349,44 @@ def test_a_curved_functions_small_error_is_caught_as_the_six_points_catch_it():
 
 
 def test_the_benchmarks_clock_of_fns_calls_sees_every_call(monkeypatch):
-    """bench_cost.InFn: a check of an fn that sleeps in every call spends
-    nearly all its time there, as the clock says; one that does not, little."""
-    import time
-
+    """bench_cost.InFn: every call of fn a check makes - alone, vectorised,
+    under forward and reverse mode, on a full Jacobian and along random
+    directions, passing and failing - is made inside the clock's window."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import bench_cost
 
-    def slow(x):
-        time.sleep(0.01)
-        return torch.tanh(x)
+    clock = bench_cost.InFn()
+    outside: list[bool] = []
 
-    shares = {}
-    for name, fn, x in (("slow", slow, torch.linspace(-1, 1, 6, dtype=torch.float64)), ("fast", torch.tanh, None)):
-        x = torch.linspace(-1, 1, 6, dtype=torch.float64) if x is None else x
-        with bench_cost.InFn() as clock:
-            start = time.perf_counter()
-            assert gv.check(fn, x).ok
-            shares[name] = clock.seconds / (time.perf_counter() - start)
-    assert 0.9 < shares["slow"] <= 1.0
-    assert 0.0 < shares["fast"] < shares["slow"]
+    class Tanh(torch.autograd.Function):
+        generate_vmap_rule = True  # (its columns and rows in one vectorised call each)
+
+        @staticmethod
+        def forward(x):
+            outside.append(clock._depth == 0)
+            return torch.tanh(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+            ctx.y = output
+
+        @staticmethod
+        def backward(ctx, g):
+            outside.append(clock._depth == 0)
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * (1.5 if flip else 1.0)
+
+        @staticmethod
+        def jvp(ctx, t):
+            outside.append(clock._depth == 0)
+            return t * (1 - ctx.y * ctx.y)
+
+    flip = False
+    for n in (6, 300):  # (a full Jacobian, random directions)
+        for flip in (False, True):
+            with clock:
+                r = gv.check(Tanh.apply, torch.linspace(-1, 1, n, dtype=torch.float64))
+            assert r.ok is not flip
+    assert len(outside) > 20 and not any(outside)
+    assert clock.seconds > 0.0
