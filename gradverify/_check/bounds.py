@@ -3,19 +3,34 @@ and per cotangent, as every comparison uses them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import tolerance as tol, xp as _xp
 from .modes import Modes
 from .oracle import Oracle
 
-__all__ = ["Bounds"]
+__all__ = ["Bounds", "one_stack"]
 
 
 #: A bound of more elements than this is worked out again where it is used,
 #: not kept: a few passes over the vector, against a vector of memory held
 #: for the rest of the check.
 KEEP_BOUNDS = 1 << 16
+
+
+def one_stack(arrays: list[Any]) -> bool:
+    """Whether ``arrays`` (a full Jacobian's columns, or what is compared
+    with them) are host arrays of one shape, at most KEEP_BOUNDS elements in
+    all: worked out as one array, not one at a time (a full Jacobian the
+    caller asked for on large arrays is worked out column by column)."""
+    return (
+        bool(arrays)
+        and all(type(a) is np.ndarray for a in arrays)
+        and len({a.shape for a in arrays}) == 1
+        and len(arrays) * arrays[0].size <= KEEP_BOUNDS
+    )
 
 
 class Bounds:
@@ -62,9 +77,7 @@ class Bounds:
         its column alone: the same operations, element by element)."""
         jvps, probes, modes = self.modes.jvps, self.probes, self.modes
         self._columns_tried = True  # (once: where it cannot, each bound is worked out as it is used)
-        if len(jvps) * _xp.size(jvps[0]) > KEEP_BOUNDS:
-            return False  # (a full Jacobian the caller asked for on large arrays)
-        if not all(type(j) is np.ndarray for j in jvps) or len({j.shape for j in jvps}) != 1:
+        if not one_stack(jvps):
             return False
         scales = np.array([modes.jmax_jvp * probes.scale[b] for b in range(len(jvps))])[:, None]
         rows = tol.ad_bound(np.stack(jvps), modes.ad_out, self.rtol, self.atol, scales)

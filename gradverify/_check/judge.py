@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .bounds import KEEP_BOUNDS, Bounds
+from .bounds import Bounds, one_stack
 from .calls import CallFailed
 from .context import Context
 from .excuses import (
@@ -108,11 +108,8 @@ class Judge:
         bound is compared on its own, as ever."""
         jvps, refs = self.modes.jvps, self.oracle.refs
         smooth = [b for b, r in enumerate(refs) if r.all_smooth and b < len(jvps)]
-        arrays = [a for b in smooth for a in (jvps[b], refs[b].value, refs[b].err)]
-        if not smooth or not all(type(a) is np.ndarray for a in arrays) or len({a.shape for a in arrays}) != 1:
+        if not one_stack([a for b in smooth for a in (jvps[b], refs[b].value, refs[b].err)]):
             return
-        if len(smooth) * arrays[0].size > KEEP_BOUNDS:
-            return  # (a full Jacobian the caller asked for on large arrays: column by column)
         jv = np.stack([jvps[b] for b in smooth])
         with _xp.quiet():
             scale = np.stack([self.bounds.jvp(b) for b in smooth])
