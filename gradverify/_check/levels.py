@@ -6,6 +6,7 @@ fn(x + t c u) on the host."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -130,17 +131,27 @@ def finer(
     grid: dict[int, float] = {}  # element -> the coarsest grid its values showed (see fd.grid)
     flagged: set[int] = set()  # elements the level before was not smooth at
     featured: set[int] = set()  # elements some level found a kink or jump beside
-    while idx.size and p.h / shrink >= tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own:
+    floor = tol.LADDER_ROUNDING_FLOOR * p.u_oracle * own
+    ahead = _Ahead(F, p.h, floor)
+    while idx.size and p.h / shrink >= floor:
         at = idx
         seen: list[np.ndarray] = []
 
-        def level(t: float, at: np.ndarray = at, seen: list = seen) -> np.ndarray:
+        def one(t: float, at: np.ndarray = at, seen: list = seen) -> np.ndarray:
             v = _xp.take(_xp.flat(F(t)), at)
             seen.append(v)
             return v
 
+        def many(ts: list[float], at: np.ndarray = at, seen: list = seen) -> list[np.ndarray] | None:
+            out = ahead(ts)
+            if out is None:
+                return None
+            vs = [_xp.take(_xp.flat(v), at) for v in out]
+            seen.extend(vs)
+            return vs
+
         f0_at = _xp.take(oracle.f0, at)
-        fine = at_step(oracle, level, f0_at, p.h / shrink, terms)
+        fine = at_step(oracle, fd.Line(one, many), f0_at, p.h / shrink, terms)
         # fn's grid does not shrink with the step: a level where a quantised
         # fn looks flat still carries the rounding to the grid a coarser
         # one showed (a slope error of up to its spacing over the step)
@@ -177,6 +188,41 @@ def finer(
         idx = at[~decided & ~gridded & ~noise_bound(fine, p.h / shrink)]
         shrink *= tol.REFINE
     return moved, replaced, featured - set(moved) - set(replaced)
+
+
+#: At most this many of ``finer``'s levels are evaluated in one vectorised call.
+LEVELS_AT_ONCE = 4
+
+
+class _Ahead:
+    """F's values at the stencils of ``finer``'s levels (steps h / REFINE,
+    h / REFINE^2, ... down to ``floor``), LEVELS_AT_ONCE levels in one
+    vectorised call where F offers one (on small inputs a call costs its
+    overhead, not its arithmetic): asked for a level's points, it evaluates
+    the levels from there on together. Each value is F's own at that t;
+    levels an early stop leaves unread were evaluated for nothing, which is
+    cheaper than a call each."""
+
+    def __init__(self, F: Callable[[float], Any], h: float, floor: float) -> None:
+        self.F, self.values = F, {}
+        self.levels: list[list[float]] = []  # each level's points, as finer's loop steps them
+        shrink = tol.REFINE
+        while math.isfinite(shrink) and h / shrink >= floor:
+            self.levels.append([k * (h / shrink) / 4 for k in fd.OFFSETS])
+            shrink *= tol.REFINE
+        self.index = {tuple(ts): i for i, ts in enumerate(self.levels)}
+
+    def __call__(self, ts: list[float]) -> list[Any] | None:
+        if not isinstance(self.F, fd.Line):
+            return None
+        if not all(t in self.values for t in ts):
+            i = self.index.get(tuple(ts))
+            asked = ts if i is None else [t for level in self.levels[i : i + LEVELS_AT_ONCE] for t in level]
+            got = self.F.many(asked)
+            if got is None:
+                return None
+            self.values = dict(zip(asked, got))
+        return [self.values[t] for t in ts]
 
 
 def refined(ref: fd.Reference, moved: Moves, replaced: dict[int, tuple[float, float]]) -> fd.Reference:
@@ -222,7 +268,7 @@ def at_step(oracle: Oracle, F: Callable[[float], Any], f0: Any, h: float, point:
     precision and the point's magnitude ``point`` for the rounding model."""
     p = oracle.precision
     problem = fd.Problem.of(
-        fd.Line(F),
+        F if isinstance(F, fd.Line) else fd.Line(F),
         f0,
         h,
         p.floor,

@@ -302,6 +302,36 @@ def test_the_kink_ladder_evaluates_all_its_levels_in_one_call():
     assert ladder_points >= 16 and on.evaluations["primal"] < 8 and batched <= 5, (on.evaluations, batched)
 
 
+def test_the_finer_steps_levels_come_from_few_vectorised_calls(monkeypatch):
+    """normalize with a row far below the step (found by the naive suite):
+    the finer-step excuse takes that column down several levels of 8 points
+    each; the levels come a few to a vectorised call, and the verdict is the
+    plain one's bit for bit."""
+    from gradverify._check import levels
+
+    seen = {"levels": 0}
+    at_step = levels.at_step
+
+    def counted(*args, **kwargs):
+        seen["levels"] += 1
+        return at_step(*args, **kwargs)
+
+    monkeypatch.setattr(levels, "at_step", counted)
+
+    def fn(x):
+        return torch.nn.functional.normalize(x, dim=-1)
+
+    x = torch.tensor([[5.0, 9.0], [9.0, 9.0], [1.1386441650594544e-09, 8.189291950261085e-22]], dtype=torch.float64)
+    on = gv.check(fn, x)
+    ran, seen["levels"] = seen["levels"], 0
+    off = gv.check(fn, x, vectorise=False)
+    assert ran == seen["levels"] >= 2  # (the same levels either way)
+    assert on.ok and off.ok, str(on)
+    assert on.worst_ratio == off.worst_ratio and on.findings == off.findings
+    # plainly 8 points a level; vectorised: the stencils, the levels, the point and its repeat
+    assert on.evaluations["primal"] < 8 * ran, on.evaluations
+
+
 def test_a_vectorised_fn_that_rounds_otherwise_is_evaluated_point_by_point():
     """fn under vmap is off by 1e-13 (a batched kernel that rounds otherwise):
     its value at the point itself is not fn's own there, and the stencils are
