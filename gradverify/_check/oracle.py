@@ -264,21 +264,12 @@ class Oracle:
         cs = probes.cs[: len(us)]
         points = [self.terms(c, column=probes.full) for c in cs]
         tols = [_along_c(bound(b), c) if jvps else 0.0 for b, c in enumerate(cs)]  # (along c u)
-        quick = [fd.UNKNOWN] * len(us)
-        if have and _xp.size(self.f0) and _xp.size(self.f0) <= fd.CHUNK:
-            p = self.precision
-            quick = fd.model_references(
-                have,
-                self.f0,
-                p.h,
-                p.u_oracle,
-                tols,
-                p.f0_scale,
-                [_along_c(jvps[b], c) for b, c in enumerate(cs)] if jvps else None,
-                points,
-                stacked() if stacked is not None else None,
-            )
+        # (the columns the rounding model decides, worked out together; None where it ran on none)
+        modelled = _modelled(self, us, cs, tols, points, have, jvps, stacked) if have else None
         for b, u in enumerate(us):
+            if modelled and modelled[b] is not None:
+                self.refs.append(modelled[b])
+                continue
             jv = jvps[b] if jvps else None
             h, floor, raised = self.precision.h, self.precision.floor, None
             ready, scales, at = self.prepared.pop(b, (None, None, None))  # (evaluated at step ``at``)
@@ -297,7 +288,7 @@ class Oracle:
                         ad=jv,
                         point=points[b],
                         have=(have and have[b]) or ready,
-                        quick=quick[b],
+                        quick=None if modelled else fd.UNKNOWN,  # (where the model did not hold: measured)
                         coarse=self.coarse,
                         h=h,
                         scales=scales,
@@ -389,6 +380,73 @@ def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndar
     n = len(fd.MODEL_OFFSETS)
     by_direction = [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(k)]
     return by_direction, lambda: {o: np.stack(out[q::n]) for q, o in enumerate(fd.MODEL_OFFSETS)}
+
+
+def _modelled(
+    oracle: Oracle,
+    us: Any,
+    cs: Any,
+    tols: list[Any],
+    points: list[float],
+    have: list[dict[int, np.ndarray]],
+    jvps: tuple[np.ndarray, ...],
+    stacked: Callable[[], dict] | None,
+) -> list[fd.Reference | None] | None:
+    """A full Jacobian's references where the rounding model holds
+    (fd.model_rows on F's values ``have``, ``stacked()`` by offset where
+    given), as ``Oracle.fd`` makes each column's from it, worked out on the
+    rows together: in the units of u (each row divided by its c, bit for bit
+    as a column's own division), their status one array, the model's shift
+    dropped (a full Jacobian projects no cotangent). Each reference's
+    ``measure`` sets up its problem when first asked. None for a column
+    whose model does not hold; None in all where the model cannot run (an
+    output of no element or more than fd.CHUNK)."""
+    p, probes = oracle.precision, oracle.probes
+    if not 0 < _xp.size(oracle.f0) <= fd.CHUNK:
+        return None
+    ads = [_along_c(jvps[b], c) for b, c in enumerate(cs)] if jvps else None
+    stack = stacked() if stacked is not None else None
+    rows = fd.model_rows(have, oracle.f0, p.h, p.u_oracle, tols, p.f0_scale, ads, points, stack)
+    ok, value, err, _, typicals = rows
+    shape = tuple(oracle.f0.shape)
+    scale = np.array(cs, dtype=value.dtype)[:, None]
+    if (scale != 1.0).any():
+        value /= scale  # (a column with c = 1 divides by 1: exact)
+        err /= scale
+    status = np.zeros((len(us), *shape), dtype=np.int8)
+    finite = oracle.primal.all_finite
+    if not finite:
+        status[:, ~np.asarray(oracle.primal.finite)] = fd.UNRELIABLE
+
+    def measure(b: int) -> fd.Reference:
+        problem = fd.Problem.of(
+            oracle.F(us[b], cs[b]),
+            oracle.f0,
+            p.h,
+            p.floor,
+            p.u_oracle,
+            tols[b],
+            f0_scale=p.f0_scale,
+            inputs=probes.inputs_max,
+            point=points[b],
+        )
+        # (the points kept: at most CHUNK elements each, below fd.KEEP_POINTS)
+        return _in_units(oracle, fd.reference(problem, model_first=True, have=have[b], quick=None), cs[b])
+
+    return [
+        fd.Reference(
+            value[b].reshape(shape),
+            err[b].reshape(shape),
+            status[b],
+            finite,
+            typical=typicals[b],
+            measure=functools.partial(measure, b),
+            shift_terms=(),
+        )
+        if ok[b]
+        else None
+        for b in range(len(us))
+    ]
 
 
 def _in_units(oracle: Oracle, ref: fd.Reference, c: float) -> fd.Reference:

@@ -227,12 +227,54 @@ def test_a_full_jacobian_asked_plainly_judges_its_columns_in_one_pass(monkeypatc
     original = reference_module.model_reference
     monkeypatch.setattr(reference_module, "model_reference", lambda *a, **k: single.append(1) or original(*a, **k))
     batched = []
-    original_many = fd.model_references
-    monkeypatch.setattr(fd, "model_references", lambda *a, **k: batched.append(1) or original_many(*a, **k))
+    original_many = fd.model_rows
+    monkeypatch.setattr(fd, "model_rows", lambda *a, **k: batched.append(1) or original_many(*a, **k))
     x = torch.linspace(-1, 1.5, 6, dtype=torch.float64)
     r = gv.check(_OldStyleSquare.apply, x)
     assert r.ok, str(r)
     assert (len(batched), len(single)) == (1, 0)
+
+
+@pytest.mark.parametrize("finite", [True, False])
+def test_a_full_jacobians_columns_references_are_each_columns_own(monkeypatch, finite):
+    """The columns' references, those the rounding model decides worked out
+    together, are bit for bit what the oracle gives a column alone (value,
+    error, status, and the measured reference behind a modelled one), on
+    arguments of many scales (columns with many c) and on an output with
+    NaN elements (where the model holds for no column)."""
+    from gradverify._check import oracle
+
+    first_order = oracle.Oracle.first_order
+    compared = []
+
+    def checked(self, jvps, bound):
+        first_order(self, jvps, bound)
+        for b, (u, c) in enumerate(zip(self.probes.us, self.probes.cs)):
+            ref = self.refs[b]
+            alone = self.fd(u, bound(b) * c, c, along=True, model_first=True, ad=jvps[b], point=self.terms(c, True))
+            modelled = ref.measure is not None
+            assert (alone.measure is not None) == modelled, b  # (the model holds for both, or neither)
+            for name in ("value", "err", "status"):
+                assert getattr(ref, name).tobytes() == getattr(alone, name).tobytes(), (b, name)
+            assert (ref.typical, ref.all_smooth, ref.shift_terms) == (
+                alone.typical,
+                alone.all_smooth,
+                alone.shift_terms,
+            )
+            if modelled:
+                measured, again = ref.measure(), alone.measure()
+                assert measured.value.tobytes() == again.value.tobytes()
+                assert measured.err.tobytes() == again.err.tobytes()
+            compared.append((c, modelled))
+
+    monkeypatch.setattr(oracle.Oracle, "first_order", checked)
+    x = torch.tensor([1e-3, 0.37, 7.5, -3.0], dtype=torch.float64)
+    y = torch.tensor([2e4, -1e3, 3e4, 1.0], dtype=torch.float64)
+    fn = (lambda x, y: torch.tanh(x) * y.sum()) if finite else (lambda x, y: torch.log(x) * y)
+    assert gv.check(fn, x, y).ok
+    assert len(compared) == 8
+    modelled = {c for c, m in compared if m}
+    assert len(modelled) >= 3 if finite else not modelled
 
 
 def test_a_failure_under_vmap_is_rechecked_with_plain_calls():

@@ -31,7 +31,15 @@ large as the derivatives themselves.
 """
 
 from .blocks import CHUNK, DEVICE_CHUNK, blockwise, compiled
-from .model import COARSE_OFFSETS, KEEP_POINTS, MODEL_OFFSETS, model_reference, model_references, model_scales
+from .model import (
+    COARSE_OFFSETS,
+    KEEP_POINTS,
+    MODEL_OFFSETS,
+    model_reference,
+    model_references,
+    model_rows,
+    model_scales,
+)
 from .noise import WIDE_SPACINGS, WIDE_SPAN, WideTable, wide_table, wide_table_fits
 from .records import ASIDE, JUMP, KINK, SMOOTH, UNKNOWN, UNRELIABLE, Array, Line, Problem, Reference
 from .reference import mark_unresolved, reference
@@ -83,6 +91,7 @@ __all__ = [
     "model_noise",
     "model_reference",
     "model_references",
+    "model_rows",
     "model_scales",
     "reference",
     "values_at",

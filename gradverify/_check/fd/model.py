@@ -24,7 +24,15 @@ from .stencil import (
     tolerance_parts,
 )
 
-__all__ = ["COARSE_OFFSETS", "KEEP_POINTS", "MODEL_OFFSETS", "model_reference", "model_references", "model_scales"]
+__all__ = [
+    "COARSE_OFFSETS",
+    "KEEP_POINTS",
+    "MODEL_OFFSETS",
+    "model_reference",
+    "model_references",
+    "model_rows",
+    "model_scales",
+]
 
 
 #: A model reference of at most this many elements keeps its six points for
@@ -165,6 +173,28 @@ def model_references(
     model_reference(), on a row per direction: each row's result is bit for
     bit that direction's."""
     shape = tuple(f0.shape)
+    ok, value, err, shift, typicals = model_rows(fs, f0, h, u_oracle, ad_tols, f0_scale, ads, points, stacked)
+    return [
+        (value[b].reshape(shape), err[b].reshape(shape), shift[b].reshape(shape), typicals[b]) if ok[b] else None
+        for b in range(len(fs))
+    ]
+
+
+def model_rows(
+    fs: list[dict[int, np.ndarray]],
+    f0: np.ndarray,
+    h: float,
+    u_oracle: float,
+    ad_tols: list[np.ndarray | float],
+    f0_scale: float,
+    ads: list[np.ndarray] | None,
+    points: list[float],
+    stacked: dict[int, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[float]]:
+    """model_references() as rows, a direction each: (whether each
+    direction's model holds, value, err, shift - arrays of a flat row per
+    direction - and each direction's typical derivative)."""
+    shape = tuple(f0.shape)
     f0f = np.ravel(f0)
     n = f0f.size
     if stacked is None:
@@ -196,10 +226,7 @@ def model_references(
             t = np.stack([np.ravel(np.broadcast_to(a, shape)) if np.ndim(a) else np.full(n, float(a)) for a in ad_tols])
         ad = None if ads is None else np.stack([np.ravel(a) for a in ads])
         ok, value, err, shift = _model_block(tuple(stacked[k] for k in MODEL_OFFSETS), f0f, t, ad, h, columns)
-    return [
-        (value[b].reshape(shape), err[b].reshape(shape), shift[b].reshape(shape), typicals[b]) if ok[b] else None
-        for b in range(len(fs))
-    ]
+    return ok, value, err, shift, typicals
 
 
 def _model_block(
