@@ -375,7 +375,7 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
 def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndarray]], Callable[[], dict]]:
     """F's values at the model's offsets along k directions (``out``: each
     direction's in the order of fd.MODEL_OFFSETS) by direction, by offset;
-    and what stacks them by offset, a row per direction (fd.model_references'
+    and what stacks them by offset, a row per direction (fd.model_rows'
     ``stacked``: made only where the model's references are)."""
     n = len(fd.MODEL_OFFSETS)
     by_direction = [dict(zip(fd.MODEL_OFFSETS, out[b * n : (b + 1) * n])) for b in range(k)]

@@ -36,7 +36,6 @@ from .model import (
     KEEP_POINTS,
     MODEL_OFFSETS,
     model_reference,
-    model_references,
     model_rows,
     model_scales,
 )
@@ -90,7 +89,6 @@ __all__ = [
     "mark_unresolved",
     "model_noise",
     "model_reference",
-    "model_references",
     "model_rows",
     "model_scales",
     "reference",

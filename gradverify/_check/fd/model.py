@@ -29,7 +29,6 @@ __all__ = [
     "KEEP_POINTS",
     "MODEL_OFFSETS",
     "model_reference",
-    "model_references",
     "model_rows",
     "model_scales",
 ]
@@ -153,33 +152,6 @@ def model_reference(
     return xp.reshape(value, shape), xp.reshape(err, shape), shift, typical
 
 
-def model_references(
-    fs: list[dict[int, np.ndarray]],
-    f0: np.ndarray,
-    h: float,
-    u_oracle: float,
-    ad_tols: list[np.ndarray | float],
-    f0_scale: float,
-    ads: list[np.ndarray] | None,
-    points: list[float],
-    stacked: dict[int, np.ndarray] | None = None,
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float] | None]:
-    """model_reference() along many directions at once (host arrays of at
-    most CHUNK elements): direction b's points ``fs[b]`` (``stacked``, where
-    given: each offset's points of every direction, a row per direction, as
-    they are stacked here), AD tolerance
-    ``ad_tols[b]``, AD values ``ads[b]`` and ``points[b]``, all sharing F(0)
-    and the step. Element for element the same operations as
-    model_reference(), on a row per direction: each row's result is bit for
-    bit that direction's."""
-    shape = tuple(f0.shape)
-    ok, value, err, shift, typicals = model_rows(fs, f0, h, u_oracle, ad_tols, f0_scale, ads, points, stacked)
-    return [
-        (value[b].reshape(shape), err[b].reshape(shape), shift[b].reshape(shape), typicals[b]) if ok[b] else None
-        for b in range(len(fs))
-    ]
-
-
 def model_rows(
     fs: list[dict[int, np.ndarray]],
     f0: np.ndarray,
@@ -191,9 +163,16 @@ def model_rows(
     points: list[float],
     stacked: dict[int, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[float]]:
-    """model_references() as rows, a direction each: (whether each
-    direction's model holds, value, err, shift - arrays of a flat row per
-    direction - and each direction's typical derivative)."""
+    """model_reference() along many directions at once (host arrays of at
+    most CHUNK elements): direction b's points ``fs[b]`` (``stacked``, where
+    given: each offset's points of every direction, a row per direction, as
+    they are stacked here), AD tolerance
+    ``ad_tols[b]``, AD values ``ads[b]`` and ``points[b]``, all sharing F(0)
+    and the step. Element for element the same operations as
+    model_reference(), on a row per direction: each row's result is bit for
+    bit that direction's. Returns (whether each direction's model holds,
+    value, err, shift - a flat row per direction - and each direction's
+    typical derivative)."""
     shape = tuple(f0.shape)
     f0f = np.ravel(f0)
     n = f0f.size
@@ -247,7 +226,7 @@ def _model_block(
     f = dict(zip(MODEL_OFFSETS, fs))
     xp = _xp.ns(f0, *fs)
     m = tuple(f0.shape)[0]
-    rows = len(tuple(fs[0].shape)) == 2  # (model_references: a row per direction)
+    rows = len(tuple(fs[0].shape)) == 2  # (model_rows: a row per direction)
 
     def every(a: Array) -> Any:
         return np.all(a, axis=-1) if rows else xp.all(a)

@@ -39,7 +39,7 @@ def reference(
     comparison needs it. ``sparse``: estimate only the outputs the steps move
     (see _on_support). ``have``: F's values at MODEL_OFFSETS, evaluated
     already (model_first); ``quick``: model_reference()'s result on them (None
-    included), where model_references() worked it out already. ``coarse``:
+    included), where model_rows() worked it out already. ``coarse``:
     the model from COARSE_OFFSETS (model_reference's ``coarse``): two
     evaluations fewer, the rest evaluated only where it is measured.
     ``scales``: the model's scales of ``have``, read already (model_scales);
