@@ -430,8 +430,8 @@ def _modelled(
             inputs=probes.inputs_max,
             point=points[b],
         )
-        # (the points kept: at most CHUNK elements each, below fd.KEEP_POINTS)
-        return _in_units(oracle, fd.reference(problem, model_first=True, have=have[b], quick=None), cs[b])
+        kept = have[b] if _xp.size(oracle.f0) <= fd.KEEP_POINTS else {}  # (as fd.reference keeps them)
+        return _in_units(oracle, fd.reference(problem, model_first=True, have=kept, quick=None), cs[b])
 
     return [
         fd.Reference(
