@@ -197,31 +197,30 @@ LEVELS_AT_ONCE = 4
 class _Ahead:
     """F's values at the stencils of ``finer``'s levels (steps h / REFINE,
     h / REFINE^2, ... down to ``floor``), LEVELS_AT_ONCE levels in one
-    vectorised call where F offers one (on small inputs a call costs its
-    overhead, not its arithmetic): asked for a level's points, it evaluates
-    the levels from there on together. Each value is F's own at that t;
-    levels an early stop leaves unread were evaluated for nothing, which is
-    cheaper than a call each."""
+    vectorised call where F offers one (fd.levels_at; on small inputs a
+    call costs its overhead, not its arithmetic): asked for a level's
+    points, it evaluates the levels from there on together. Each value is
+    F's own at that t; levels an early stop leaves unread were evaluated for
+    nothing, which is cheaper than a call each. None for points that are no
+    level's, or where F offers no such call."""
 
     def __init__(self, F: Callable[[float], Any], h: float, floor: float) -> None:
         self.F, self.values = F, {}
-        self.levels: list[list[float]] = []  # each level's points, as finer's loop steps them
+        self.steps: list[float] = []  # as finer's loop steps them
         shrink = tol.REFINE
         while math.isfinite(shrink) and h / shrink >= floor:
-            self.levels.append([k * (h / shrink) / 4 for k in fd.OFFSETS])
+            self.steps.append(h / shrink)
             shrink *= tol.REFINE
-        self.index = {tuple(ts): i for i, ts in enumerate(self.levels)}
+        self.index = {tuple(k * s / 4 for k in fd.OFFSETS): i for i, s in enumerate(self.steps)}
 
     def __call__(self, ts: list[float]) -> list[Any] | None:
-        if not isinstance(self.F, fd.Line):
-            return None
         if not all(t in self.values for t in ts):
             i = self.index.get(tuple(ts))
-            asked = ts if i is None else [t for level in self.levels[i : i + LEVELS_AT_ONCE] for t in level]
-            got = self.F.many(asked)
-            if got is None:
+            hs = self.steps[i : i + LEVELS_AT_ONCE] if i is not None else []
+            stencils = fd.levels_at(self.F, hs) if hs else None
+            if stencils is None:
                 return None
-            self.values = dict(zip(asked, got))
+            self.values = {k * s / 4: v for s, f in zip(hs, stencils) for k, v in zip(fd.OFFSETS, f)}
         return [self.values[t] for t in ts]
 
 

@@ -52,6 +52,7 @@ from .stencil import (
     evaluate_level,
     grid,
     grid_bound,
+    levels_at,
     model_noise,
     values_at,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "blockwise",
     "estimate",
     "evaluate_level",
+    "levels_at",
     "grid",
     "grid_bound",
     "compiled",

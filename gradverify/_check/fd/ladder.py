@@ -7,18 +7,18 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerance as tol
-from .records import JUMP, KINK, SMOOTH, UNRELIABLE, Array, Line, Problem
+from .records import JUMP, KINK, SMOOTH, UNRELIABLE, Array, Problem
 from .stencil import (
     D4_NOISE,
     DIFF_WEIGHT,
     GRID_NOISE,
     KAPPA_WEIGHT,
-    OFFSETS,
     R2_WEIGHT,
     Estimate,
     Stencil,
     estimate,
     evaluate_level,
+    levels_at,
     tolerance_at,
 )
 
@@ -53,18 +53,12 @@ def _levels(p: Problem) -> dict[float, Stencil]:
     of fn where F offers one (each level is otherwise evaluated when the
     ladder reaches it; a level it never reaches costs a batch a few points
     longer, not a call)."""
-    many = p.F.many if isinstance(p.F, Line) else None
     steps, k = [], p.h
     while k / tol.LADDER_FACTOR >= p.floor:
         k /= tol.LADDER_FACTOR
         steps.append(k)
-    if many is None or len(steps) < 2:
-        return {}
-    values = many([o * k / 4 for k in steps for o in OFFSETS])
-    if values is None:
-        return {}
-    n = len(OFFSETS)
-    return {k: Stencil(k, tuple(values[j * n : (j + 1) * n])) for j, k in enumerate(steps)}
+    stencils = levels_at(p.F, steps) if len(steps) >= 2 else None
+    return {} if stencils is None else {k: Stencil(k, f) for k, f in zip(steps, stencils)}
 
 
 def descend(p: Problem, level0: Estimate, suspects: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

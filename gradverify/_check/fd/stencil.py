@@ -38,6 +38,7 @@ __all__ = [
     "Estimate",
     "GRID_NOISE",
     "grid",
+    "levels_at",
     "grid_bound",
     "model_noise",
     "scales_asked",
@@ -266,6 +267,17 @@ def values_at(F: Callable[[float], Array], ts: list[float]) -> list[Array]:
     ``Line`` that offers one, else one t at a time."""
     out = F.many(ts) if isinstance(F, Line) and len(ts) > 1 else None
     return [F(t) for t in ts] if out is None else out
+
+
+def levels_at(F: Callable[[float], Array], hs: list[float]) -> list[tuple[Array, ...]] | None:
+    """F's stencil (OFFSETS) at each step of ``hs``, from one vectorised
+    evaluation of fn; None where F offers none (each level is then
+    evaluated when it is reached)."""
+    values = F.many([k * h / 4 for h in hs for k in OFFSETS]) if isinstance(F, Line) else None
+    if values is None:
+        return None
+    n = len(OFFSETS)
+    return [tuple(values[j * n : (j + 1) * n]) for j in range(len(hs))]
 
 
 def evaluate_level(F: Callable[[float], Array], h: float, have: dict[int, Array] | None = None) -> Stencil:
