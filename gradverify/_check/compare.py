@@ -38,6 +38,11 @@ MEASURED_ROUNDING = 16.0
 class Comparisons(Judge):
     """Every first-order comparison of one check, run by ``run``."""
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: (cotangent, id of a reference) -> (that reference, what _restricted made of it)
+        self._decided: dict[tuple[int, int], tuple[fd.Reference, Any]] = {}
+
     def run(self) -> None:
         modes = self.modes
         self.gather()
@@ -133,12 +138,18 @@ class Comparisons(Judge):
     # -- VJP against FD ---------------------------------------------------------------------
     def _ref_for_projection(self, b: int) -> tuple[np.ndarray, np.ndarray] | None:
         """FD reference for J u_b as (value, half-width), with unusable elements
-        replaced by the JVP's values when there is one."""
+        replaced by the JVP's values when there is one. None where FD decided
+        no element along u_b: the projection would be the JVP's alone - the
+        adjoint identity, which ``adjoint`` judges with the rules' rounding
+        measured - not a comparison with FD."""
         ref = self.oracle.refs[b]
         if ref.all_smooth:
             return ref.value, ref.err
         finite, value, err, xp = self.primal.finite, ref.value, ref.err, _xp.ns(ref.value)
-        missing = ~self.oracle.usable(ref) & finite
+        usable = self.oracle.usable(ref)
+        if not _xp.any_(usable):
+            return None
+        missing = ~usable & finite
         if _xp.any_(missing):
             if not self.modes.jvps:
                 return None
@@ -181,14 +192,61 @@ class Comparisons(Judge):
             fd_terms[a, b] -= ref.shift_terms[a] if ref.modelled and ref.shift_terms else 0.0
 
         def rhs(a: int, b: int) -> tuple[float, float] | None:
-            return (projected[a, b], fd_terms[a, b]) if (a, b) in projected else None
+            return (projected[a, b], fd_terms[a, b]) if (a, b) in projected and (a, b) not in adjoint_only else None
 
+        adjoint_only: set[tuple[int, int]] = set()
         worst = self._worst_projection(rhs)
+        while worst is not None and not self._decided_disagree(worst.cotangent, worst.direction):
+            # (what disagrees is the JVP put in FD's place: the adjoint identity's to judge, FD's not)
+            adjoint_only.add((worst.cotangent, worst.direction))
+            worst = self._worst_projection(rhs)
         if worst is not None and jvp_ok and any(r.modelled for r in self.oracle.refs):
             found = self.locate.confirmed_vjp(worst.cotangent, worst.direction)
             if found is not None:
                 return dataclasses.replace(worst, found=found)
         return worst
+
+    def _decided_disagree(self, a: int, b: int) -> bool:
+        """Whether the VJP disagrees with FD on the output elements FD decided
+        along u_b: the projection of J^T v_a with v_a zero elsewhere against
+        FD's there, with their bound. Where FD left elements undecided, the
+        projection put the JVP in their place, and a failure there is the two
+        modes' disagreement, not one FD saw: it is left to ``adjoint``, which
+        judges the modes against each other where the JVP agreed with FD. (A
+        reference still the rounding model's is measured first, by the
+        excuses.)"""
+        ref = self.oracle.refs[b]
+        restricted = None if ref.modelled else self._restricted(a, ref)
+        if restricted is None:
+            return True
+        v_d, g, decided = restricted
+        if g is None:
+            return False
+        xp, u = _xp.ns(v_d), self.probes.us[b]
+        value, err = xp.where(decided, ref.value, 0.0), xp.where(decided, ref.err, 0.0)
+        (lhs, rhs), terms, _ = tol.sums(
+            [(g, u), (v_d, value)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, err)]
+        )
+        return abs(lhs - rhs) > sum(terms)
+
+    def _restricted(self, a: int, ref: fd.Reference) -> tuple[Any, Any, Any] | None:
+        """Cotangent v_a zero on the output elements ``ref`` leaves undecided,
+        J^T of it (one VJP more, once per pair) and the decided elements'
+        mask; None where FD decided every element v_a weighs, or the VJP
+        failed; its VJP None where FD decided nothing v_a weighs."""
+        key = (a, id(ref))
+        if key not in self._decided or self._decided[key][0] is not ref:
+            v, decided = self.probes.vs[a], self.oracle.usable(ref)
+            xp = _xp.ns(v)
+            out = None
+            if not ref.all_smooth and _xp.any_((v != 0) & ~decided):
+                v_d = xp.where(decided, v, 0.0)
+                if not _xp.any_(v_d != 0):
+                    out = (v_d, None, decided)  # (FD decided nothing v_a weighs: no VJP to take)
+                elif (g := self.ad.vjp(v_d)) is not None:
+                    out = (v_d, g, decided)
+            self._decided[key] = (ref, out)
+        return self._decided[key][1]
 
     def _vjp_full(self) -> bool:
         """Full Jacobian: row i from VJP(e_i) against column j from FD(e_j)."""
@@ -285,7 +343,38 @@ class Comparisons(Judge):
         terms, size = _rounding_of_terms(self.modes, self.probes, a, b)
         scale = max(size, abs(worst.lhs), abs(worst.rhs))
         within = abs(worst.lhs - worst.rhs) <= worst.bound + terms * scale
-        self._report_vjp(worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale)
+        undecided = not within and self._in_undecided(a, b)
+        self._report_vjp(
+            worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale, undecided=undecided
+        )
+
+    def _in_undecided(self, a: int, b: int) -> bool:
+        """Whether the adjoint identity's disagreement for cotangent a and
+        direction b lies in output elements FD could not decide: FD decided
+        none that v_a weighs, or the identity restricted to those it decided
+        holds within AD rounding. There fn's rounding hides its slope, and
+        the rules' rounding is as large: a rule that computes a slope its
+        terms cancel (1 - tanh^2 in a tail) rounds to u times those terms,
+        not to u times the slope, and forward and reverse mode round it
+        differently - rounding that a rescaled direction does not move. As
+        for a full Jacobian's element FD cannot resolve, it is said as a
+        warning, not failed. A direction FD did not measure (the adjoint
+        identity's alone: see oracle.FD_DIRECTIONS) takes the elements FD
+        decided along the first: whether FD can resolve an output element's
+        slope is fn's rounding there against that slope."""
+        refs = self.oracle.refs
+        if not refs:
+            return False
+        ref = self.oracle.measured(b if b < len(refs) else 0)
+        restricted = self._restricted(a, ref)
+        if restricted is None:
+            return False
+        v_d, g, _ = restricted
+        if g is None:
+            return True
+        u, jv, bound = self.probes.us[b], self.modes.jvps[b], self.bounds.jvp(b)
+        (lhs, rhs), terms, _ = tol.sums([(g, u), (v_d, jv)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, bound)])
+        return abs(lhs - rhs) <= sum(terms)
 
     def _adjoint_full(self) -> None:
         modes, probes, bounds = self.modes, self.probes, self.bounds

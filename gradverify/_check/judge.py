@@ -271,6 +271,7 @@ class Judge:
         use_jvp: bool,
         terms: float | None = None,
         terms_scale: float = 0.0,
+        undecided: bool = False,
     ) -> None:
         found = w.found or self.locate.vjp(w.cotangent, w.direction, use_jvp)
         arg, idx = self.probes.flat.locate(found.element)
@@ -291,6 +292,7 @@ class Judge:
                 how=found.how,
                 terms=terms,
                 terms_scale=terms_scale,
+                undecided=undecided,
             )
         )
 

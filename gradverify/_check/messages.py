@@ -97,12 +97,16 @@ def projection_mismatch(
     how: str,
     terms: float | None = None,
     terms_scale: float = 0.0,
+    undecided: bool = False,
 ) -> Finding:
     """A projection <J^T v, u> that disagrees with <v, J u> from FD or from the
     JVP, localised to one element of J^T v (``values``, ``located_bound``);
     ``terms``: the relative rounding of terms as large as the inputs, within
     which a JVP-vs-VJP disagreement is a precision warning, relative to
-    ``terms_scale`` (the projection's size, see compare._rounding_of_terms)."""
+    ``terms_scale`` (the projection's size, see compare._rounding_of_terms);
+    ``undecided``: a JVP-vs-VJP disagreement on output elements finite
+    differences could not decide, a warning (as a full Jacobian's element
+    FD cannot resolve: adjoint_mismatch)."""
     proj = (
         f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
         + ("JVP" if pair == ("JVP", "VJP") else "FD" + (MODELLED_NOISE if modelled else ""))
@@ -116,17 +120,22 @@ def projection_mismatch(
             f"within the rounding of terms as large as the inputs ({terms:.2g}; a rule that subtracts its inputs "
             f"before exponentiating rounds them to u |x|): (J^T v) at arg{arg}{list(idx)}"
         )
-    return Finding(
-        kind=Kind.MISMATCH if terms is None else Kind.PRECISION,
-        level=ERROR if terms is None else WARNING,
-        message=said
-        if terms is not None
-        else (
+    elif undecided:
+        said = (
+            "forward and reverse mode disagree (adjoint identity <v, J u> = <J^T v, u>) on output elements where "
+            "finite differences cannot decide: rounding of a rule whose terms cancel there, or a bug below what "
+            f"finite differences can see (not failed): (J^T v) at arg{arg}{list(idx)}"
+        )
+    else:
+        said = (
             "reverse mode disagrees with finite differences"
             if pair == ("VJP", "FD")
             else "reverse mode disagrees with forward mode (adjoint identity <v, J u> = <J^T v, u>)"
-        )
-        + f": (J^T v) at arg{arg}{list(idx)}",
+        ) + f": (J^T v) at arg{arg}{list(idx)}"
+    return Finding(
+        kind=Kind.PRECISION if terms is not None else Kind.MISMATCH,
+        level=ERROR if terms is None and not undecided else WARNING,
+        message=said,
         pair=pair,
         argument=arg,
         input_index=idx,

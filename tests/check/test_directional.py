@@ -350,3 +350,97 @@ def test_fn_that_raises_at_every_step_says_the_exception():
     r = gv.check(exact, x)
     assert not r.ok and r.by_kind(gv.Kind.EXCEPTION), str(r)
     assert "only at x" in r.by_kind(gv.Kind.EXCEPTION)[0].message
+
+
+def _flat_tail_rule(n: int, flat: np.ndarray, vjp_scale: float = 1.0, tail_scale: float = 1.0):
+    """A numpy gv.Rule whose ``flat`` elements are (1 + 1e-20 x) - 1: exactly
+    0 as computed, while the rules give the real slope 1e-20 - below what
+    fn's rounding lets FD see, so FD decides nothing there; the others are
+    1e-18 sin(x), decided. The VJP is the JVP's transpose times
+    ``tail_scale`` on the flat elements and ``vjp_scale`` on the others."""
+    slope = np.where(flat, 1e-20, 0.0)
+
+    def fn(x):
+        return np.where(flat, (1.0 + 1e-20 * x) - 1.0, 1e-18 * np.sin(x))
+
+    def d(x):
+        return np.where(flat, slope, 1e-18 * np.cos(x))
+
+    return gv.Rule(
+        fn,
+        jvp=lambda p, t: d(p[0]) * t[0],
+        vjp=lambda p, g: (d(p[0]) * g * np.where(flat, tail_scale, vjp_scale),),
+    )
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_where_fd_decides_nothing_the_modes_rounding_is_not_a_mismatch_with_fd(backend, monkeypatch):
+    """jax's gelu in float32 at x ~ -7 is exactly -0 as computed: FD decides
+    no element. Its float64 JVP and VJP each round 1 - tanh^2 there (a
+    cancellation of terms of size 1) and differ by a few percent of the
+    derivative. Put in FD's place, the JVP turned the VJP-vs-FD projection
+    into an adjoint test of the rounding model's bound alone: a false 'VJP
+    vs FD' error. The adjoint identity judges it, and a disagreement on
+    elements FD cannot decide is said as a warning; on the device path too
+    (CPU_IN_JAX)."""
+    jax = pytest.importorskip("jax")
+    import gradverify.backends.jax
+
+    monkeypatch.setattr(gradverify.backends.jax, "CPU_IN_JAX", backend == "jax")
+    gelu = jax.nn.gelu
+    x = jax.numpy.asarray((-7.0 + np.random.default_rng(1).uniform(-0.01, 0.01, 300)).astype(np.float32))
+    rule = gv.Rule(gelu, jvp=lambda p, t: jax.jvp(gelu, p, t)[1], vjp=lambda p, g: jax.vjp(gelu, p[0])[1](g))
+    r = gv.check(rule, x)
+    assert r.ok and r.strategy.startswith("directional"), str(r)
+    assert all(f.pair == ("JVP", "VJP") and f.level == gv.Level.WARNING for f in r.by_kind(gv.Kind.MISMATCH))
+    (nothing,) = r.by_kind(gv.Kind.NOTHING_COMPARED)
+    assert "only forward and reverse mode were compared" in nothing.message
+    assert r.by_kind(gv.Kind.FD_UNRELIABLE)
+
+
+@pytest.mark.parametrize("where", ["every", "half"])
+def test_modes_that_disagree_only_where_fd_decides_nothing_are_a_warning_not_a_mismatch_with_fd(where):
+    """The VJP 1.5x the JVP's transpose on the elements FD cannot decide:
+    the adjoint identity says the two disagree there, located; FD saw
+    nothing there, so it is no 'VJP vs FD' error, and as for a full
+    Jacobian's element FD cannot resolve, a warning. The same rules without
+    the factor say nothing of it."""
+    n = 300
+    flat = np.ones(n, bool) if where == "every" else np.arange(n) % 2 == 0
+    x = np.random.default_rng(0).uniform(0.5, 1.5, n)
+    r = gv.check(_flat_tail_rule(n, flat, tail_scale=1.5), x)
+    assert r.ok and r.strategy.startswith("directional"), str(r)
+    (f,) = r.by_kind(gv.Kind.MISMATCH)
+    assert f.pair == ("JVP", "VJP") and f.level == gv.Level.WARNING and "cannot decide" in f.message, str(r)
+    assert flat[f.input_index], str(r)
+    assert r.by_kind(gv.Kind.FD_UNRELIABLE)
+    same = gv.check(_flat_tail_rule(n, flat), x)
+    assert same.ok and not same.by_kind(gv.Kind.MISMATCH), str(same)
+
+
+def test_a_reverse_rule_wrong_where_fd_decides_is_a_mismatch_with_fd_beside_undecided_elements():
+    """Beside elements FD cannot decide, a VJP 1e-3 relative off on the
+    elements it decides is still convicted by FD (the projection restricted
+    to those elements) and located there."""
+    n = 300
+    flat = np.arange(n) % 2 == 0
+    x = np.random.default_rng(0).uniform(0.5, 1.5, n)
+    r = gv.check(_flat_tail_rule(n, flat, vjp_scale=1 + 1e-3), x)
+    assert not r.ok, str(r)
+    (f,) = r.errors
+    assert f.pair == ("VJP", "FD") and not flat[f.input_index], str(r)
+    assert r.by_kind(gv.Kind.FD_UNRELIABLE)
+
+
+def test_modes_that_disagree_where_fd_decides_fail_beside_undecided_elements():
+    """A VJP 1e-9 relative off on the elements FD decides, beside elements
+    it cannot decide: below what FD resolves, but the adjoint identity
+    restricted to the decided elements still breaks - an error, located
+    there (not the warning of a disagreement FD could not decide)."""
+    n = 300
+    flat = np.arange(n) % 2 == 0
+    x = np.random.default_rng(0).uniform(0.5, 1.5, n)
+    r = gv.check(_flat_tail_rule(n, flat, vjp_scale=1 + 1e-9), x)
+    assert not r.ok, str(r)
+    (f,) = r.errors
+    assert f.pair == ("JVP", "VJP") and not flat[f.input_index], str(r)
