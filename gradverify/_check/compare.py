@@ -12,36 +12,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from . import fd, suite, tolerance as tol, xp as _xp
+from . import fd, suite, xp as _xp
+from .adjoint import MEASURED_ROUNDING, AdjointIdentity, host_rows
 from .excuses import Disagreement, Excuse
 from .findings import unravel
-from .judge import Judge
 from .locate import Localiser
 from .lowprecision import LowPrecision
-from .messages import adjoint_mismatch, fd_mismatch, inconclusive
-from .modes import Modes
+from .messages import fd_mismatch, inconclusive
 from .oracle import Oracle
-from .probes import Probes
 from .worst import ElementWorst, JacobianWorst, ProjectionWorst
 
 __all__ = ["MEASURED_ROUNDING", "Comparisons"]
 
-# A JVP-vs-VJP difference within this many times the measured rounding of the
-# rules (their change under a rescaled direction) is rounding, not a bug.
-MEASURED_ROUNDING = 16.0
 
-
-class Comparisons(Judge):
+class Comparisons(AdjointIdentity):
     """Every first-order comparison of one check, run by ``run``."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        #: (cotangent, id of a reference) -> (that reference, what _restricted made of it)
-        self._decided: dict[tuple[int, int], tuple[fd.Reference, Any]] = {}
 
     def run(self) -> None:
         modes = self.modes
@@ -51,7 +39,9 @@ class Comparisons(Judge):
         if adjoint := bool(modes.jvps and modes.vjps and jvp_ok and vjp_ok):
             # the sharper test (its bound is AD rounding alone); after a failure against FD, a repeat
             self.adjoint()
-        low = LowPrecision(self.ctx, self.ad, modes, self.bounds)
+        lows = (modes.low_jvps and jvp_ok) or (modes.low_vjps and vjp_ok)
+        decided = lows and any(r.all_smooth or _xp.any_(self.oracle.usable(r)) for r in self.oracle.refs)
+        low = LowPrecision(self.ctx, self.ad, modes, self.bounds, bool(decided))
         if modes.low_jvps and jvp_ok:
             low.compare("JVP")
         if modes.low_vjps and vjp_ok:
@@ -196,7 +186,7 @@ class Comparisons(Judge):
 
         adjoint_only: set[tuple[int, int]] = set()
         worst = self._worst_projection(rhs)
-        while worst is not None and not self._decided_disagree(worst.cotangent, worst.direction):
+        while worst is not None and not self.undecided.vjp_disagrees(worst.cotangent, worst.direction):
             # (what disagrees is the JVP put in FD's place: the adjoint identity's to judge, FD's not)
             adjoint_only.add((worst.cotangent, worst.direction))
             worst = self._worst_projection(rhs)
@@ -205,48 +195,6 @@ class Comparisons(Judge):
             if found is not None:
                 return dataclasses.replace(worst, found=found)
         return worst
-
-    def _decided_disagree(self, a: int, b: int) -> bool:
-        """Whether the VJP disagrees with FD on the output elements FD decided
-        along u_b: the projection of J^T v_a with v_a zero elsewhere against
-        FD's there, with their bound. Where FD left elements undecided, the
-        projection put the JVP in their place, and a failure there is the two
-        modes' disagreement, not one FD saw: it is left to ``adjoint``, which
-        judges the modes against each other where the JVP agreed with FD. (A
-        reference still the rounding model's is measured first, by the
-        excuses.)"""
-        ref = self.oracle.refs[b]
-        restricted = None if ref.modelled else self._restricted(a, ref)
-        if restricted is None:
-            return True
-        v_d, g, decided = restricted
-        if g is None:
-            return False
-        xp, u = _xp.ns(v_d), self.probes.us[b]
-        value, err = xp.where(decided, ref.value, 0.0), xp.where(decided, ref.err, 0.0)
-        (lhs, rhs), terms, _ = tol.sums(
-            [(g, u), (v_d, value)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, err)]
-        )
-        return abs(lhs - rhs) > sum(terms)
-
-    def _restricted(self, a: int, ref: fd.Reference) -> tuple[Any, Any, Any] | None:
-        """Cotangent v_a zero on the output elements ``ref`` leaves undecided,
-        J^T of it (one VJP more, once per pair) and the decided elements'
-        mask; None where FD decided every element v_a weighs, or the VJP
-        failed; its VJP None where FD decided nothing v_a weighs."""
-        key = (a, id(ref))
-        if key not in self._decided or self._decided[key][0] is not ref:
-            v, decided = self.probes.vs[a], self.oracle.usable(ref)
-            xp = _xp.ns(v)
-            out = None
-            if not ref.all_smooth and _xp.any_((v != 0) & ~decided):
-                v_d = xp.where(decided, v, 0.0)
-                if not _xp.any_(v_d != 0):
-                    out = (v_d, None, decided)  # (FD decided nothing v_a weighs: no VJP to take)
-                elif (g := self.ad.vjp(v_d)) is not None:
-                    out = (v_d, g, decided)
-            self._decided[key] = (ref, out)
-        return self._decided[key][1]
 
     def _vjp_full(self) -> bool:
         """Full Jacobian: row i from VJP(e_i) against column j from FD(e_j)."""
@@ -296,9 +244,9 @@ class Comparisons(Judge):
             return None
         T = self.bounds.of_vjp_rows(J).T[: len(refs)]  # (columns, m)
         s = _xp.host(self.probes.scale)[: len(refs), None]
-        value = _rows([r.value for r in refs], m)
-        err = _rows([r.err for r in refs], m)
-        usable = _rows([self.oracle.usable(r) for r in refs], m, bool)
+        value = host_rows([r.value for r in refs], m)
+        err = host_rows([r.err for r in refs], m)
+        usable = host_rows([self.oracle.usable(r) for r in refs], m, bool)
         ad = J.T[: len(refs)]
         with np.errstate(all="ignore"):
             over = np.maximum((value - err) / s - ad, ad - (value + err) / s) - T
@@ -319,104 +267,6 @@ class Comparisons(Judge):
         status = np.broadcast_to(_xp.host(refs[j].status), (m,))
         return JacobianWorst(
             r[k], i, j, J[i, j], value[j, i] / s[j, 0], T[j, i] + err[j, i] / s[j, 0], bool(status[i] == fd.KINK), count
-        )
-
-    # -- JVP against VJP (the adjoint identity) --------------------------------------------
-    def adjoint(self) -> None:
-        """<v, J u> from JVP against <J^T v, u> from VJP: no FD, rounding only."""
-        if self.probes.full:
-            self._adjoint_full()
-            return
-        jvps, vs = self.modes.jvps, self.probes.vs
-        bound = self.bounds.jvp
-        # (v is 0 on non-finite outputs: they weigh nothing)
-        projected, jv_terms = self.sums_of("adjoint", vs, dict(enumerate(jvps)), lambda a, b: (vs[a], bound(b)))
-        worst = self._worst_projection(lambda a, b: (projected[a, b], jv_terms[a, b]))
-        if worst is None:
-            return
-        a, b = worst.cotangent, worst.direction
-        g3, jv3 = self.ad.rescaled(vs[a], self.probes.us[b])
-        if g3 is not None and jv3 is not None:
-            measured = abs(_xp.dot(g3, self.probes.us[b]) - worst.lhs) + abs(_xp.dot(vs[a], jv3) - worst.rhs)
-            if abs(worst.lhs - worst.rhs) <= worst.bound + MEASURED_ROUNDING * measured:
-                return
-        terms, size = _rounding_of_terms(self.modes, self.probes, a, b)
-        scale = max(size, abs(worst.lhs), abs(worst.rhs))
-        within = abs(worst.lhs - worst.rhs) <= worst.bound + terms * scale
-        undecided = not within and self._in_undecided(a, b)
-        self._report_vjp(
-            worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale, undecided=undecided
-        )
-
-    def _in_undecided(self, a: int, b: int) -> bool:
-        """Whether the adjoint identity's disagreement for cotangent a and
-        direction b lies in output elements FD could not decide: FD decided
-        none that v_a weighs, or the identity restricted to those it decided
-        holds within AD rounding. There fn's rounding hides its slope, and
-        the rules' rounding is as large: a rule that computes a slope its
-        terms cancel (1 - tanh^2 in a tail) rounds to u times those terms,
-        not to u times the slope, and forward and reverse mode round it
-        differently - rounding that a rescaled direction does not move. As
-        for a full Jacobian's element FD cannot resolve, it is said as a
-        warning, not failed. A direction FD did not measure (the adjoint
-        identity's alone: see oracle.FD_DIRECTIONS) takes the elements FD
-        decided along the first: whether FD can resolve an output element's
-        slope is fn's rounding there against that slope."""
-        refs = self.oracle.refs
-        if not refs:
-            return False
-        ref = self.oracle.measured(b if b < len(refs) else 0)
-        restricted = self._restricted(a, ref)
-        if restricted is None:
-            return False
-        v_d, g, _ = restricted
-        if g is None:
-            return True
-        u, jv, bound = self.probes.us[b], self.modes.jvps[b], self.bounds.jvp(b)
-        (lhs, rhs), terms, _ = tol.sums([(g, u), (v_d, jv)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, bound)])
-        return abs(lhs - rhs) <= sum(terms)
-
-    def _adjoint_full(self) -> None:
-        modes, probes, bounds = self.modes, self.probes, self.bounds
-        scales = _xp.host(probes.scale)
-        J_r = np.stack([_xp.host(g) for g in modes.vjps])  # (m, n)
-        J_f = np.stack([_xp.host(jv) / s for jv, s in zip(modes.jvps, scales)], axis=1)  # (m, n)
-        t = tol.ad_bound(J_f, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_jvp) + tol.ad_bound(
-            J_r, modes.ad_out, bounds.rtol, bounds.atol, modes.jmax_vjp
-        )
-        over = (diff := _compared(np.abs(J_r - J_f), self.oracle.refs)) - t
-        if over.size:
-            self.closeness.note(float(np.max(diff / (t + 1e-300))))
-        if (over <= 0).all():
-            return
-        i, j = (int(k) for k in np.unravel_index(int(np.argmax(over / (t + 1e-300))), over.shape))
-        g3, jv3 = self.ad.rescaled(probes.vs[i], probes.us[j])
-        if g3 is not None and jv3 is not None:
-            measured = abs(float(g3[j]) - J_r[i, j]) + abs(float(jv3[i]) / scales[j] - J_f[i, j])
-            if abs(J_r[i, j] - J_f[i, j]) <= t[i, j] + MEASURED_ROUNDING * measured:
-                return
-        arg, idx = probes.flat.locate(j)
-        out_idx = unravel(i, self.primal.shape)
-        # Both modes already agreed with FD; a disagreement FD cannot resolve
-        # is rounding of a rule that cancels large terms (a normalization of a
-        # slice with variance near eps) or a bug below FD's resolution: said,
-        # as a warning, not failed.
-        ref = self.oracle.measured(j)
-        fd_err = float(ref.err[i]) / float(scales[j])
-        undecided = int(ref.status[i]) in (fd.UNRELIABLE, fd.JUMP)
-        self.ctx.report.keep(
-            adjoint_mismatch(
-                out_idx,
-                arg,
-                idx,
-                J_f[i, j],
-                J_r[i, j],
-                t[i, j],
-                count=int((over > 0).sum()),
-                fd_err=fd_err,
-                unresolved=undecided or abs(J_r[i, j] - J_f[i, j]) <= fd_err,
-                ad_out=modes.ad_out,
-            )
         )
 
 
@@ -440,44 +290,3 @@ class _Witness(Excuse):
         why = f"at argument {arg} {idx}, {found.undecided}"
         oracle.refs[case.b] = ref.gave_up_at(np.array([self.i]), lambda _: why)
         return True
-
-
-def _rounding_of_terms(modes: Modes, probes: Probes, a: int, b: int) -> tuple[float, float]:
-    """The relative rounding of terms as large as the inputs, and the scale it
-    is relative to, for the adjoint identity of cotangent a and direction b.
-
-    A rule that subtracts its inputs before exponentiating (softmax weights
-    exp(x - lse)) rounds them to u |x|: at inputs of 1e6 its derivative
-    carries 1e-10 of relative rounding, and forward and reverse mode round it
-    differently. Within ROUNDING_TERMS x u x the largest input (at most
-    sqrt(u): rounding that cost half the digits is no longer rounding) of the
-    projection's size the disagreement is a precision warning; beyond it, an
-    error. Its size: the larger of the projections and of the 2-norm of their
-    terms, sqrt(sum (v_i (J u)_i)^2) - what |<v, J u>| is on average over the
-    random signs, so that a projection whose terms happened to cancel to a
-    small value is not held to the rounding of that value."""
-    u = tol.unit_roundoff(modes.ad_out)
-    terms = min(tol.ROUNDING_TERMS * u * probes.inputs_max, u**0.5)
-    v, g = probes.vs[a], modes.vjps[a]
-    # (sqrt(sum (v_i (J u)_i)^2) is a Hoeffding term without its multiplier)
-    norms = tol.hoeffdings([lambda: (v, modes.jvps[b]), lambda: (g, probes.us[b])])
-    size = max(norms) / tol.HOEFFDING_K
-    return terms, size if math.isfinite(size) else 0.0  # (a size beyond floats widens nothing)
-
-
-def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:
-    """A full Jacobian's ``diff`` (m, n) with 0 at the elements set aside
-    (AD's NaN/inf where fn is not differentiable: see singular)."""
-    if not refs:
-        return diff
-    aside = (_rows([r.status for r in refs], diff.shape[0], np.int8) == fd.ASIDE).T
-    return np.where(aside, 0.0, diff)
-
-
-def _rows(items: Sequence[Any], m: int, dtype: Any = np.float64) -> np.ndarray:
-    """The columns' values (each a number or m of them) as the rows of one
-    host array: each row its item, broadcast."""
-    out = np.empty((len(items), m), dtype)
-    for k, a in enumerate(items):
-        out[k] = _xp.host(a)
-    return out

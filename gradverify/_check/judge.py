@@ -273,7 +273,12 @@ class Judge:
         terms_scale: float = 0.0,
         undecided: bool = False,
     ) -> None:
-        found = w.found or self.locate.vjp(w.cotangent, w.direction, use_jvp)
+        if w.found is not None:
+            found = w.found
+        elif pair == ("JVP", "VJP"):
+            found = self.locate.adjoint(w.cotangent, w.direction)
+        else:
+            found = self.locate.vjp(w.cotangent, w.direction, use_jvp)
         arg, idx = self.probes.flat.locate(found.element)
         self.ctx.report.keep(
             projection_mismatch(

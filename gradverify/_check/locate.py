@@ -53,6 +53,34 @@ class Localiser:
         values, bound, _, _ = self._vjp_element(a, j)
         return Located(j, values, bound, f"located in {steps} bisection steps using {'JVP' if use_jvp else 'FD'}")
 
+    def adjoint(self, a: int, b: int) -> Located:
+        """The element of J^T v_a that breaks the adjoint identity with
+        direction b: the elementwise guess (ranked by the JVP), confirmed
+        against <v_a, J e_j> from forward mode, otherwise bisection with the
+        JVP as the oracle. Its values are the two modes' there - not FD's,
+        which the identity never asked (and which may not decide there)."""
+        j = self._diagonal_guess(a, b, use_jvp=True)
+        if j is not None:
+            values, bound = self._adjoint_element(a, j)
+            if abs(values["VJP"] - values["JVP"]) > bound:
+                return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j by forward mode")
+        j, steps = self._bisect_vjp(a, b, use_jvp=True)
+        values, bound = self._adjoint_element(a, j)
+        return Located(j, values, bound, f"located in {steps} bisection steps using JVP")
+
+    def _adjoint_element(self, a: int, j: int) -> tuple[dict[str, float], float]:
+        """(J^T v_a)_j from VJP against <v_a, J e_j> from JVP, and the bound
+        of their difference (the two modes' rounding)."""
+        v, g = self.probes.vs[a], self.modes.vjps[a]
+        w = self.ad.jvp_value(basis(j, self.probes.flat.n, self.probes.x))
+        if w is None:
+            (ad, ad_bound) = _xp.read(g[j], self.vjp_bounds(a)[j])
+            return {"JVP": float("nan"), "VJP": ad}, ad_bound
+        (jv,), (terms,), (ad, ad_bound) = tol.sums(
+            [(v, w)], [lambda: (v, self.column_bound(w))], (g[j], self.vjp_bounds(a)[j])
+        )
+        return {"JVP": jv, "VJP": ad}, ad_bound + terms
+
     def confirmed_vjp(self, a: int, b: int) -> Located | None:
         """The elementwise guess for a failing projection when FD along e_j
         convicts the VJP there on its own: the column fully estimated (no

@@ -31,8 +31,10 @@ __all__ = ["LowPrecision"]
 class LowPrecision:
     """The comparison of each low-precision mode with its float64 run."""
 
-    def __init__(self, ctx: Context, ad: AD, modes: Modes, bounds: Bounds) -> None:
+    def __init__(self, ctx: Context, ad: AD, modes: Modes, bounds: Bounds, fd_decided: bool = True) -> None:
         self.ctx, self.ad, self.modes, self.bounds = ctx, ad, modes, bounds
+        #: whether FD decided any element (the float64 runs were judged against it)
+        self.fd_decided = fd_decided
 
     def compare(self, mode: str) -> None:
         """``mode`` ("JVP" or "VJP") in the arguments' precision against float64."""
@@ -189,6 +191,7 @@ class LowPrecision:
                 limit_b=limit_b,
                 model_b=worst.model,
                 user_bounds=bounds.user,
+                fd_decided=self.fd_decided,
             )
         )
 

@@ -103,10 +103,11 @@ def projection_mismatch(
     JVP, localised to one element of J^T v (``values``, ``located_bound``);
     ``terms``: the relative rounding of terms as large as the inputs, within
     which a JVP-vs-VJP disagreement is a precision warning, relative to
-    ``terms_scale`` (the projection's size, see compare._rounding_of_terms);
+    ``terms_scale`` (the projection's size, see adjoint._rounding_of_terms);
     ``undecided``: a JVP-vs-VJP disagreement on output elements finite
     differences could not decide, a warning (as a full Jacobian's element
     FD cannot resolve: adjoint_mismatch)."""
+    other = "JVP" if pair == ("JVP", "VJP") else "FD"
     proj = (
         f"<J^T v, u> = {lhs:.6g} vs <v, J u> = {rhs:.6g} from "
         + ("JVP" if pair == ("JVP", "VJP") else "FD" + (MODELLED_NOISE if modelled else ""))
@@ -140,12 +141,15 @@ def projection_mismatch(
         argument=arg,
         input_index=idx,
         values=values,
-        error=float(abs(values["VJP"] - values["FD"])),
+        error=float(abs(values["VJP"] - values[other])),
         bound=float(located_bound),
         bound_reason=(
-            f"AD rounding {tol.ad_rounding(ad_out):g} u + FD error estimate x{tol.FD_SAFETY:g}, projected on v"
-            if not user_bounds
-            else "user rtol/atol + FD error estimate, projected on v"
+            ("user rtol/atol" if user_bounds else f"AD rounding {tol.ad_rounding(ad_out):g} u")
+            + (
+                " of both modes, projected on v (the adjoint identity needs no FD)"
+                if other == "JVP"
+                else ("" if user_bounds else f" + FD error estimate x{tol.FD_SAFETY:g}") + ", projected on v"
+            )
         ),
         where=f"{cotangent}; {proj}; {how}",
     )
@@ -198,15 +202,23 @@ def low_precision(
     limit_b: float,
     model_b: float,
     user_bounds: bool,
+    fd_decided: bool = True,
 ) -> Finding:
     """Low-precision AD off its float64 run: beyond the ``dtype`` limit an
-    error (that code path computes something else), within it a warning."""
+    error (that code path computes something else), within it a warning.
+    ``fd_decided``: FD decided some element, so the float64 run was judged
+    against it (otherwise only against the other mode: said)."""
     name = name_of(mode)
+    accepted = (
+        "which finite differences accept"
+        if fd_decided
+        else "which finite differences could not judge (they decided no element)"
+    )
     if ratio > 1:
         return Finding(
             kind=Kind.MISMATCH,
             level=ERROR,
-            message=f"{name} in {dtype} disagrees with the same {name} in float64, which finite differences accept: "
+            message=f"{name} in {dtype} disagrees with the same {name} in float64, {accepted}: "
             f"{what} off by {rel:.3g} relative, beyond the {dtype} limit: the {dtype} code path computes "
             f"something else ({count} element(s) over the rounding model)",
             bound=limit_b,
@@ -222,7 +234,12 @@ def low_precision(
         level=WARNING,
         message=f"{name} in {dtype} is off its float64 run by {rel:.3g} relative ({ulps:.3g} ulps of {dtype}) at "
         f"{what}: rounding of the {dtype} computation, beyond the rounding model but within the {dtype} "
-        f"limit ({count} element(s)); the float64 AD agrees with finite differences",
+        f"limit ({count} element(s)); "
+        + (
+            "the float64 AD agrees with finite differences"
+            if fd_decided
+            else "finite differences decided no element to judge the float64 AD by"
+        ),
         bound=model_b,
         bound_reason=f"AD rounding {tol.ad_rounding(dtype):g} u({dtype}) x (|AD| + max|AD|)",
         **common,

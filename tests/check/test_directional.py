@@ -396,6 +396,9 @@ def test_where_fd_decides_nothing_the_modes_rounding_is_not_a_mismatch_with_fd(b
     (nothing,) = r.by_kind(gv.Kind.NOTHING_COMPARED)
     assert "only forward and reverse mode were compared" in nothing.message
     assert r.by_kind(gv.Kind.FD_UNRELIABLE)
+    # (the float32 runs off their float64 ones: not said to be confirmed by FD, which decided nothing)
+    for f in r.by_kind(gv.Kind.PRECISION):
+        assert "finite differences decided no element" in f.message and "agrees with finite" not in f.message
 
 
 @pytest.mark.parametrize("where", ["every", "half"])
@@ -413,6 +416,9 @@ def test_modes_that_disagree_only_where_fd_decides_nothing_are_a_warning_not_a_m
     (f,) = r.by_kind(gv.Kind.MISMATCH)
     assert f.pair == ("JVP", "VJP") and f.level == gv.Level.WARNING and "cannot decide" in f.message, str(r)
     assert flat[f.input_index], str(r)
+    # located by the two modes' values there (FD decides nothing there), 1.5x apart
+    assert set(f.values) == {"JVP", "VJP"} and "needs no FD" in f.bound_reason, str(r)
+    assert f.values["VJP"] == pytest.approx(1.5 * f.values["JVP"], rel=1e-9)
     assert r.by_kind(gv.Kind.FD_UNRELIABLE)
     same = gv.check(_flat_tail_rule(n, flat), x)
     assert same.ok and not same.by_kind(gv.Kind.MISMATCH), str(same)
@@ -444,3 +450,4 @@ def test_modes_that_disagree_where_fd_decides_fail_beside_undecided_elements():
     assert not r.ok, str(r)
     (f,) = r.errors
     assert f.pair == ("JVP", "VJP") and not flat[f.input_index], str(r)
+    assert f.values["VJP"] == pytest.approx((1 + 1e-9) * f.values["JVP"], rel=1e-12) and f.error > f.bound, str(r)

@@ -1,0 +1,103 @@
+"""A directional check's projections restricted to the output elements FD
+decided along a direction (the cotangent zero elsewhere: one VJP more), for
+a disagreement that meets elements FD left undecided.
+
+Where FD cannot decide an element (``fd_unreliable``: fn's rounding hides
+its slope there), the VJP-vs-FD projection puts the JVP in FD's place, and
+the projection's failure may come from there alone: the two modes'
+disagreement, not one FD saw. There fn's terms cancel, and a rule that
+computes the slope cancels them as well: it rounds to u times those terms,
+not to u times its small result, and forward and reverse mode round it
+differently - rounding that a rescaled direction does not move (jax's gelu
+in float32 at x ~ -7 is exactly -0 as computed; its float64 JVP and VJP
+round 1 - tanh^2 there a few percent apart). So:
+
+* a VJP-vs-FD failure is FD's only where the restricted projection repeats
+  it (``vjp_disagrees``); otherwise the adjoint identity judges the modes;
+* the adjoint identity's disagreement is said as a warning where the
+  restricted identity holds within AD rounding (``holds_where_decided``),
+  as a full Jacobian's element FD cannot resolve is; where it breaks on
+  the decided elements, it is an error as ever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import fd, tolerance as tol, xp as _xp
+from .bounds import Bounds
+from .modes import AD, Modes
+from .oracle import Oracle
+
+__all__ = ["Undecided"]
+
+
+class Undecided:
+    """The restricted projections of one check (each VJP taken once per
+    cotangent and reference)."""
+
+    def __init__(self, ad: AD, oracle: Oracle, modes: Modes, bounds: Bounds) -> None:
+        self.ad, self.oracle, self.modes, self.bounds = ad, oracle, modes, bounds
+        self.probes = oracle.probes
+        #: (cotangent, id of a reference) -> (that reference, what _restricted made of it)
+        self._made: dict[tuple[int, int], tuple[fd.Reference, Any]] = {}
+
+    def vjp_disagrees(self, a: int, b: int) -> bool:
+        """Whether the VJP disagrees with FD on the output elements FD decided
+        along u_b: J^T v_a with v_a zero elsewhere, projected on u_b, against
+        FD's projection there, with their bound. True where FD decided every
+        element v_a weighs (the projection is FD's whole), or where the
+        reference is still the rounding model's (the excuses measure it
+        first)."""
+        ref = self.oracle.refs[b]
+        restricted = None if ref.modelled else self._restricted(a, ref)
+        if restricted is None:
+            return True
+        v_d, g, decided = restricted
+        if g is None:
+            return False
+        xp, u = _xp.ns(v_d), self.probes.us[b]
+        value, err = xp.where(decided, ref.value, 0.0), xp.where(decided, ref.err, 0.0)
+        (lhs, rhs), terms, _ = tol.sums(
+            [(g, u), (v_d, value)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, err)]
+        )
+        return abs(lhs - rhs) > sum(terms)
+
+    def holds_where_decided(self, a: int, b: int) -> bool:
+        """Whether the adjoint identity's disagreement for cotangent a and
+        direction b lies in output elements FD could not decide: FD decided
+        none that v_a weighs, or the identity restricted to those it decided
+        holds within AD rounding. A direction FD did not measure (the
+        adjoint identity's alone: see oracle.FD_DIRECTIONS) takes the
+        elements FD decided along the first: whether FD can resolve an
+        output element's slope is fn's rounding there against that slope."""
+        refs = self.oracle.refs
+        if not refs:
+            return False
+        ref = self.oracle.measured(b if b < len(refs) else 0)
+        restricted = self._restricted(a, ref)
+        if restricted is None:
+            return False
+        v_d, g, _ = restricted
+        if g is None:
+            return True
+        u, jv, bound = self.probes.us[b], self.modes.jvps[b], self.bounds.jvp(b)
+        (lhs, rhs), terms, _ = tol.sums([(g, u), (v_d, jv)], [lambda: (u, self.bounds.of_vjp(g)), lambda: (v_d, bound)])
+        return abs(lhs - rhs) <= sum(terms)
+
+    def _restricted(self, a: int, ref: fd.Reference) -> tuple[Any, Any, Any] | None:
+        """Cotangent v_a zero on the output elements ``ref`` leaves undecided,
+        J^T of it and the decided elements' mask; None where FD decided
+        every element v_a weighs, or the VJP failed; its VJP None where FD
+        decided nothing v_a weighs (nothing to take)."""
+        key = (a, id(ref))
+        if key not in self._made or self._made[key][0] is not ref:
+            v, decided = self.probes.vs[a], self.oracle.usable(ref)
+            out = None
+            if not ref.all_smooth and _xp.any_((v != 0) & ~decided):
+                v_d = _xp.ns(v).where(decided, v, 0.0)
+                if not _xp.any_(v_d != 0):
+                    out = (v_d, None, decided)
+                elif (g := self.ad.vjp(v_d)) is not None:
+                    out = (v_d, g, decided)
+            self._made[key] = (ref, out)
+        return self._made[key][1]
