@@ -38,6 +38,8 @@ class Localiser:
         self._guesses: dict[tuple[int, int], tuple] = {}
         self._columns: dict[int, tuple] = {}
         self._located: dict[tuple[int, int], Located] = {}  # (direction, output element) -> JVP's
+        #: input element -> J e_j from forward mode, as the adjoint identity's located element was judged by
+        self.jvp_columns: dict[int, np.ndarray | None] = {}
         # the rounding bound of a JVP's column J e_j (the caller's rtol/atol where given)
         self.column_bound = column_bound
 
@@ -73,6 +75,7 @@ class Localiser:
         of their difference (the two modes' rounding)."""
         v, g = self.probes.vs[a], self.modes.vjps[a]
         w = self.ad.jvp_value(basis(j, self.probes.flat.n, self.probes.x))
+        self.jvp_columns[j] = w
         if w is None:
             (ad, ad_bound) = _xp.read(g[j], self.vjp_bounds(a)[j])
             return {"JVP": float("nan"), "VJP": ad}, ad_bound

@@ -1,30 +1,38 @@
 """A directional check's projections restricted to the output elements FD
 decided along a direction (the cotangent zero elsewhere: one VJP more), for
-a disagreement that meets elements FD left undecided.
+a disagreement that meets elements FD left undecided, and the precision of
+fn's own values there.
 
 Where FD cannot decide an element (``fd_unreliable``: fn's rounding hides
 its slope there), the VJP-vs-FD projection puts the JVP in FD's place, and
 the projection's failure may come from there alone: the two modes'
-disagreement, not one FD saw. There fn's terms cancel, and a rule that
-computes the slope cancels them as well: it rounds to u times those terms,
-not to u times its small result, and forward and reverse mode round it
-differently - rounding that a rescaled direction does not move (jax's gelu
-in float32 at x ~ -7 is exactly -0 as computed; its float64 JVP and VJP
-round 1 - tanh^2 there a few percent apart). So:
+disagreement, not one FD saw. Where fn's terms cancel, a rule that computes
+the slope cancels them as well: it rounds to u times those terms, not to u
+times its small result, and forward and reverse mode round it differently -
+rounding that a rescaled direction does not move (jax's gelu in float32 at
+x ~ -7 is exactly -0 as computed; its float64 JVP and VJP round 1 - tanh^2
+there a few percent apart). So:
 
 * a VJP-vs-FD failure is FD's only where the restricted projection repeats
   it (``vjp_disagrees``); otherwise the adjoint identity judges the modes;
-* the adjoint identity's disagreement is said as a warning where the
-  restricted identity holds within AD rounding (``holds_where_decided``),
-  as a full Jacobian's element FD cannot resolve is; where it breaks on
-  the decided elements, it is an error as ever."""
+* the adjoint identity's disagreement is a warning only where it lies on
+  undecided elements - for every failing pair, the restricted identity
+  holds within AD rounding (``holds_where_decided``) - and, at the element
+  it is located at, within what fn's own values carry there
+  (``within_fn_precision``: their grid over their size, measured): a rule
+  is allowed the digits fn computes to, no more. A wrong constant where fn
+  is computed accurately, a sign flip or a dropped term where fn keeps a
+  digit, stays an error."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import fd, tolerance as tol, xp as _xp
 from .bounds import Bounds
+from .levels import grid_at
 from .modes import AD, Modes
 from .oracle import Oracle
 
@@ -38,8 +46,8 @@ class Undecided:
     def __init__(self, ad: AD, oracle: Oracle, modes: Modes, bounds: Bounds) -> None:
         self.ad, self.oracle, self.modes, self.bounds = ad, oracle, modes, bounds
         self.probes = oracle.probes
-        #: (cotangent, id of a reference) -> (that reference, what _restricted made of it)
-        self._made: dict[tuple[int, int], tuple[fd.Reference, Any]] = {}
+        #: cotangent -> (the reference it was restricted by, what _restricted made of it)
+        self._made: dict[int, tuple[fd.Reference, Any]] = {}
 
     def vjp_disagrees(self, a: int, b: int) -> bool:
         """Whether the VJP disagrees with FD on the output elements FD decided
@@ -89,8 +97,7 @@ class Undecided:
         J^T of it and the decided elements' mask; None where FD decided
         every element v_a weighs, or the VJP failed; its VJP None where FD
         decided nothing v_a weighs (nothing to take)."""
-        key = (a, id(ref))
-        if key not in self._made or self._made[key][0] is not ref:
+        if a not in self._made or self._made[a][0] is not ref:
             v, decided = self.probes.vs[a], self.oracle.usable(ref)
             out = None
             if not ref.all_smooth and _xp.any_((v != 0) & ~decided):
@@ -99,5 +106,27 @@ class Undecided:
                     out = (v_d, None, decided)
                 elif (g := self.ad.vjp(v_d)) is not None:
                     out = (v_d, g, decided)
-            self._made[key] = (ref, out)
-        return self._made[key][1]
+            self._made[a] = (ref, out)
+        return self._made[a][1]
+
+    def within_fn_precision(self, a: int, column: Any, gap: float, bound: float) -> bool:
+        """Whether the two modes' disagreement ``gap`` at a located element j
+        (J^T v_a's element against <v_a, J e_j>, ``column`` = J e_j from the
+        JVP, their AD ``bound``) is within what fn's own values carry at the
+        outputs that element feeds: 2 sum_i |v_i| rho_i |(J e_j)_i|, with
+        rho_i the grid fn's values lie on over their size (fd.grid along the
+        first direction's stencil; infinite where they do not move or are 0:
+        no digit of them is known) - each mode allowed that relative error."""
+        if column is None:
+            return False
+        w = _xp.host(column)
+        idx = np.flatnonzero(np.isfinite(w) & (w != 0))
+        if not idx.size:
+            return gap <= bound
+        F = self.oracle.F(self.probes.us[0], self.probes.cs[0])
+        q, _ = grid_at(self.oracle, F, idx)
+        f0 = np.abs(_xp.take(_xp.flat(self.oracle.f0), idx))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where((q > 0) & (f0 > 0), q / f0, np.inf)
+            carried = 2.0 * float(np.sum(np.abs(_xp.host(self.probes.vs[a])[idx]) * rho * np.abs(w[idx])))
+        return gap <= bound + carried
