@@ -69,7 +69,7 @@ class AdjointIdentity(Judge):
             worst = dataclasses.replace(worst, found=found)
             gap = abs(found.values["VJP"] - found.values["JVP"])
             column = self.locate.jvp_columns.get(found.element)
-            undecided = self.undecided.within_fn_precision(a, column, gap, found.bound)
+            undecided = self.undecided.within_fn_precision(vs[a], column, gap, found.bound)
         self._report_vjp(
             worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale, undecided=undecided
         )
@@ -111,10 +111,16 @@ class AdjointIdentity(Judge):
         # Both modes already agreed with FD; a disagreement FD cannot resolve
         # is rounding of a rule that cancels large terms (a normalization of a
         # slice with variance near eps) or a bug below FD's resolution: said,
-        # as a warning, not failed.
+        # as a warning, not failed - where it can be rounding (see
+        # Undecided.within_fn_precision: a wrong constant where fn is
+        # computed to full precision is no rounding, FD's resolution or not).
         ref = self.oracle.measured(j)
         fd_err = float(ref.err[i]) / float(scales[j])
-        undecided = int(ref.status[i]) in (fd.UNRELIABLE, fd.JUMP)
+        gap = abs(J_r[i, j] - J_f[i, j])
+        unresolved = int(ref.status[i]) in (fd.UNRELIABLE, fd.JUMP) or gap <= fd_err
+        if unresolved:
+            e_i = np.eye(1, J_f.shape[0], i)[0]
+            unresolved = self.undecided.within_fn_precision(e_i, J_f[:, j], gap, t[i, j], b=j)
         self.ctx.report.keep(
             adjoint_mismatch(
                 out_idx,
@@ -125,7 +131,7 @@ class AdjointIdentity(Judge):
                 t[i, j],
                 count=int((over > 0).sum()),
                 fd_err=fd_err,
-                unresolved=undecided or abs(J_r[i, j] - J_f[i, j]) <= fd_err,
+                unresolved=unresolved,
                 ad_out=modes.ad_out,
             )
         )

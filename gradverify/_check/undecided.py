@@ -109,24 +109,30 @@ class Undecided:
             self._made[a] = (ref, out)
         return self._made[a][1]
 
-    def within_fn_precision(self, a: int, column: Any, gap: float, bound: float) -> bool:
-        """Whether the two modes' disagreement ``gap`` at a located element j
-        (J^T v_a's element against <v_a, J e_j>, ``column`` = J e_j from the
-        JVP, their AD ``bound``) is within what fn's own values carry at the
-        outputs that element feeds: 2 sum_i |v_i| rho_i |(J e_j)_i|, with
-        rho_i the grid fn's values lie on over their size (fd.grid along the
-        first direction's stencil; infinite where they do not move or are 0:
-        no digit of them is known) - each mode allowed that relative error."""
+    def within_fn_precision(self, weights: Any, column: Any, gap: float, bound: float, b: int = 0) -> bool:
+        """Whether the two modes' disagreement ``gap`` at an input element j
+        (J^T v's element against <v, J e_j>, v = ``weights``, ``column`` =
+        J e_j from the JVP, their AD ``bound``) can be rounding: within
+        2 sum_i |v_i| rho_i |(J e_j)_i| over the outputs that element feeds,
+        each mode allowed a relative error rho_i of the larger of sqrt(u)
+        (as for terms as large as the inputs, see adjoint._rounding_of_terms:
+        rounding that cost half the digits is no longer rounding) and what
+        fn's own values carry there, measured - the grid they lie on over
+        their size (fd.grid along direction ``b``'s stencil: the first
+        direction's, or a full Jacobian's column j; infinite where they do
+        not move or are 0: no digit of them is known). A rule is allowed the
+        digits fn computes to, and half its dtype's."""
         if column is None:
             return False
         w = _xp.host(column)
         idx = np.flatnonzero(np.isfinite(w) & (w != 0))
         if not idx.size:
             return gap <= bound
-        F = self.oracle.F(self.probes.us[0], self.probes.cs[0])
+        F = self.oracle.F(self.probes.us[b], self.probes.cs[b])
         q, _ = grid_at(self.oracle, F, idx)
         f0 = np.abs(_xp.take(_xp.flat(self.oracle.f0), idx))
         with np.errstate(divide="ignore", invalid="ignore"):
             rho = np.where((q > 0) & (f0 > 0), q / f0, np.inf)
-            carried = 2.0 * float(np.sum(np.abs(_xp.host(self.probes.vs[a])[idx]) * rho * np.abs(w[idx])))
+            rho = np.maximum(rho, tol.unit_roundoff(self.modes.ad_out) ** 0.5)
+            carried = 2.0 * float(np.sum(np.abs(_xp.host(weights)[idx]) * rho * np.abs(w[idx])))
         return gap <= bound + carried
