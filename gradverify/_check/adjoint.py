@@ -69,7 +69,7 @@ class AdjointIdentity(Judge):
             worst = dataclasses.replace(worst, found=found)
             gap = abs(found.values["VJP"] - found.values["JVP"])
             column = self.locate.jvp_columns.get(found.element)
-            undecided = self.undecided.within_fn_precision(vs[a], column, gap, found.bound)
+            undecided = self.undecided.within_fn_precision(vs[a], column, found.values["VJP"], gap, found.bound)
         self._report_vjp(
             worst, ("JVP", "VJP"), use_jvp=True, terms=terms if within else None, terms_scale=scale, undecided=undecided
         )
@@ -120,7 +120,7 @@ class AdjointIdentity(Judge):
         unresolved = int(ref.status[i]) in (fd.UNRELIABLE, fd.JUMP) or gap <= fd_err
         if unresolved:
             e_i = np.eye(1, J_f.shape[0], i)[0]
-            unresolved = self.undecided.within_fn_precision(e_i, J_f[:, j], gap, t[i, j], b=j)
+            unresolved = self.undecided.within_fn_precision(e_i, J_f[:, j], J_r[i, j], gap, t[i, j], b=j)
         self.ctx.report.keep(
             adjoint_mismatch(
                 out_idx,

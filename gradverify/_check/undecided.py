@@ -109,30 +109,35 @@ class Undecided:
             self._made[a] = (ref, out)
         return self._made[a][1]
 
-    def within_fn_precision(self, weights: Any, column: Any, gap: float, bound: float, b: int = 0) -> bool:
+    def within_fn_precision(self, weights: Any, column: Any, vjp: float, gap: float, bound: float, b: int = 0) -> bool:
         """Whether the two modes' disagreement ``gap`` at an input element j
-        (J^T v's element against <v, J e_j>, v = ``weights``, ``column`` =
-        J e_j from the JVP, their AD ``bound``) can be rounding: within
-        2 sum_i |v_i| rho_i |(J e_j)_i| over the outputs that element feeds,
-        each mode allowed a relative error rho_i of the larger of sqrt(u)
+        (``vjp`` = (J^T v)_j against <v, J e_j>, v = ``weights``, ``column`` =
+        J e_j from the JVP, their AD ``bound``) can be rounding. Each mode is
+        allowed a relative error rho_i at output i of the larger of sqrt(u)
         (as for terms as large as the inputs, see adjoint._rounding_of_terms:
         rounding that cost half the digits is no longer rounding) and what
         fn's own values carry there, measured - the grid they lie on over
         their size (fd.grid along direction ``b``'s stencil: the first
         direction's, or a full Jacobian's column j; infinite where they do
-        not move or are 0: no digit of them is known). A rule is allowed the
-        digits fn computes to, and half its dtype's."""
+        not move or are 0: no digit of them is known): the JVP's side is
+        within sum_i |v_i| rho_i |(J e_j)_i| over the outputs the element
+        feeds, and the VJP's within rho |(J^T v)_j| at the least precise of
+        them (of every output v weighs where the JVP feeds none). A rule is
+        allowed the digits fn computes to, and half its dtype's."""
         if column is None:
             return False
-        w = _xp.host(column)
-        idx = np.flatnonzero(np.isfinite(w) & (w != 0))
+        w, v = _xp.host(column), np.abs(_xp.host(weights))
+        weighed = np.isfinite(w) & (v != 0)
+        idx = np.flatnonzero(weighed & (w != 0))
+        idx = idx if idx.size else np.flatnonzero(weighed)
         if not idx.size:
             return gap <= bound
         F = self.oracle.F(self.probes.us[b], self.probes.cs[b])
         q, _ = grid_at(self.oracle, F, idx)
         f0 = np.abs(_xp.take(_xp.flat(self.oracle.f0), idx))
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             rho = np.where((q > 0) & (f0 > 0), q / f0, np.inf)
             rho = np.maximum(rho, tol.unit_roundoff(self.modes.ad_out) ** 0.5)
-            carried = 2.0 * float(np.sum(np.abs(_xp.host(weights)[idx]) * rho * np.abs(w[idx])))
-        return gap <= bound + carried
+            forward = float(np.sum(np.where(w[idx] != 0, v[idx] * rho * np.abs(w[idx]), 0.0)))
+            reverse = float(np.max(rho)) * abs(vjp) if vjp else 0.0
+        return gap <= bound + forward + max(forward, reverse)

@@ -183,3 +183,20 @@ def test_tanhshrink_on_its_own_grid_passes_and_a_wrong_rule_is_still_caught(dtyp
     assert not wrong.ok or wrong.by_kind(gv.Kind.FD_UNRELIABLE), str(wrong)
     if not wrong.by_kind(gv.Kind.FD_UNRELIABLE):
         assert wrong.by_kind(gv.Kind.MISMATCH), str(wrong)
+
+
+def test_tanhshrink_of_a_subnormal_scale_bias_says_its_modes_rounding_as_a_warning():
+    """Found by this suite: jax's tanhshrink(x + b) at x = 0, b = 1.9e-270.
+    fn's value is exactly 0; its forward mode gives 0 and its reverse mode
+    -1.9e-270 (tanh^2 z underflows on one path, not the other), far below
+    what FD resolves. fn's value carries no digit there, so the disagreement
+    can be rounding: a warning, not an error (a wrong constant where fn keeps
+    its digits is one: test_adjoint.py)."""
+    jax = pytest.importorskip("jax")
+    (case,) = [c for c in NAIVE_CASES if c.label == "bias_act:tanhshrink (jax)"]
+    with jax.enable_x64(True):
+        x, b = jax.numpy.array([0.0]), jax.numpy.array([1.924230662502621e-270])
+        r = gv.check(case.fn, x, b, seed=0)
+    assert r.ok, str(r)
+    (f,) = r.by_kind(gv.Kind.MISMATCH)
+    assert f.level == gv.Level.WARNING and f.pair == ("JVP", "VJP"), str(r)
