@@ -18,11 +18,12 @@ there a few percent apart). So:
 * the adjoint identity's disagreement is a warning only where it lies on
   undecided elements - for every failing pair, the restricted identity
   holds within AD rounding (``holds_where_decided``) - and, at the element
-  it is located at, within what fn's own values carry there
-  (``within_fn_precision``: their grid over their size, measured): a rule
-  is allowed the digits fn computes to, no more. A wrong constant where fn
-  is computed accurately, a sign flip or a dropped term where fn keeps a
-  digit, stays an error."""
+  it is located at, where it can be rounding (``within_fn_precision``, a
+  full Jacobian's element FD cannot resolve too): within the larger of
+  sqrt(u) and what fn's own values carry there (their grid over their
+  size, measured), relative. A rule is allowed the digits fn computes to,
+  and half its dtype's. A wrong constant where fn is computed accurately,
+  a sign flip or a dropped term where fn keeps a digit, stays an error."""
 
 from __future__ import annotations
 
