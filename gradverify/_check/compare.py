@@ -190,6 +190,11 @@ class Comparisons(AdjointIdentity):
             # (what disagrees is the JVP put in FD's place: the adjoint identity's to judge, FD's not)
             adjoint_only.add((worst.cotangent, worst.direction))
             worst = self._worst_projection(rhs)
+        if not self.modes.jvps and (skipped := [b for b, r in enumerate(refs) if r is None]):
+            restricted = self.undecided.worst(skipped, self.ad.apart, self.closeness)
+            if restricted is not None and (worst is None or restricted.ratio > worst.ratio):
+                worst, pair = restricted, (restricted.cotangent, restricted.direction)
+                self.locate.cotangents[pair] = self.undecided.cotangent(*pair)
         if worst is not None and jvp_ok and any(r.modelled for r in self.oracle.refs):
             found = self.locate.confirmed_vjp(worst.cotangent, worst.direction)
             if found is not None:

@@ -40,6 +40,9 @@ class Localiser:
         self._located: dict[tuple[int, int], Located] = {}  # (direction, output element) -> JVP's
         #: input element -> J e_j from forward mode, as the adjoint identity's located element was judged by
         self.jvp_columns: dict[int, np.ndarray | None] = {}
+        #: (cotangent, direction) -> the cotangent and its VJP a projection was judged with in their
+        #: place: v_a zero on the outputs FD could not decide (see undecided), where no JVP fills them
+        self.cotangents: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         # the rounding bound of a JVP's column J e_j (the caller's rtol/atol where given)
         self.column_bound = column_bound
 
@@ -52,8 +55,12 @@ class Localiser:
         if j is not None and confirmed:
             return Located(j, values, bound, "found by the elementwise guess, confirmed along e_j")
         j, steps = self._bisect_vjp(a, b, use_jvp)
-        values, bound, _, _ = self._vjp_element(a, j)
+        values, bound, _, _ = self._vjp_element(a, j, b)
         return Located(j, values, bound, f"located in {steps} bisection steps using {'JVP' if use_jvp else 'FD'}")
+
+    def _cotangent(self, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """v_a and J^T v_a, or what was judged in their place along u_b."""
+        return self.cotangents.get((a, b)) or (self.probes.vs[a], self.modes.vjps[a])
 
     def adjoint(self, a: int, b: int) -> Located:
         """The element of J^T v_a that breaks the adjoint identity with
@@ -111,7 +118,7 @@ class Localiser:
         key = (a, b)
         if key not in self._guesses:
             j = self._diagonal_guess(a, b, use_jvp)
-            self._guesses[key] = (j, self._vjp_element(a, j) if j is not None else ({}, 0.0, False, False))
+            self._guesses[key] = (j, self._vjp_element(a, j, b) if j is not None else ({}, 0.0, False, False))
         return self._guesses[key]
 
     def _column(self, j: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -122,12 +129,13 @@ class Localiser:
             self._columns[j] = self.oracle.column(j)
         return self._columns[j]
 
-    def _vjp_element(self, a: int, j: int) -> tuple[dict[str, float], float, bool, bool]:
+    def _vjp_element(self, a: int, j: int, b: int | None = None) -> tuple[dict[str, float], float, bool, bool]:
         """(J^T v)_j from VJP against <v, J e_j> from FD: the labelled values,
         the bound, whether the element is confirmed wrong, and whether FD
-        decided every element of the column."""
+        decided every element of the column (v_a, or what was judged in its
+        place along u_b)."""
         value, err, complete = self._column(j)
-        v, g = self.probes.vs[a], self.modes.vjps[a]
+        v, g = self._cotangent(a, b)
         # (the projection, its Hoeffding term, the VJP's element with its bound and
         # whether FD decided the column: one read)
         unread = (complete,) if _xp.is_array(complete) else ()
@@ -144,7 +152,7 @@ class Localiser:
         direction restricted to that input (one oracle call). The worst
         violation is the candidate."""
         probes = self.probes
-        v, g, u = probes.vs[a], self.modes.vjps[a], probes.us[b]
+        (v, g), u = self._cotangent(a, b), probes.us[b]
         offsets, tops = [], []
         for off, size, shape in zip(probes.flat.offsets, probes.flat.sizes, probes.flat.shapes):
             if tuple(shape) != self.primal.shape:
@@ -183,7 +191,7 @@ class Localiser:
     def _bisect_vjp(self, a: int, b: int, use_jvp: bool) -> tuple[int, int]:
         """The discrepancy <J^T v, u_S> - <v, J u_S> is linear in the mask S:
         halve S toward the larger discrepancy."""
-        v, g, u = self.probes.vs[a], self.modes.vjps[a], self.probes.us[b]
+        (v, g), u = self._cotangent(a, b), self.probes.us[b]
 
         def disc(lo: int, hi: int) -> float:
             # Choosing a half needs no precision: the wrong element's share of
