@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from . import fd, tolerance as tol, xp as _xp
-from .bounds import Bounds
+from .bounds import Bounds, host_rows
 from .context import Context
 from .findings import unravel
 from .judge import Judge
@@ -24,7 +23,7 @@ from .oracle import Oracle
 from .probes import Probes
 from .undecided import Undecided
 
-__all__ = ["MEASURED_ROUNDING", "AdjointIdentity", "host_rows"]
+__all__ = ["MEASURED_ROUNDING", "AdjointIdentity"]
 
 # A JVP-vs-VJP difference within this many times the measured rounding of the
 # rules (their change under a rescaled direction) is rounding, not a bug.
@@ -167,12 +166,3 @@ def _compared(diff: np.ndarray, refs: Sequence[fd.Reference]) -> np.ndarray:
         return diff
     aside = (host_rows([r.status for r in refs], diff.shape[0], np.int8) == fd.ASIDE).T
     return np.where(aside, 0.0, diff)
-
-
-def host_rows(items: Sequence[Any], m: int, dtype: Any = np.float64) -> np.ndarray:
-    """The columns' values (each a number or m of them) as the rows of one
-    host array: each row its item, broadcast."""
-    out = np.empty((len(items), m), dtype)
-    for k, a in enumerate(items):
-        out[k] = _xp.host(a)
-    return out

@@ -3,6 +3,7 @@ and per cotangent, as every comparison uses them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from . import tolerance as tol, xp as _xp
 from .modes import Modes
 from .oracle import Oracle
 
-__all__ = ["Bounds", "one_stack"]
+__all__ = ["Bounds", "host_rows", "one_stack"]
 
 
 #: A bound of more elements than this is worked out again where it is used,
@@ -31,6 +32,15 @@ def one_stack(arrays: list[Any]) -> bool:
         and len({a.shape for a in arrays}) == 1
         and len(arrays) * arrays[0].size <= KEEP_BOUNDS
     )
+
+
+def host_rows(items: Sequence[Any], m: int, dtype: Any = np.float64) -> np.ndarray:
+    """The columns' values (each a number or m of them) as the rows of one
+    host array: each row its item, broadcast."""
+    out = np.empty((len(items), m), dtype)
+    for k, a in enumerate(items):
+        out[k] = _xp.host(a)
+    return out
 
 
 class Bounds:

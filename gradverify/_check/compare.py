@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import fd, suite, xp as _xp
-from .adjoint import MEASURED_ROUNDING, AdjointIdentity, host_rows
+from .adjoint import MEASURED_ROUNDING, AdjointIdentity
+from .bounds import host_rows
 from .excuses import Disagreement, Excuse
 from .findings import unravel
 from .locate import Localiser
@@ -40,8 +41,7 @@ class Comparisons(AdjointIdentity):
             # the sharper test (its bound is AD rounding alone); after a failure against FD, a repeat
             self.adjoint()
         lows = (modes.low_jvps and jvp_ok) or (modes.low_vjps and vjp_ok)
-        decided = lows and any(r.all_smooth or _xp.any_(self.oracle.usable(r)) for r in self.oracle.refs)
-        low = LowPrecision(self.ctx, self.ad, modes, self.bounds, bool(decided))
+        low = LowPrecision(self.ctx, self.ad, modes, self.bounds, bool(lows) and self.oracle.decided())
         if modes.low_jvps and jvp_ok:
             low.compare("JVP")
         if modes.low_vjps and vjp_ok:

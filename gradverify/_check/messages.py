@@ -310,10 +310,7 @@ def inconclusive(oracle: Oracle, report: Findings, adjoint: bool = False) -> Non
             where=probes.direction_name(b),
             detail=reason,
         )
-    compared = 0
-    for r in oracle.refs:
-        compared += _xp.count((r.status <= fd.KINK) & primal.finite)
-    if compared == 0:
+    if not oracle.decided():
         report.add(
             Kind.NOTHING_COMPARED,
             WARNING,

@@ -332,6 +332,10 @@ class Oracle:
             return True
         return (ref.status <= fd.KINK) & self.primal.finite
 
+    def decided(self) -> bool:
+        """Whether FD decided any element along any direction (a comparison had something to judge)."""
+        return any(_xp.any_((r.status <= fd.KINK) & self.primal.finite) for r in self.refs)
+
 
 def first_points(oracle: Oracle) -> _xp.Asked | None:
     """The coarse first tier's points along the oracle's FD direction,
