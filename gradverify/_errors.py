@@ -38,3 +38,7 @@ class GradientError(AssertionError):
 
 class ModeUnavailable(Exception):
     """Internal: a backend cannot run a mode (JVP or VJP) for this function."""
+
+
+class ModeNotAsked(ModeUnavailable):
+    """Internal: the check was asked to leave this mode out (``modes=``)."""

@@ -147,7 +147,7 @@ def verify(
         **check_options: passed to :func:`gradverify.check` at every
             example: ``wrt``, ``rtol``, ``atol``, ``full``, ``directions``,
             ``name``, ``vectorise``, ``batched``, ``suite_tol``, ``nondet_tol``,
-            ``allow_unchecked`` (else a run that compared nothing fails).
+            ``modes``, ``allow_unchecked`` (else compared nothing: fails).
 
     Returns:
         A :class:`gradverify.VerifyResult`: ``ok``, and on failure the shrunk

@@ -31,6 +31,24 @@ class Options:
     suite: tuple[float, float] | None = None
     #: two evaluations of fn differing by at most this are not nondeterminism errors
     nondet_tol: float = 0.0
+    #: the modes asked for ("JVP", "VJP", and at higher orders their
+    #: derivatives' modes, "JVP of VJP", ...); None: every mode fn has
+    modes: frozenset[str] | None = None
+
+    def left_out(self) -> frozenset[str]:
+        """The first-order modes not to run: neither asked nor the function
+        an asked derivative's mode differentiates ("VJP of VJP" runs the VJP)."""
+        if self.modes is None:
+            return frozenset()
+        return frozenset(m for m in ("JVP", "VJP") if m not in self.modes and not self.derived(m))
+
+    def derived(self, of: str) -> frozenset[str] | None:
+        """The modes asked of the derivative ``of`` ("JVP" or "VJP"), as that
+        derivative's own check names them ("JVP of VJP" is its "JVP")."""
+        if self.modes is None:
+            return None
+        tail = f" of {of}"
+        return frozenset(m[: -len(tail)] for m in self.modes if m.endswith(tail))
 
     def reproduce(self, code: str, argcode: str, wrt: Any, order: int, name: str | None = None) -> str:
         """The ``gv.check`` call that repeats a check with these options: fn
@@ -47,6 +65,7 @@ class Options:
             ("batched", self.batched, False),
             ("suite_tol", self.suite, None),
             ("nondet_tol", self.nondet_tol, 0.0),
+            ("modes", None if self.modes is None else tuple(sorted(self.modes, key=_mode_order)), None),
         ):
             if value != default:
                 opts.append(f"{key}={value!r}")
@@ -71,3 +90,8 @@ class Context:
     #: FD along the directions from the coarse model (fd.COARSE_OFFSETS): a
     #: tiered directional check's first tier (see tiers).
     coarse: bool = False
+
+
+def _mode_order(mode: str) -> tuple[int, str]:
+    """Lower orders first, then by name ("JVP", "VJP", "JVP of JVP", ...)."""
+    return mode.count(" of "), mode

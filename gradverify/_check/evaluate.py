@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ArgumentTypeError, ModeUnavailable, explain
+from .._errors import ArgumentTypeError, ModeNotAsked, ModeUnavailable, explain
 from .._rule import Rule
 from ..backends import Backend, backend_name_of, backend_of
 from ..backends.trees import flatten
@@ -24,7 +24,7 @@ from .calls import BadStructure, CallFailed, Derivative, Unshaped, fns_warnings_
 from .validate import resolve_wrt
 from .vectorised import Vectorised
 
-__all__ = ["Evaluator"]
+__all__ = ["Evaluator", "derivative_fn"]
 
 
 class Evaluator(Vectorised):
@@ -52,6 +52,8 @@ class Evaluator(Vectorised):
         self.extremes: dict[int, tuple[float, float]] = {}
         self.squares: dict[int, tuple[Any, float]] = {}
         self.wrt = tuple(wrt)
+        #: the modes the check was asked to leave out ("JVP", "VJP"): never called
+        self.skip: frozenset[str] = frozenset()
         self.vmaps = backend.vectorises(getattr(self.fn, "fn", self.fn) if hasattr(self.fn, "views") else self.fn)
         self.counts: Counter[str] = Counter()
         #: arrays fn's output depends on that are not its arguments (read
@@ -199,6 +201,8 @@ class Evaluator(Vectorised):
             return self._vjp(cotangent, precision or out_dtype, precision, points)
 
     def _jvp(self, tangents: Sequence[Any], precision: str | None, points: Any = None) -> Derivative:
+        if "JVP" in self.skip:
+            raise ModeNotAsked("left out by modes=")
         self.counts["jvp"] += 1
         operands = [(t, precision or self.dtypes[i]) for t, i in zip(tangents, self.wrt)]
         host = self._host("jvp", points, precision, operands)
@@ -225,6 +229,8 @@ class Evaluator(Vectorised):
         return self._derivative(out)
 
     def _vjp(self, cotangent: Any, out_dtype: str, precision: str | None, points: Any = None) -> list[Derivative]:
+        if "VJP" in self.skip:
+            raise ModeNotAsked("left out by modes=")
         self.counts["vjp"] += 1
         host = self._host("vjp", points, precision, [(cotangent, out_dtype)])
         if host is not None:
@@ -315,3 +321,31 @@ class Evaluator(Vectorised):
             layout = str(getattr(d, "layout", type(d).__name__)).removeprefix("torch.")
             return Derivative(None, self.backend.dtype_name(d), tuple(d.shape), f"{layout} array")
         return Derivative(self.working(d), self.backend.dtype_name(d), tuple(d.shape), "array")
+
+
+def derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
+    """The derivative ``kind`` of ev's fn ("jvp": x -> J(x) u along the
+    tangents ``arg``; "vjp": x -> J(x)^T v for the cotangent ``arg``) as a
+    function of the arguments, to be checked at a higher order."""
+    rule = ev.rule
+    if rule is not None:
+        backend, wrt = ev.backend, ev.wrt
+        if kind == "vjp":
+
+            def vjp_rule(*xs: Any) -> Any:
+                cs = rule.vjp(tuple(xs), arg)
+                cs = (cs,) if len(xs) == 1 and not isinstance(cs, (tuple, list)) else cs
+                return backend.concat_flat([cs[i] for i in wrt])
+
+            return vjp_rule
+
+        def jvp_rule(*xs: Any) -> Any:
+            full = [None] * len(xs)
+            for t, i in zip(arg, wrt):
+                full[i] = t
+            return rule.jvp(tuple(xs), tuple(full))
+
+        return jvp_rule
+    if kind == "vjp":
+        return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
+    return ev.backend.jvp_function(ev.fn, ev.wrt, arg)

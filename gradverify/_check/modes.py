@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ModeUnavailable
+from .._errors import ModeNotAsked, ModeUnavailable
 from .._result import ERROR, WARNING, Kind, Word
 from . import tolerance as tol, xp as _xp
 from .calls import BadStructure, CallFailed, Derivative
@@ -24,7 +24,7 @@ from .context import Context
 from .levels import steep_limit
 from .probes import Probes, below_steps
 
-__all__ = ["AD", "CHECKED", "FAILED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
+__all__ = ["AD", "CHECKED", "FAILED", "NOT_ASKED", "UNAVAILABLE", "ModeStatus", "Modes", "run"]
 
 
 class ModeStatus(Word):
@@ -33,9 +33,11 @@ class ModeStatus(Word):
     CHECKED = "checked"
     UNAVAILABLE = "unavailable"  # fn has no such rule (or the backend cannot run it)
     FAILED = "failed"  # it raised, or gave a derivative of the wrong structure
+    NOT_ASKED = "not asked"  # left out by the check's ``modes`` (never run)
 
 
 CHECKED, UNAVAILABLE, FAILED = ModeStatus.CHECKED, ModeStatus.UNAVAILABLE, ModeStatus.FAILED
+NOT_ASKED = ModeStatus.NOT_ASKED
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class AD:
         self.deferred = Deferred(self)
 
     def usable(self, mode: str) -> bool:
-        return self.status.get(mode) not in (UNAVAILABLE, FAILED)
+        return self.status.get(mode) not in (UNAVAILABLE, FAILED, NOT_ASKED)
 
     # -- one call ---------------------------------------------------------------------
     def jvp(
@@ -279,7 +281,7 @@ class AD:
         try:
             d = d or self.ev.jvp(self.probes.flat.split(u))
         except ModeUnavailable as e:
-            self.unavailable("JVP", str(e))
+            self.unavailable("JVP", e)
             return None
         except CallFailed as e:
             self.report.exception(e)
@@ -298,7 +300,7 @@ class AD:
         try:
             ds = ds or ev.vjp(v.reshape(primal.shape), primal.dtype)
         except ModeUnavailable as e:
-            self.unavailable("VJP", str(e))
+            self.unavailable("VJP", e)
             return None
         except BadStructure as e:
             self.report.add(Kind.WRONG_SHAPE, ERROR, str(e), pair=("VJP", "inputs"))
@@ -347,7 +349,10 @@ class AD:
             self.fed[a] = bad if a not in self.fed else self.fed[a] | bad
         return _xp.ns(g).where(bad, 0.0, g)
 
-    def unavailable(self, mode: str, why: str, order: int = 1) -> None:
+    def unavailable(self, mode: str, why: str | ModeUnavailable, order: int = 1) -> None:
+        if isinstance(why, ModeNotAsked):
+            self.status[mode] = NOT_ASKED  # (said in the modes line, not a finding)
+            return
         if self.status.get(mode) == UNAVAILABLE:
             return
         self.status[mode] = UNAVAILABLE

@@ -34,7 +34,7 @@ from .bounds import Bounds
 from .calls import CallFailed, Unshaped
 from .compare import Comparisons
 from .context import Context, Options
-from .evaluate import Evaluator
+from .evaluate import Evaluator, derivative_fn
 from .findings import Closeness, Findings
 from .keywords import keywords_checked, options_checked
 from .known import said_known
@@ -47,7 +47,15 @@ from .reproduce import reproducer
 from .singular import resolve as resolve_singular
 from .tiers import TIERED, decisive, doubtful
 from .unchecked import NOTHING_TO_DIFFERENTIATE, unchecked
-from .validate import function_name, resolve_wrt, validate_arrays, validate_fn, validate_options, validate_tolerances
+from .validate import (
+    function_name,
+    resolve_wrt,
+    validate_arrays,
+    validate_fn,
+    validate_modes,
+    validate_options,
+    validate_tolerances,
+)
 from .views.base import Composed, Layer, View, compose
 from .views.complex import Complex
 from .views.held import Held
@@ -75,6 +83,7 @@ def check(
     allow_unchecked: bool = False,
     suite_tol: tuple[float, float] | None = None,
     nondet_tol: float = 0.0,
+    modes: Sequence[str] | None = None,
 ) -> CheckResult:
     """Check the derivatives of ``fn`` at ``args``: forward mode (JVP), reverse
     mode (VJP) and finite differences (FD) cross-checked, within bounds from a
@@ -122,6 +131,11 @@ def check(
             (docs/migrating.md, "Tolerances").
         nondet_tol: two evaluations of fn at the point that differ by at
             most this are a nondeterminism warning, not an error.
+        modes: the modes to check, among "JVP" and "VJP" (at ``order`` 2
+            also their derivatives' modes: "JVP of VJP", "VJP of VJP", "JVP
+            of JVP", "VJP of JVP"; and so on at higher orders). A mode left
+            out is never called and is said "not asked" in the report (None,
+            the default: every mode fn has).
 
     Returns:
         A :class:`gradverify.CheckResult`: ``ok`` is False iff an error-level
@@ -148,15 +162,17 @@ def check(
             explain("allow_unchecked", "True or False", repr(allow_unchecked), "e.g. allow_unchecked=True")
         )
     suite = validate_tolerances(suite_tol, nondet_tol)
+    chosen = validate_modes(modes, order)
     asked = {"wrt": wrt, "order": order, "seed": seed, "rtol": rtol, "atol": atol, "full": full}
     k = None if directions is None else int(directions)
-    options = Options(int(seed), rtol, atol, full, k, vectorise, batched, suite, float(nondet_tol))
+    options = Options(int(seed), rtol, atol, full, k, vectorise, batched, suite, float(nondet_tol), chosen)
     with _observe.call(
         "check",
         fn,
         args,
         {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched}
-        | ({"suite_tol": suite, "nondet_tol": nondet_tol} if suite or nondet_tol else {}),
+        | ({"suite_tol": suite, "nondet_tol": nondet_tol} if suite or nondet_tol else {})
+        | ({"modes": modes} if modes is not None else {}),
     ) as outermost:
         result = said_known(fn, args, unchecked(run(fn, args, wrt, order, name, options), allow_unchecked))
     if outermost:
@@ -267,6 +283,7 @@ def _check_real(
     placed = not small and _placed(backend, args)
     with backend.checking(placed, small, lambda: _own(fn, args)):
         ev = Evaluator(fn, backend, args, (), placed)
+        ev.skip = options.left_out()
         ev.asked = validate_arrays(backend, args, ev.values)
         wrt_t = resolve_wrt(wrt, ev.floating, ev.dtypes)
         empty = [i for i in wrt_t if xp.size(ev.values[i]) == 0]  # (nothing to check in them)
@@ -547,20 +564,19 @@ def _higher_order(
     with ev.backend.precision(ev.native_precision):
         cot = ev.array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
         tans = [ev.array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
-    if status.get("VJP") == _modes.CHECKED:
+    for of, label in (("VJP", "the VJP x -> J(x)^T v"), ("JVP", "the JVP x -> J(x) u")):
+        if status.get(of) != _modes.CHECKED:
+            continue
+        if options.derived(of) == frozenset():
+            status.update({second_order_mode(m, of): _modes.NOT_ASKED for m in ("JVP", "VJP")})
+            continue
         try:
-            derived.append(("the VJP x -> J(x)^T v", "VJP", _derivative_fn(ev, "vjp", cot)))
+            derived.append((label, of, derivative_fn(ev, of.lower(), cot if of == "VJP" else tans)))
         except ModeUnavailable as e:
-            ad.unavailable("second-order VJP", str(e))
-    if status.get("JVP") == _modes.CHECKED:
-        try:
-            derived.append(("the JVP x -> J(x) u", "JVP", _derivative_fn(ev, "jvp", tans)))
-        except ModeUnavailable as e:
-            ad.unavailable("second-order JVP", str(e))
+            ad.unavailable(f"second-order {of}", str(e))
     for label, of, g in derived:
-        sub = run(
-            g, ev.originals, ev.wrt, order - 1, label, dataclasses.replace(options, seed=options.seed + 1), reach=False
-        )
+        asked = dataclasses.replace(options, seed=options.seed + 1, modes=options.derived(of))
+        sub = run(g, ev.originals, ev.wrt, order - 1, label, asked, reach=False)
         for f in sub.findings:
             if f.kind in (Kind.NONDETERMINISM, Kind.MUTATION):
                 continue
@@ -573,28 +589,3 @@ def _higher_order(
                 status[second_order_mode(mode, of)] = st
         for key, count in sub.evaluations.items():
             ev.counts[key] += count
-
-
-def _derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:
-    rule = ev.rule
-    if rule is not None:
-        backend, wrt = ev.backend, ev.wrt
-        if kind == "vjp":
-
-            def vjp_rule(*xs: Any) -> Any:
-                cs = rule.vjp(tuple(xs), arg)
-                cs = (cs,) if len(xs) == 1 and not isinstance(cs, (tuple, list)) else cs
-                return backend.concat_flat([cs[i] for i in wrt])
-
-            return vjp_rule
-
-        def jvp_rule(*xs: Any) -> Any:
-            full = [None] * len(xs)
-            for t, i in zip(arg, wrt):
-                full[i] = t
-            return rule.jvp(tuple(xs), tuple(full))
-
-        return jvp_rule
-    if kind == "vjp":
-        return ev.backend.vjp_function(ev.fn, ev.wrt, arg)
-    return ev.backend.jvp_function(ev.fn, ev.wrt, arg)

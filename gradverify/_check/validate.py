@@ -19,6 +19,7 @@ __all__ = [
     "finite_arguments",
     "validate_arrays",
     "validate_fn",
+    "validate_modes",
     "validate_options",
     "validate_readable",
     "validate_tolerances",
@@ -200,3 +201,33 @@ def validate_tolerances(suite_tol: Any, nondet_tol: Any) -> tuple[float, float] 
             explain("suite_tol", "a pair (atol, rtol) of numbers >= 0", repr(suite_tol), "e.g. suite_tol=(1e-5, 1e-3)")
         )
     return atol, rtol
+
+
+def validate_modes(modes: Any, order: int) -> frozenset[str] | None:
+    """The modes asked for (None where not given), after checking each is a
+    mode of a check at ``order``: "JVP", "VJP", and their derivatives' modes
+    up to that order ("JVP of VJP", ...). One mode may be given as a str."""
+    if modes is None:
+        return None
+    asked = (modes,) if isinstance(modes, str) else modes
+    names = {"JVP", "VJP"}
+    known = set(names)
+    for _ in range(order - 1):
+        names = {f"{m} of {n}" for m in ("JVP", "VJP") for n in names}
+        known |= names
+    try:
+        chosen = frozenset(asked)
+    except TypeError:
+        chosen = None
+    if not chosen or not all(isinstance(m, str) and m in known for m in chosen):
+        shown = ", ".join(repr(m) for m in sorted(known, key=lambda m: (m.count(" of "), m)))
+        raise ArgumentValueError(
+            explain(
+                "modes",
+                f"None, or a non-empty sequence of the modes of an order-{order} check ({shown})",
+                repr(modes),
+                'e.g. modes=("VJP",) checks reverse mode alone'
+                + (" (jax's 'fwd' is the JVP, its 'rev' the VJP)" if {"fwd", "rev"} & set(chosen or ()) else ""),
+            )
+        )
+    return chosen

@@ -33,6 +33,7 @@ class Vectorised:
     wrt: tuple[int, ...]
     counts: Counter[str]
     native_precision: str
+    skip: frozenset[str]
     #: False once fn at stacked points failed or disagreed with its plain run.
     batches: bool = True
     #: False where the backend's vmap is sure to refuse fn (Backend.vectorises).
@@ -88,7 +89,7 @@ class Vectorised:
         call. None where that call cannot be made - a gv.Rule, or fn (or a
         rule inside it) that the backend cannot vectorise, or any exception:
         then ask one direction at a time, which says what went wrong."""
-        if self.rule is None and self.vmaps and len(tangents) > 1:
+        if self.rule is None and self.vmaps and len(tangents) > 1 and "JVP" not in self.skip:
             with self.backend.precision(precision or self.native_precision):
                 stacks = [
                     (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)
@@ -106,7 +107,7 @@ class Vectorised:
         self, cotangents: Sequence[Any], out_dtype: str, precision: str | None = None
     ) -> list[list[Derivative]] | None:
         """``vjp`` for every cotangent in one vectorised call (None: ask one at a time)."""
-        if self.rule is None and len(cotangents) > 1:
+        if self.rule is None and len(cotangents) > 1 and "VJP" not in self.skip:
             with self.backend.precision(precision or self.native_precision):
                 stacked = _stack(cotangents)
 

@@ -92,6 +92,49 @@ def test_the_modes_asked_for_are_required() -> None:
         gradcheck(_sin(), (_x(),), check_forward_ad=False, check_backward_ad=False)
 
 
+def test_a_mode_not_asked_for_is_not_run_and_is_named() -> None:
+    class WrongForward(torch.autograd.Function):
+        calls = 0
+
+        @staticmethod
+        def forward(x):  # type: ignore[no-untyped-def]
+            return x.sin()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+            (ctx.x,) = inputs
+            ctx.save_for_backward(ctx.x)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            return g * ctx.saved_tensors[0].cos()
+
+        @staticmethod
+        def jvp(ctx, t):  # type: ignore[no-untyped-def]
+            WrongForward.calls += 1
+            return 2 * t * ctx.x.cos()
+
+    seen = []
+    for n in (5, 300):  # (the full Jacobian, random directions)
+        with _observe.observing_results(lambda kind, r: seen.append(r)):
+            assert gradcheck(WrongForward.apply, (_x(n),))  # torch's default: reverse mode alone
+        assert WrongForward.calls == 0
+        assert seen[-1].modes["JVP"] == "not asked" and "JVP not asked" in str(seen[-1])
+        with pytest.raises(GradcheckError, match="JVP"):
+            gradcheck(WrongForward.apply, (_x(n),), check_forward_ad=True)
+        assert WrongForward.calls > 0
+        WrongForward.calls = 0
+    with _observe.observing_results(lambda kind, r: seen.append(r)):
+        assert gradgradcheck(torch.sin, (_x(),))
+        assert gradgradcheck(torch.sin, (_x(),), check_fwd_over_rev=True)
+    assert seen[-2].modes["JVP of VJP"] == "not asked" and seen[-2].modes["VJP of VJP"] == "checked"
+    assert seen[-1].modes["JVP of VJP"] == "checked"
+    with jax.enable_x64(True), _observe.observing_results(lambda kind, r: seen.append(r)):
+        check_grads(jnp.sin, (np.linspace(-1, 1, 4),), 2, modes=["rev"])
+    assert seen[-1].modes["JVP"] == "not asked" and seen[-1].modes["VJP of VJP"] == "checked"
+    assert "jvp" not in seen[-1].evaluations
+
+
 def test_the_suites_tolerance_is_never_made_stricter() -> None:
     off = _sin(1 + 1e-4)  # a rule off by 1e-4 relative: a bug to gradverify's bound
     assert not gv.check(off, _x().detach()).ok

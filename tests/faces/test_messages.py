@@ -55,7 +55,7 @@ def test_fns_keywords_are_told_to_close_over_them():
         ("raise_exception", r"gv\.assert_gradients"),
         ("fast_mode", r"full=False"),
         ("check_batched_grad", r"batched=True"),
-        ("modes", r"every mode fn has is checked.*gradverify\.jax\.check_grads, which takes them"),
+        ("check_forward_ad", r"every mode fn has is checked by default.*modes=\('VJP',\) checks reverse mode alone"),
     ],
 )
 def test_another_checkers_keyword_says_what_gradverify_does_instead(keyword, says):
