@@ -16,6 +16,7 @@ What each keyword maps to is in docs/migrating.md.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradcheck is also the function's name)
 
 from . import _observe
-from ._check.pipeline import check
+from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
 from ._check.unchecked import empty_allowed
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
@@ -70,8 +71,9 @@ def gradcheck(
     asked for is not run). ``nondet_tol`` tolerates nondeterminism up to it;
     ``check_batched_grad`` and ``check_batched_forward_grad`` check the
     modes under vmap (``batched=True``). gradverify chooses its own steps
-    (``eps``) and between the full Jacobian and random directions by size
-    (``fast_mode``); gradient dtypes are always checked
+    (``eps``); ``fast_mode`` checks along random directions (the full
+    Jacobian where they leave an element undecided on small inputs),
+    otherwise it chooses by size; gradient dtypes are always checked
     (``check_grad_dtypes``); sparse inputs are checked as their specified
     values (``masked``); ``check_undefined_grad`` is not checked (torch's
     gradcheck checks a backward given undefined output gradients).
@@ -81,7 +83,7 @@ def gradcheck(
     required = ("JVP",) * check_forward_ad + ("VJP",) * check_backward_ad
     return _run(
         func, inputs, 1, required, atol, rtol, nondet_tol, check_batched_grad or check_batched_forward_grad,
-        raise_exception, "gradcheck",
+        raise_exception, "gradcheck", fast_mode,
     )  # fmt: skip
 
 
@@ -114,7 +116,10 @@ def gradgradcheck(
     if not check_fwd_over_rev and not check_rev_over_rev:
         raise ValueError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
     required = ("JVP of VJP",) * check_fwd_over_rev + ("VJP of VJP",) * check_rev_over_rev
-    return _run(func, inputs, 2, required, atol, rtol, nondet_tol, check_batched_grad, raise_exception, "gradgradcheck")
+    return _run(
+        func, inputs, 2, required, atol, rtol, nondet_tol, check_batched_grad, raise_exception, "gradgradcheck",
+        fast_mode,
+    )  # fmt: skip
 
 
 def _run(
@@ -128,6 +133,7 @@ def _run(
     batched: bool,
     raise_exception: bool,
     peer: str,
+    fast_mode: bool,
 ) -> bool:
     args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     wrt = _requiring_grad(args)
@@ -146,7 +152,7 @@ def _run(
     }
     with _observe.call(peer, func, args, options) as outermost:
         # (torch passes an empty input or output: nothing to check)
-        result = empty_allowed(check(func, *args, **options))
+        result = empty_allowed(_checked(func, args, options, fast_mode))
     empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
     if outermost:
         _observe.finished(peer, result)
@@ -164,6 +170,23 @@ def _run(
     if raise_exception:
         raise GradcheckError(message, result)
     return False
+
+
+def _checked(func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool) -> CheckResult:
+    """gv.check of func at args. ``fast`` (the suite's ``fast_mode``, which
+    projects the Jacobian onto random directions): random directions at
+    any size; where they leave an element undecided (a kink, a jump: partly
+    inconclusive, or nothing compared) on inputs small enough for the full
+    Jacobian, the full Jacobian decides, as ``fast_mode=False`` would."""
+    if not fast:
+        return check(func, *args, **options)
+    result = check(func, *args, **options, full=False)
+    undecided = result.inconclusive or result.by_kind(Kind.NOTHING_COMPARED)
+    n = sum(math.prod(s.shape) for s in result.inputs if s.differentiable)
+    m = math.prod(result.output.shape) if result.output is not None else FULL_MAX_OUT + 1
+    if undecided and 0 < n <= FULL_MAX_IN and m <= FULL_MAX_OUT:
+        return check(func, *args, **options)
+    return result
 
 
 def _requiring_grad(args: tuple[Any, ...]) -> list[str]:

@@ -135,6 +135,48 @@ def test_a_mode_not_asked_for_is_not_run_and_is_named() -> None:
     assert "jvp" not in seen[-1].evaluations
 
 
+def test_fast_mode_projects_and_the_full_jacobian_decides_what_directions_leave_undecided() -> None:
+    seen = []
+
+    def record():  # type: ignore[no-untyped-def]
+        return _observe.observing_results(lambda kind, r: seen.append(r))
+
+    with record():
+        assert gradcheck(_sin(), (_x(),), fast_mode=True)
+    assert seen[-1].strategy.startswith("directional"), seen[-1].strategy
+    flipped = _sin_flipped(3)
+    with record(), pytest.raises(GradcheckError) as caught:
+        gradcheck(flipped, (_x(),), fast_mode=True)
+    assert caught.value.result.strategy.startswith("directional")
+    assert caught.value.result.errors[0].input_index == (3,)  # (named, as the full Jacobian names it)
+    # relu at an element that sits on its kink: the directions leave it undecided, the full Jacobian decides
+    kinked = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64).requires_grad_()
+    with record():
+        assert gradcheck(torch.relu, (kinked,), fast_mode=True)
+    assert seen[-1].strategy.startswith("full Jacobian"), seen[-1].strategy
+    assert seen[-1].inconclusive
+    with record():
+        assert gradcheck(torch.relu, (kinked,))
+    assert seen[-1].strategy.startswith("full Jacobian")
+
+
+def _sin_flipped(at: int):
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            (x,) = ctx.saved_tensors
+            out = g * x.cos()
+            out[at] = -out[at]
+            return out
+
+    return Sin.apply
+
+
 def test_the_suites_tolerance_is_never_made_stricter() -> None:
     off = _sin(1 + 1e-4)  # a rule off by 1e-4 relative: a bug to gradverify's bound
     assert not gv.check(off, _x().detach()).ok
