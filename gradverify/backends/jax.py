@@ -86,6 +86,10 @@ def _concat_flat(*parts: Any) -> Any:
     return jnp.concatenate([jnp.ravel(p).astype(widest) for p in parts])
 
 
+def _flat(a: Any) -> Any:
+    return a if a.ndim == 1 else jax.lax.reshape(a, (a.size,))
+
+
 #: The dtypes a host array is cast to in numpy before it becomes a jax array.
 _NUMPY_CASTS = ("float32", "float64", "complex64", "complex128")
 #: The caller's x64 setting while the checker works in x64 (see ``working``).
@@ -343,7 +347,9 @@ class JaxBackend(Backend):
         return jvp_of_fn
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
-        return _concat_flat(*parts)
+        # (one part needs no program: a flat one is itself, another is one
+        # reshape, jax's own primitive, cached per shape as fn's own are)
+        return _flat(parts[0]) if len(parts) == 1 else _concat_flat(*parts)
 
 
 def _forward_mode_refused(fn: Callable) -> None:
