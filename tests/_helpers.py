@@ -88,6 +88,40 @@ def sine_function(scale: float = 1.0):
     return Sine
 
 
+def sine_with_rules(jvp_scale: float | None = 1.0, vjp_scale: float = 1.0, calls: dict | None = None):
+    """sin as a torch autograd.Function (``.apply``) with a forward rule
+    ``jvp_scale`` times right (None: none) and a backward ``vjp_scale``
+    times right (1.0: correct); ``calls`` counts each rule's calls."""
+    import torch
+
+    seen = calls if calls is not None else {}
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.sin()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            (ctx.x,) = inputs
+            ctx.save_for_backward(ctx.x)
+
+        @staticmethod
+        def backward(ctx, g):
+            seen["vjp"] = seen.get("vjp", 0) + 1
+            (x,) = ctx.saved_tensors
+            return vjp_scale * g * x.cos()
+
+    if jvp_scale is not None:
+
+        def jvp(ctx, t):
+            seen["jvp"] = seen.get("jvp", 0) + 1
+            return jvp_scale * t * ctx.x.cos()
+
+        Sin.jvp = staticmethod(jvp)
+    return Sin.apply
+
+
 def png_pixels(data: bytes) -> list[tuple[int, ...]]:
     """The pixels of an 8-bit, non-interlaced RGB or RGBA PNG (what a
     browser's screenshot is), decoded with zlib alone."""

@@ -7,38 +7,9 @@ import pytest
 
 import gradverify as gv
 
+from .._helpers import sine_with_rules as _sin
+
 torch = pytest.importorskip("torch")
-
-
-def _sin(jvp_scale: float | None = 1.0, vjp_scale: float = 1.0, calls: dict[str, int] | None = None):
-    """sin as an autograd.Function, its rules scaled (a scale other than 1 is
-    a bug); ``jvp_scale`` None: no forward rule. ``calls`` counts the rules' calls."""
-    seen = calls if calls is not None else {}
-
-    class Sin(torch.autograd.Function):
-        @staticmethod
-        def forward(x):  # type: ignore[no-untyped-def]
-            return x.sin()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-            (ctx.x,) = inputs
-            ctx.save_for_backward(ctx.x)
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def]
-            seen["vjp"] = seen.get("vjp", 0) + 1
-            (x,) = ctx.saved_tensors
-            return vjp_scale * g * x.cos()
-
-    if jvp_scale is not None:
-
-        def jvp(ctx, t):  # type: ignore[no-untyped-def]
-            seen["jvp"] = seen.get("jvp", 0) + 1
-            return jvp_scale * t * ctx.x.cos()
-
-        Sin.jvp = staticmethod(jvp)  # type: ignore[attr-defined]
-    return Sin.apply
 
 
 SIZES = [pytest.param(5, id="full-jacobian"), pytest.param(300, id="directions")]

@@ -21,6 +21,8 @@ jnp = pytest.importorskip("jax.numpy")
 from gradverify.jax import check_grads, check_jvp, check_vjp  # noqa: E402
 from gradverify.torch import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 
+from .._helpers import sine_with_rules  # noqa: E402
+
 TorchGradcheckError = sys.modules["torch.autograd.gradcheck"].GradcheckError
 
 
@@ -93,37 +95,18 @@ def test_the_modes_asked_for_are_required() -> None:
 
 
 def test_a_mode_not_asked_for_is_not_run_and_is_named() -> None:
-    class WrongForward(torch.autograd.Function):
-        calls = 0
-
-        @staticmethod
-        def forward(x):  # type: ignore[no-untyped-def]
-            return x.sin()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-            (ctx.x,) = inputs
-            ctx.save_for_backward(ctx.x)
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def]
-            return g * ctx.saved_tensors[0].cos()
-
-        @staticmethod
-        def jvp(ctx, t):  # type: ignore[no-untyped-def]
-            WrongForward.calls += 1
-            return 2 * t * ctx.x.cos()
-
+    calls: dict[str, int] = {}
+    wrong_forward = sine_with_rules(jvp_scale=2.0, calls=calls)
     seen = []
     for n in (5, 300):  # (the full Jacobian, random directions)
         with _observe.observing_results(lambda kind, r: seen.append(r)):
-            assert gradcheck(WrongForward.apply, (_x(n),))  # torch's default: reverse mode alone
-        assert WrongForward.calls == 0
+            assert gradcheck(wrong_forward, (_x(n),))  # torch's default: reverse mode alone
+        assert calls.get("jvp", 0) == 0
         assert seen[-1].modes["JVP"] == "not asked" and "JVP not asked" in str(seen[-1])
         with pytest.raises(GradcheckError, match="JVP"):
-            gradcheck(WrongForward.apply, (_x(n),), check_forward_ad=True)
-        assert WrongForward.calls > 0
-        WrongForward.calls = 0
+            gradcheck(wrong_forward, (_x(n),), check_forward_ad=True)
+        assert calls["jvp"] > 0
+        calls.clear()
     with _observe.observing_results(lambda kind, r: seen.append(r)):
         assert gradgradcheck(torch.sin, (_x(),))
         assert gradgradcheck(torch.sin, (_x(),), check_fwd_over_rev=True)
