@@ -172,7 +172,7 @@ def check(
         args,
         {**asked, "directions": directions, "name": name, "vectorise": vectorise, "batched": batched}
         | ({"suite_tol": suite, "nondet_tol": nondet_tol} if suite or nondet_tol else {})
-        | ({"modes": modes} if modes is not None else {}),
+        | ({"modes": tuple(sorted(chosen))} if chosen is not None else {}),
     ) as outermost:
         result = said_known(fn, args, unchecked(run(fn, args, wrt, order, name, options), allow_unchecked))
     if outermost:
@@ -543,7 +543,9 @@ def _higher_order(
     if blocked or (ev.rule is not None and not ev.backend.differentiates):
         # the rules are numpy code: nothing can differentiate them
         for mode in ("JVP", "VJP"):
-            if status.get(mode) == _modes.CHECKED:
+            if status.get(mode) == _modes.CHECKED and options.derived(mode) == frozenset():
+                status.update({second_order_mode(m, mode): _modes.NOT_ASKED for m in ("JVP", "VJP")})
+            elif status.get(mode) == _modes.CHECKED:
                 ad.unavailable(
                     f"the derivative of the {mode}",
                     blocked

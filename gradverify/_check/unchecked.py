@@ -29,6 +29,12 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
     elif result.by_kind(Kind.NOTHING_COMPARED):
         why = "the point gave nothing to compare (see the nothing_compared finding)"
         fix = "check fn at another point"
+    elif left := [m for m in ("JVP", "VJP") if result.modes.get(m) == "not asked"]:
+        tried = [m for m in ("JVP", "VJP") if m not in left]
+        why = f"{' and '.join(left)} {'was' if len(left) == 1 else 'were'} not asked (modes=)" + (
+            f" and {tried[0]} could not be taken (see the findings)" if tried else ""
+        )
+        fix = f"ask for {' and '.join(left)} too (modes=None checks every mode fn has)"
     elif not modes and result.backend == "numpy":
         why = (
             "neither forward nor reverse mode could be taken: numpy has no automatic differentiation, so there "

@@ -206,28 +206,31 @@ def validate_tolerances(suite_tol: Any, nondet_tol: Any) -> tuple[float, float] 
 def validate_modes(modes: Any, order: int) -> frozenset[str] | None:
     """The modes asked for (None where not given), after checking each is a
     mode of a check at ``order``: "JVP", "VJP", and their derivatives' modes
-    up to that order ("JVP of VJP", ...). One mode may be given as a str."""
+    up to that order ("JVP of VJP", ...; at order 2 and above at least one
+    of them). One mode may be given as a str."""
     if modes is None:
         return None
     asked = (modes,) if isinstance(modes, str) else modes
-    names = {"JVP", "VJP"}
-    known = set(names)
-    for _ in range(order - 1):
-        names = {f"{m} of {n}" for m in ("JVP", "VJP") for n in names}
-        known |= names
     try:
         chosen = frozenset(asked)
     except TypeError:
-        chosen = None
-    if not chosen or not all(isinstance(m, str) and m in known for m in chosen):
-        shown = ", ".join(repr(m) for m in sorted(known, key=lambda m: (m.count(" of "), m)))
-        raise ArgumentValueError(
-            explain(
-                "modes",
-                f"None, or a non-empty sequence of the modes of an order-{order} check ({shown})",
-                repr(modes),
-                'e.g. modes=("VJP",) checks reverse mode alone'
-                + (" (jax's 'fwd' is the JVP, its 'rev' the VJP)" if {"fwd", "rev"} & set(chosen or ()) else ""),
-            )
+        chosen = frozenset()
+    known = all(isinstance(m, str) and 0 < len(m.split(" of ")) <= order for m in chosen) and all(
+        part in ("JVP", "VJP") for m in chosen for part in m.split(" of ")
+    )
+    deep = order < 2 or any(" of " in m for m in chosen)
+    if not (chosen and known and deep):
+        expected = (
+            "None, or a non-empty sequence of the modes of an order-1 check ('JVP', 'VJP')"
+            if order < 2
+            else f"None, or a non-empty sequence of the modes of an order-{order} check: 'JVP', 'VJP' and their "
+            f"derivatives' ('JVP of VJP', 'VJP of VJP', ...: at most {order} modes joined by ' of '), at least one a "
+            "derivative's"
         )
+        fix = 'e.g. modes=("VJP",) checks reverse mode alone' + (
+            ', modes=("VJP", "VJP of VJP") its derivative by reverse mode too' if order >= 2 else ""
+        )
+        if {"fwd", "rev"} & chosen:
+            fix += " (jax's 'fwd' is the JVP, its 'rev' the VJP)"
+        raise ArgumentValueError(explain("modes", expected, repr(modes), fix))
     return chosen

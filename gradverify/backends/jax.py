@@ -87,6 +87,7 @@ def _concat_flat(*parts: Any) -> Any:
 
 
 def _flat(a: Any) -> Any:
+    a = jnp.asarray(a)  # (a rule's own value may be a number or a numpy array)
     return a if a.ndim == 1 else jax.lax.reshape(a, (a.size,))
 
 

@@ -51,6 +51,7 @@ def test_asking_only_for_a_mode_fn_lacks_compares_nothing_and_is_not_a_pass() ->
     assert not r.ok
     assert r.by_kind(gv.Kind.NOTHING_CHECKED) and r.modes["VJP"] == "not asked"
     assert r.modes["JVP"] == "unavailable"
+    assert "VJP was not asked (modes=)" in r.errors[0].message and "ask for VJP too" in r.errors[0].message
 
 
 def test_at_order_2_the_derivatives_modes_are_chosen_the_same_way() -> None:
@@ -70,7 +71,15 @@ def test_at_order_2_the_derivatives_modes_are_chosen_the_same_way() -> None:
 
 @pytest.mark.parametrize(
     "modes, order",
-    [((), 1), (("fwd",), 1), (("JVP of VJP",), 1), (("VJP", "VJP of JVP of VJP"), 2), (3, 1), ([None], 1)],
+    [
+        ((), 1),
+        (("fwd",), 1),
+        (("JVP of VJP",), 1),
+        (("VJP", "VJP of JVP of VJP"), 2),
+        (3, 1),
+        ([None], 1),
+        (("VJP",), 2),
+    ],
 )
 def test_modes_outside_the_orders_own_are_refused_with_the_list(modes: object, order: int) -> None:
     with pytest.raises(gv.ArgumentValueError, match=r"modes: expected None, or a non-empty sequence.*'JVP', 'VJP'"):
@@ -86,3 +95,13 @@ def test_one_mode_may_be_a_str_and_the_reproducer_repeats_the_choice() -> None:
 def test_jaxs_names_for_the_modes_are_told_apart() -> None:
     with pytest.raises(gv.ArgumentValueError, match="jax's 'fwd' is the JVP, its 'rev' the VJP"):
         gv.check(torch.sin, _x(3), modes=("rev",))
+
+
+def test_a_numpy_rule_at_order_2_warns_only_of_the_derivatives_asked_for() -> None:
+    import numpy as np
+
+    rule = gv.Rule(np.sin, jvp=lambda p, t: np.cos(p[0]) * t[0], vjp=lambda p, g: (np.cos(p[0]) * g,))
+    r = gv.check(rule, np.linspace(-1, 1, 3), order=2, modes=("JVP", "VJP", "VJP of VJP"))
+    assert r.ok and r.modes["JVP of JVP"] == "not asked" and r.modes["VJP of JVP"] == "not asked", str(r)
+    said = [f.message for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE)]
+    assert len(said) == 1 and said[0].startswith("the derivative of the VJP"), said

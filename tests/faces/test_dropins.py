@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -92,6 +93,10 @@ def test_the_modes_asked_for_are_required() -> None:
     assert gradcheck(_sin(jvp=True), (_x(),), check_forward_ad=True)
     with pytest.raises(ValueError, match="at least one of check_forward_ad or check_backward_ad"):
         gradcheck(_sin(), (_x(),), check_forward_ad=False, check_backward_ad=False)
+    with pytest.raises(ValueError, match="check_batched_forward_grad=True requires check_forward_ad"):
+        gradcheck(_sin(), (_x(),), check_batched_forward_grad=True)  # (torch's own refusal)
+    with pytest.raises(GradcheckError, match="the derivatives are wrong or could not be checked"):
+        gradcheck(lambda x: x * float("nan"), (_x(),))  # (reverse mode never reached: not "unavailable")
 
 
 def test_a_mode_not_asked_for_is_not_run_and_is_named() -> None:
@@ -141,6 +146,42 @@ def test_fast_mode_projects_and_the_full_jacobian_decides_what_directions_leave_
     with record():
         assert gradcheck(torch.relu, (kinked,))
     assert seen[-1].strategy.startswith("full Jacobian")
+
+
+def test_fast_mode_falls_back_on_what_the_check_compares_not_on_the_dense_shape() -> None:
+    # relu whose backward is 1.5x too large at one element, summed: at the
+    # kink beside it one direction decides nothing about the single output
+    class Relu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(x)
+            return torch.relu(x)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            (x,) = ctx.saved_tensors
+            out = g * (x > 0).to(g.dtype)
+            out[1, 2] = 1.5 * out[1, 2]
+            return out
+
+    dense = torch.zeros(10, 10, dtype=torch.float64)
+    dense[[0, 1, 3, 4, 9], [1, 2, 3, 5, 9]] = torch.tensor([1e-300, 0.5, -0.7, 1.2, 0.3], dtype=torch.float64)
+    sparse = dense.to_sparse().requires_grad_()
+    sparse.values().data[0] = 0.0  # (a specified 0: on relu's kink)
+    summed = lambda s: Relu.apply(s.to_dense()).sum()  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse.*", category=UserWarning)  # (torch's sparse betas)
+        for fast in (True, False):  # (its 5 values, not 100 dense elements: small)
+            with pytest.raises(GradcheckError, match="mismatch"):
+                gradcheck(summed, (sparse,), masked=True, fast_mode=fast)
+    # a failure along the directions stands as it is: located, not checked again
+    flipped = _sin_flipped(3)
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64)
+    x[2] = 0.0  # (relu's kink: partly inconclusive too)
+    with pytest.raises(GradcheckError) as caught:
+        gradcheck(lambda x: flipped(torch.relu(x) + x), (x.requires_grad_(),), fast_mode=True)
+    assert caught.value.result.strategy.startswith("directional"), caught.value.result.strategy
+    assert caught.value.result.inconclusive
 
 
 def _sin_flipped(at: int):
@@ -195,7 +236,7 @@ def test_batched_keywords_check_under_vmap() -> None:
     seen = []
     with _observe.observing(lambda kind, fn, inputs, options: seen.append(options["batched"])):
         gradcheck(torch.sin, (_x(),), check_batched_grad=True)
-        gradcheck(torch.sin, (_x(),), check_batched_forward_grad=True)
+        gradcheck(torch.sin, (_x(),), check_batched_forward_grad=True, check_forward_ad=True)
         gradcheck(torch.sin, (_x(),))
     assert seen == [True, True, False]
 
