@@ -48,6 +48,8 @@ def check_grads(
     are the suite's tolerance: an element within it of finite differences
     never fails, one beyond both it and gradverify's bound does. gradverify
     chooses its own steps (``eps``). Raises AssertionError on failure."""
+    if isinstance(modes, str):  # (jax asks `"rev" in modes`: a string names its modes too)
+        modes = [m for m in _MODES if m in modes] or [modes]
     unknown = [m for m in modes if m not in _MODES]
     if unknown:
         raise ValueError(f"modes must be a sequence of 'fwd' and 'rev'; found {unknown!r}")

@@ -22,7 +22,7 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
         return result
     modes = [m for m in ("JVP", "VJP") if result.modes.get(m) == "checked"]
     if len(modes) == 2 or (modes and not result.by_kind(Kind.NOTHING_COMPARED)):
-        return result
+        return _derivatives_unchecked(result, allowed)
     if result.strategy == NOTHING_TO_DIFFERENTIATE:
         why = "every argument to differentiate is empty"
         fix = "check fn at a point with at least one element"
@@ -31,10 +31,10 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
         fix = "check fn at another point"
     elif left := [m for m in ("JVP", "VJP") if result.modes.get(m) == "not asked"]:
         tried = [m for m in ("JVP", "VJP") if m not in left]
-        why = f"{' and '.join(left)} {'was' if len(left) == 1 else 'were'} not asked (modes=)" + (
+        why = f"{' and '.join(left)} {'was' if len(left) == 1 else 'were'} left out by the check's modes=" + (
             f" and {tried[0]} could not be taken (see the findings)" if tried else ""
         )
-        fix = f"ask for {' and '.join(left)} too (modes=None checks every mode fn has)"
+        fix = f"ask for {' and '.join(left)} too (without modes=, every mode fn has is checked)"
     elif not modes and result.backend == "numpy":
         why = (
             "neither forward nor reverse mode could be taken: numpy has no automatic differentiation, so there "
@@ -44,11 +44,30 @@ def unchecked(result: CheckResult, allowed: bool = False) -> CheckResult:
     else:
         why = "neither forward nor reverse mode could be taken (see the mode_unavailable findings)"
         fix = "give fn a derivative rule (or check the arguments that have one: wrt=...)"
+    return _with(result, allowed, why, fix)
+
+
+def _derivatives_unchecked(result: CheckResult, allowed: bool) -> CheckResult:
+    """``result``, with a ``nothing_checked`` finding where a check of order
+    2 or more was asked for its derivatives' modes (``modes=``) and compared
+    none of them: the first order alone is not the check asked for."""
+    deeper = {m: s for m, s in result.modes.items() if " of " in m}
+    if result.order < 2 or "not asked" not in deeper.values() or "checked" in deeper.values():
+        return result
+    asked = [m for m, s in deeper.items() if s != "not asked"]
+    why = f"the modes asked for ({', '.join(asked)}) could not be taken (see the findings)" if asked else "none ran"
+    fix = "ask for a mode of a derivative fn's rules have (e.g. 'VJP of VJP'), or check order=1"
+    return _with(result, allowed, why, fix, f"no derivative of order {result.order} was compared")
+
+
+def _with(
+    result: CheckResult, allowed: bool, why: str, fix: str, head: str = "no derivative was compared"
+) -> CheckResult:
     said = "allowed by allow_unchecked=True" if allowed else "not a pass"
     finding = Finding(
         kind=Kind.NOTHING_CHECKED,
         level=WARNING if allowed else ERROR,
-        message=f"no derivative was compared ({said}): {why}; {fix}",
+        message=f"{head} ({said}): {why}; {fix}",
     )
     return dataclasses.replace(result, findings=(finding, *result.findings))
 

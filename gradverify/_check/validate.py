@@ -224,12 +224,17 @@ def validate_modes(modes: Any, order: int) -> frozenset[str] | None:
             "None, or a non-empty sequence of the modes of an order-1 check ('JVP', 'VJP')"
             if order < 2
             else f"None, or a non-empty sequence of the modes of an order-{order} check: 'JVP', 'VJP' and their "
-            f"derivatives' ('JVP of VJP', 'VJP of VJP', ...: at most {order} modes joined by ' of '), at least one a "
-            "derivative's"
+            f"derivatives' ('JVP of VJP', 'VJP of VJP', ...: at most {order} modes joined by ' of '), one of those at "
+            "least"
         )
-        fix = 'e.g. modes=("VJP",) checks reverse mode alone' + (
-            ', modes=("VJP", "VJP of VJP") its derivative by reverse mode too' if order >= 2 else ""
+        fix = (
+            'e.g. modes=("VJP",) checks reverse mode alone'
+            if order < 2
+            else 'e.g. modes=("VJP", "VJP of VJP") checks reverse mode and its derivative by reverse mode (first-order '
+            "modes alone: order=1)"
         )
+        if order < 2 and any(isinstance(m, str) and " of " in m for m in chosen):
+            fix += "; a derivative's mode needs order=2"
         if {"fwd", "rev"} & chosen:
             fix += " (jax's 'fwd' is the JVP, its 'rev' the VJP)"
         raise ArgumentValueError(explain("modes", expected, repr(modes), fix))

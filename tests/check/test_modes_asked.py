@@ -51,7 +51,7 @@ def test_asking_only_for_a_mode_fn_lacks_compares_nothing_and_is_not_a_pass() ->
     assert not r.ok
     assert r.by_kind(gv.Kind.NOTHING_CHECKED) and r.modes["VJP"] == "not asked"
     assert r.modes["JVP"] == "unavailable"
-    assert "VJP was not asked (modes=)" in r.errors[0].message and "ask for VJP too" in r.errors[0].message
+    assert "VJP was left out by the check's modes=" in r.errors[0].message and "ask for VJP too" in r.errors[0].message
 
 
 def test_at_order_2_the_derivatives_modes_are_chosen_the_same_way() -> None:
@@ -97,11 +97,13 @@ def test_jaxs_names_for_the_modes_are_told_apart() -> None:
         gv.check(torch.sin, _x(3), modes=("rev",))
 
 
-def test_a_numpy_rule_at_order_2_warns_only_of_the_derivatives_asked_for() -> None:
+def test_order_2_asked_for_derivatives_none_could_take_is_not_a_pass() -> None:
     import numpy as np
 
     rule = gv.Rule(np.sin, jvp=lambda p, t: np.cos(p[0]) * t[0], vjp=lambda p, g: (np.cos(p[0]) * g,))
     r = gv.check(rule, np.linspace(-1, 1, 3), order=2, modes=("JVP", "VJP", "VJP of VJP"))
-    assert r.ok and r.modes["JVP of JVP"] == "not asked" and r.modes["VJP of JVP"] == "not asked", str(r)
+    assert r.modes["JVP of JVP"] == "not asked" and r.modes["VJP of JVP"] == "not asked", str(r)
     said = [f.message for f in r.by_kind(gv.Kind.MODE_UNAVAILABLE)]
-    assert len(said) == 1 and said[0].startswith("the derivative of the VJP"), said
+    assert len(said) == 1 and said[0].startswith("the derivative of the VJP"), said  # (only the one asked for)
+    assert not r.ok and r.errors[0].message.startswith("no derivative of order 2 was compared (not a pass)")
+    assert gv.check(rule, np.linspace(-1, 1, 3), order=2).ok  # (every mode: order 2 named as not checked)
