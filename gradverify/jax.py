@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _observe
 from ._check.pipeline import check
-from ._check.unchecked import empty_allowed
+from ._check.unchecked import empty_allowed, required_unmet
 from ._result import CheckResult, Kind
 from ._rule import Rule
 
@@ -122,12 +122,11 @@ def _all_nan(f: Any, args: tuple[Any, ...]) -> bool:
 
 
 def _judge(result: CheckResult, required: Sequence[str], peer: str, err_msg: str) -> None:
-    missing = [m for m in required if result.modes.get(m) != "checked"]
+    missing = required_unmet(result, required)
     if result.ok and (not missing or result.by_kind(Kind.NOTHING_CHECKED)):
         return
     head = f"{err_msg}\n" if err_msg else ""
-    unavailable = bool(missing) and all(m in result.modes for m in missing)  # (found so, not merely never reached)
-    if result.ok or (unavailable and all(f.kind == Kind.NOTHING_CHECKED for f in result.errors)):
+    if missing:
         said = ", ".join(f"{m} {result.modes.get(m, 'not run')}" for m in missing)
         raise AssertionError(f"{head}gradverify ({peer}): modes required but not checked: {said}\n{result}")
     raise AssertionError(f"{head}gradverify ({peer}): the derivatives are wrong or could not be checked\n{result}")

@@ -26,7 +26,7 @@ import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradc
 
 from . import _observe
 from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
-from ._check.unchecked import empty_allowed
+from ._check.unchecked import empty_allowed, required_unmet
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
 
@@ -158,12 +158,10 @@ def _run(
     empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
     if outermost:
         _observe.finished(peer, result)
-    missing = [m for m in required if result.modes.get(m) != "checked"]
+    missing = required_unmet(result, required)
     if result.ok and (empty or not missing):
         return True
-    if not result.ok and not (
-        _unavailable(result, missing) and all(f.kind == Kind.NOTHING_CHECKED for f in result.errors)
-    ):
+    if not missing:
         message = f"gradverify ({peer}): the derivatives are wrong or could not be checked\n{result}"
     else:
         message = (
@@ -174,12 +172,6 @@ def _run(
     if raise_exception:
         raise GradcheckError(message, result)
     return False
-
-
-def _unavailable(result: CheckResult, missing: Sequence[str]) -> bool:
-    """Whether the modes ``missing`` were each found unavailable, failed or
-    not asked (not merely never reached: fn's output NaN everywhere)."""
-    return bool(missing) and all(m in result.modes for m in missing)
 
 
 def _checked(func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool) -> CheckResult:

@@ -537,23 +537,28 @@ def _higher_order(
     checked as functions of x at ``order - 1`` (order 2: their first
     derivatives; order N: theirs up to N - 1, nested as check_grads nests)."""
     status = ad.status
-    if status.get("VJP") != _modes.CHECKED and status.get("JVP") != _modes.CHECKED:
+    differentiated = []  # (the modes checked whose derivatives are asked for: each, by default)
+    for of in ("JVP", "VJP"):
+        if status.get(of) != _modes.CHECKED:
+            continue
+        if options.derived(of) == frozenset():
+            status.update({second_order_mode(m, of): _modes.NOT_ASKED for m in ("JVP", "VJP")})
+        else:
+            differentiated.append(of)
+    if not differentiated:
         return
     blocked = getattr(ev.fn, "higher_order_unavailable", None)  # (a view whose own derivatives stop at one)
     if blocked or (ev.rule is not None and not ev.backend.differentiates):
         # the rules are numpy code: nothing can differentiate them
-        for mode in ("JVP", "VJP"):
-            if status.get(mode) == _modes.CHECKED and options.derived(mode) == frozenset():
-                status.update({second_order_mode(m, mode): _modes.NOT_ASKED for m in ("JVP", "VJP")})
-            elif status.get(mode) == _modes.CHECKED:
-                ad.unavailable(
-                    f"the derivative of the {mode}",
-                    blocked
-                    or f"order {order} differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has "
-                    "no automatic differentiation: write the rules with torch or jax operations on torch or jax "
-                    "arrays, or check the rule itself as a function with rules of its own",
-                    order=2,
-                )
+        for mode in differentiated:
+            ad.unavailable(
+                f"the derivative of the {mode}",
+                blocked
+                or f"order {order} differentiates the gv.Rule's {mode.lower()} rule, and {ev.backend.name} has "
+                "no automatic differentiation: write the rules with torch or jax operations on torch or jax "
+                "arrays, or check the rule itself as a function with rules of its own",
+                order=2,
+            )
         return
     rng = np.random.default_rng([options.seed, 2])
     # (random magnitudes, not signs alone: a cotangent constant on the outputs
@@ -567,10 +572,7 @@ def _higher_order(
         cot = ev.array(xp.ns(v).reshape(v, primal.shape), ev.originals[0], primal.dtype)
         tans = [ev.array(t, ev.originals[i], ev.dtypes[i]) for t, i in zip(probes.flat.split(u), ev.wrt)]
     for of, label in (("VJP", "the VJP x -> J(x)^T v"), ("JVP", "the JVP x -> J(x) u")):
-        if status.get(of) != _modes.CHECKED:
-            continue
-        if options.derived(of) == frozenset():
-            status.update({second_order_mode(m, of): _modes.NOT_ASKED for m in ("JVP", "VJP")})
+        if of not in differentiated:
             continue
         try:
             derived.append((label, of, derivative_fn(ev, of.lower(), cot if of == "VJP" else tans)))

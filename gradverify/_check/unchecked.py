@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .._result import ERROR, WARNING, CheckResult, Finding, Kind
 
-__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "unchecked"]
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "required_unmet", "unchecked"]
 
 #: What a check whose every argument to differentiate is empty says it ran.
 NOTHING_TO_DIFFERENTIATE = "not run (nothing to differentiate)"
@@ -102,3 +102,17 @@ def empty_allowed(result: CheckResult, all_nan: Callable[[], bool] | None = None
         for f in result.findings
     )
     return dataclasses.replace(result, findings=findings)
+
+
+def required_unmet(result: CheckResult, required: Sequence[str]) -> list[str]:
+    """The modes of ``required`` (a drop-in's call asked for them) that
+    ``result`` did not check, where they are what keeps it from a pass: it
+    passed without them, or each was found unavailable, failed or not asked
+    and compared nothing else (its only error ``nothing_checked``). Empty
+    where they were all checked, or where the check failed for its own
+    reasons (fn's output NaN everywhere never reached them)."""
+    missing = [m for m in required if result.modes.get(m) != "checked"]
+    found = all(m in result.modes for m in missing)  # (said so: not merely never reached)
+    if result.ok or (found and all(f.kind == Kind.NOTHING_CHECKED for f in result.errors)):
+        return missing
+    return []
