@@ -59,6 +59,8 @@ class Evaluator(Vectorised):
         #: arrays fn's output depends on that are not its arguments (read
         #: from the first reverse-mode call at the point; None: not yet read)
         self.reached: list[Any] | None = None
+        #: the graph of fn's call at the point, for the first VJP there (see _traced)
+        self.traced: Any = None
         # jax makes float64 arrays only under x64: calls at the arguments' own
         # dtypes need it whenever one of them is 64-bit.
         wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
@@ -124,18 +126,35 @@ class Evaluator(Vectorised):
         (``Unshaped``) rather than read."""
         with self.backend.precision(precision or self.native_precision):
             args = self.arguments(None, precision, keep=not self.placed)
-            out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
+            traced = first and precision is None and self._traces()
+            if traced:
+                try:
+                    out, self.traced = self._call(self.backend.traced_call, (self.fn, args, self.wrt), "evaluating fn")
+                except CallFailed:  # (the plain call on fresh arguments raises it again, or shows why it did not)
+                    traced = False
+                    args = self.arguments(None, precision, keep=not self.placed)
+            if not traced:
+                out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
             if first:
-                kind = self._unshaped(out)
+                kind = unshaped(self.backend, out)
                 if kind is not None:
                     return Unshaped(kind)
-            self._check_output(out)
+            check_output(self.backend, out)
             if self.placed:
                 # (the arguments as fn left them, compared at once: ours, not copied again)
                 after = [self.backend.to_working(a, copy=False) for a in args]
                 return self.backend.to_working(out), self.backend.dtype_name(out), after
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
+
+    def _traces(self) -> bool:
+        """Whether fn's call at the point keeps its graph (``backend.traced_call``)
+        for the VJP there, which then differentiates it instead of calling fn
+        again: where that VJP will be asked of fn itself. A call that raises
+        is made again plainly, on fresh arguments, so what it does to them
+        (an in-place write, refused on a leaf that requires grad) is fn's
+        own and said as such."""
+        return self.backend.traces and self.rule is None and "VJP" not in self.skip and bool(self.wrt)
 
     def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
         """fn at ``points`` (None: the base point); ``flat``: its output
@@ -147,7 +166,7 @@ class Evaluator(Vectorised):
                 out = self._call(
                     lambda *a: self._primal_fn(*a, flat=flat), self.arguments(points, precision), "evaluating fn"
                 )
-            self._check_output(out)
+            check_output(self.backend, out)
             return self.working(out)
 
     def primal_compiled(self, precision: str | None = None) -> tuple[Any, str] | None:
@@ -158,7 +177,7 @@ class Evaluator(Vectorised):
             if out is None:
                 return None
             self.counts["primal"] += 1
-            self._check_output(out)
+            check_output(self.backend, out)
             return self.working(out), self.backend.dtype_name(out)
 
     def _host(self, form: str, points: Sequence[Any] | None, precision: str | None, operands: Any = ()) -> Any:
@@ -235,8 +254,14 @@ class Evaluator(Vectorised):
         host = self._host("vjp", points, precision, [(cotangent, out_dtype)])
         if host is not None:
             return [self._derivative(r) for r in host]
-        args = self.arguments(points, precision)
         cot = self.array(cotangent, self.originals[0], out_dtype)
+        traced, self.traced = self.traced, None
+        if traced is not None and points is None and precision is None:
+            # (fn's call at the point kept its graph: differentiated, not called again)
+            with self.reaching(points):
+                res = self._call(lambda: self.backend.vjp_traced(traced, self.wrt, cot), (), "reverse mode (VJP)")
+            return [self._derivative(r) for r in res]
+        args = self.arguments(points, precision)
         if self.rule is not None:
             if self.rule.vjp is None:
                 raise ModeUnavailable("the gv.Rule has no vjp rule")
@@ -276,42 +301,6 @@ class Evaluator(Vectorised):
         except Exception as e:  # user code: report, never crash the check
             raise CallFailed(stage, e) from e
 
-    def _check_output(self, out: Any) -> None:
-        if backend_name_of(out) != self.backend.name:
-            raise ArgumentTypeError(
-                explain(
-                    "fn's return value",
-                    f"one {self.backend.name} array (the backend of its arguments)",
-                    f"{type(out).__module__}.{type(out).__qualname__}",
-                    "return an array, or a pytree (tuple, list, dict) of arrays",
-                )
-            )
-        bad = self.backend.unsupported(out, output=True)
-        if bad is not None:
-            what, fix = bad
-            raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))
-
-    def _unshaped(self, out: Any) -> str | None:
-        """What view fn's output needs before the core can read it (None: none)."""
-        if backend_name_of(out) is None and out is not None and not isinstance(out, (int, float, complex, str)):
-            try:
-                leaves = flatten(out).leaves
-            except ArgumentTypeError:
-                return None  # (refused in _check_output's words)
-            if any(backend_name_of(leaf) == self.backend.name for leaf in leaves):
-                return "pytree"
-        if backend_name_of(out) != self.backend.name:
-            return None  # (refused in _check_output's words)
-        if self.backend.is_sparse(out):
-            return "sparse"
-        if (
-            hasattr(out, "dtype")
-            and self.backend.unsupported(out, output=True) is None
-            and self.backend.is_complex(out)
-        ):
-            return "complex"
-        return None
-
     def _derivative(self, d: Any) -> Derivative:
         if d is None:
             return Derivative(None, None, None, "None")
@@ -321,6 +310,41 @@ class Evaluator(Vectorised):
             layout = str(getattr(d, "layout", type(d).__name__)).removeprefix("torch.")
             return Derivative(None, self.backend.dtype_name(d), tuple(d.shape), f"{layout} array")
         return Derivative(self.working(d), self.backend.dtype_name(d), tuple(d.shape), "array")
+
+
+def check_output(backend: Backend, out: Any) -> None:
+    """Refuse an output that is not one dense array of fn's backend, in words that say how to fix it."""
+    if backend_name_of(out) != backend.name:
+        raise ArgumentTypeError(
+            explain(
+                "fn's return value",
+                f"one {backend.name} array (the backend of its arguments)",
+                f"{type(out).__module__}.{type(out).__qualname__}",
+                "return an array, or a pytree (tuple, list, dict) of arrays",
+            )
+        )
+    bad = backend.unsupported(out, output=True)
+    if bad is not None:
+        what, fix = bad
+        raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))
+
+
+def unshaped(backend: Backend, out: Any) -> str | None:
+    """What view fn's output needs before the core can read it (None: none)."""
+    if backend_name_of(out) is None and out is not None and not isinstance(out, (int, float, complex, str)):
+        try:
+            leaves = flatten(out).leaves
+        except ArgumentTypeError:
+            return None  # (refused in check_output's words)
+        if any(backend_name_of(leaf) == backend.name for leaf in leaves):
+            return "pytree"
+    if backend_name_of(out) != backend.name:
+        return None  # (refused in check_output's words)
+    if backend.is_sparse(out):
+        return "sparse"
+    if hasattr(out, "dtype") and backend.unsupported(out, output=True) is None and backend.is_complex(out):
+        return "complex"
+    return None
 
 
 def derivative_fn(ev: Evaluator, kind: str, arg: Any) -> Callable:

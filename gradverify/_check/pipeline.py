@@ -523,6 +523,7 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
     except CallFailed as e:
         report.exception(e)
     finally:
+        ev.traced = None  # (the point's graph, where no VJP at the point took it)
         if oracle is not None:
             oracle.close()  # (its references' measure() hold fn and the point)
         outcome.worst_ratio = closeness.worst
