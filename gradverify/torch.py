@@ -27,6 +27,7 @@ import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradc
 from . import _observe
 from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
 from ._check.unchecked import empty_allowed, required_unmet
+from ._check.views.tree import joined
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
 
@@ -143,7 +144,6 @@ def _run(
         raise ValueError(
             f"{peer} expects at least one input tensor to require gradient, but none of them have requires_grad=True."
         )
-    func = _differentiable_outputs(func, args)
     options = {
         "wrt": wrt,
         "order": order,
@@ -154,7 +154,7 @@ def _run(
     }
     with _observe.call(peer, func, args, options) as outermost:
         # (torch passes an empty input or output: nothing to check)
-        result = empty_allowed(_checked(func, args, options, fast_mode))
+        result = empty_allowed(_differentiable_checked(func, args, options, fast_mode))
     empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
     if outermost:
         _observe.finished(peer, result)
@@ -172,6 +172,27 @@ def _run(
     if raise_exception:
         raise GradcheckError(message, result)
     return False
+
+
+def _differentiable_checked(
+    func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool
+) -> CheckResult:
+    """``_checked`` of func with only its differentiable outputs, as torch
+    checks them (see _differentiable_outputs). A module is called at the
+    caller's inputs first, as torch's gradcheck calls func (a lazy module
+    takes its shapes there). A function is checked first: where its output
+    is one array, no output can be left out and no call is needed to say
+    so; where it is several, or fn raised at the point, the call is made
+    (raising what fn raises, as torch's first call does) and, where it
+    leaves an output out, the check is made again without it."""
+    if isinstance(func, torch.nn.Module):
+        return _checked(_differentiable_outputs(func, args), args, options, fast)
+    result = _checked(func, args, options, fast)
+    if result.output is None or joined(result.output):
+        selected = _differentiable_outputs(func, args)
+        if selected is not func:
+            return _checked(selected, args, options, fast)
+    return result
 
 
 def _checked(func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool) -> CheckResult:

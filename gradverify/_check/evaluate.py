@@ -54,7 +54,9 @@ class Evaluator(Vectorised):
         self.wrt = tuple(wrt)
         #: the modes the check was asked to leave out ("JVP", "VJP"): never called
         self.skip: frozenset[str] = frozenset()
-        self.vmaps = backend.vectorises(getattr(self.fn, "fn", self.fn) if hasattr(self.fn, "views") else self.fn)
+        #: fn itself, inside the views it is seen through
+        self.inner = getattr(self.fn, "fn", self.fn) if hasattr(self.fn, "views") else self.fn
+        self.vmaps = backend.vectorises(self.inner)
         self.counts: Counter[str] = Counter()
         #: arrays fn's output depends on that are not its arguments (read
         #: from the first reverse-mode call at the point; None: not yet read)
@@ -223,6 +225,9 @@ class Evaluator(Vectorised):
         if "JVP" in self.skip:
             raise ModeNotAsked("left out by modes=")
         self.counts["jvp"] += 1
+        why = self.backend.forward_unavailable(self.inner) if self.rule is None else None
+        if why is not None:
+            raise ModeUnavailable(why)
         operands = [(t, precision or self.dtypes[i]) for t, i in zip(tangents, self.wrt)]
         host = self._host("jvp", points, precision, operands)
         if host is not None:

@@ -8,6 +8,7 @@ it) and whether AD runs in float64 besides the arguments' own low precision."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +33,17 @@ class Primal:
     dtype: str
     shape: tuple[int, ...]
     values: Any  # float64, flat (a working array: see xp)
-    finite: Any  # bool per output element: only these are checked
     all_finite: bool
     summary: ArraySummary
     raw: Any  # the output as fn returned it (its shape; numpy in its own dtype, or float64 beside x)
+    known_finite: Any = None  # the mask below, where it was made already
+
+    @functools.cached_property
+    def finite(self) -> Any:
+        """bool per output element: only these are checked (made where first
+        asked: a passing check whose output is finite everywhere, as its
+        extremes say, never asks)."""
+        return self.known_finite if self.known_finite is not None else _xp.finite(self.values)
 
 
 @dataclass(frozen=True)
@@ -147,8 +155,10 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
                 input_index=first,
             )
     values = _xp.flat(_xp.as64(out1))
-    finite = _xp.finite(values)
+    finite = None if known is not None else _xp.finite(values)
     all_finite = all(map(math.isfinite, known)) if known is not None else _xp.all_(finite)
+    if not all_finite:
+        finite = _xp.finite(values) if finite is None else finite
     if not all_finite:
         first = unravel(int(_xp.nonzero(~finite, limit=1)[0]), shape)
         report.add(
@@ -159,7 +169,7 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
             output_index=first,
         )
     out_summary = summary("output", out1, out_dtype, True, known=known)
-    return Primal(out_dtype, shape, values, finite, all_finite, out_summary, out1)
+    return Primal(out_dtype, shape, values, all_finite, out_summary, out1, finite)
 
 
 def repeat(ev: Evaluator, primal: Primal, report: Findings, tolerated: float = 0.0) -> None:

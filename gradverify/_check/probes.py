@@ -138,21 +138,31 @@ class Probes:
         return value / float(self.scale[b]) if self.full else value
 
 
-def _step_scales(segs: list[Any], floors: list[float] | tuple[float, ...]) -> Any:
+def _step_scales(segs: list[Any], floors: list[float] | tuple[float, ...], finest: float | None = None) -> Any:
     """Each element's step scale over the flat arguments ``segs``: max(|x_j|,
-    its argument's floor)."""
+    its argument's floor). Given ``finest`` (a step), (the scales, the
+    mask below_steps makes with it), |x| taken once for both."""
     xp = _xp.ns(*segs)
-    if len(segs) == 1 or _xp.immutable(segs[0]):
+    if _xp.immutable(segs[0]):  # (jax: its mask, where asked, made by below_steps)
         raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(segs, floors)]
-        return _xp.concat(raw) if len(raw) > 1 else raw[0]
-    # (each segment's scales written in place into one array: no copy joins them)
-    out = _xp.empty(sum(_xp.size(s) for s in segs), segs[0])
-    at = 0
-    for s, f in zip(segs, floors):
-        part = out[at : at + _xp.size(s)]
-        _xp.imaximum(_xp.absolute(s, part), f)
-        at += _xp.size(s)
-    return out
+        out = _xp.concat(raw) if len(raw) > 1 else raw[0]
+        return out if finest is None else (out, None)
+    else:
+        # (|x| of each segment written in place into one array: no copy joins them)
+        out = _xp.empty(sum(_xp.size(s) for s in segs), segs[0]) if len(segs) > 1 else xp.abs(segs[0])
+        if len(segs) > 1:
+            for a, s, _ in _at(segs, floors):
+                _xp.absolute(s, out[a : a + _xp.size(s)])
+        below = None if finest is None else (out > 0) & (out < finest)
+        for a, s, f in _at(segs, floors):
+            _xp.imaximum(out[a : a + _xp.size(s)], f)
+    return out if finest is None else (out, below)
+
+
+def _at(segs: list[Any], floors: Any) -> list[tuple[int, Any, float]]:
+    """(offset, segment, floor) of each segment of the flat arguments."""
+    offsets = np.cumsum([0] + [_xp.size(s) for s in segs[:-1]]).tolist()
+    return list(zip(offsets, segs, floors))
 
 
 def basis(j: int, n: int, like: Any = None) -> Any:
@@ -203,7 +213,11 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     for r, top in zip(rs, seg_tops):
         floors.append(max(r if r > 0 else 1.0, tol.TINY_SCALE))
         tops.append(max(top, floors[-1]))
-    raw_scale = _step_scales(segs, floors)
+    device = all(_xp.device_floating(s) for s in segs)
+    if device:  # (on a device its mask of the inputs below every step is made with it: see _tops_and_below)
+        raw_scale, below = _step_scales(segs, floors, tol.finest_step(precision.u_oracle))
+    else:
+        raw_scale, below = _step_scales(segs, floors), None
     n, m = flat.n, _xp.size(precision.f0)
     use_full = full_jacobian(ev, primal, full)
     if use_full:
@@ -234,7 +248,7 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     # lies below every FD step, and the point's sum of squares: one read)
     direct = len(segs) > 1 and _xp.device_floating(x) and _summed_as_they_are(x, x_top)
     ends, below, x_squares = _tops_and_below(
-        () if use_full else (*us, *vs), x, precision, (x.dot(x),) if direct else ()
+        () if use_full else (*us, *vs), x, precision, (x.dot(x),) if direct else (), below
     )
     if len(segs) == 1:
         x_rms = rs[0]
@@ -273,14 +287,14 @@ def below_steps(x: Any, precision: Precision) -> Any:
 
 
 def _tops_and_below(
-    arrays: tuple[Any, ...], x: Any, precision: Precision, also: tuple[Any, ...]
+    arrays: tuple[Any, ...], x: Any, precision: Precision, also: tuple[Any, ...], below: Any = None
 ) -> tuple[list[float], Any, list[float]]:
     """The largest |.| of each of ``arrays`` (the directions and cotangents),
-    on a device ``Probes.below``, and the values of the device scalars
-    ``also``, read together."""
+    on a device ``Probes.below`` (``below``: below_steps(x), made already),
+    and the values of the device scalars ``also``, read together."""
     if not arrays or not all(_xp.device_floating(a) for a in arrays):
         return _xp.absmaxes(*arrays), None, _xp.read(*also)
-    below = below_steps(x, precision)
+    below = below_steps(x, precision) if below is None else below
     ends, (some, *rest) = _xp.extremes_and(arrays, (_xp.ns(below).any(below), *also))
     return [_xp.maxabs_of(lo, hi) for lo, hi in ends], below if some else False, rest
 
@@ -325,8 +339,22 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
     drawn = np.frombuffer(rng.bytes(2 * n), dtype="<i2")
     if like is None or _xp.on_host(like):
         return _elements(drawn.astype(np.float64), scale)
-    # (jax: one compiled program, not one per operation)
-    return compiled(_device_elements, like)(_xp.like(drawn, like, _xp.ns(like).int16), scale)
+    if _xp.immutable(like):  # (jax: one compiled program, not one per operation)
+        return compiled(_device_elements, like)(_xp.like(drawn, like, _xp.ns(like).int16), scale)
+    # (torch: each element looked up by its bits read unsigned - one gather,
+    # not five passes of arithmetic - in the table of all 2^16 of them,
+    # bit for bit the arithmetic's)
+    out = _lookup(_ELEMENTS, drawn.view("<u2"), like)
+    if scale is not None:
+        out *= scale
+    return out
+
+
+#: Every element random_directions makes, at the index of its 16 bits read unsigned.
+_ELEMENTS = np.arange(1 << 16, dtype="<u2").view("<i2").astype(np.float64)
+_ELEMENTS += 0.5
+_ELEMENTS *= 2.0**-15
+_ELEMENTS += np.sign(_ELEMENTS)
 
 
 def _device_elements(drawn: Any, scale: Any) -> Any:
@@ -343,6 +371,25 @@ def _elements(out: Any, scale: Any) -> Any:
     if scale is not None:
         out *= scale
     return out
+
+
+#: (table id, its namespace, device) -> the table placed there, for ``_lookup``
+_PLACED: dict[tuple[int, Any, str], Any] = {}
+
+
+def _lookup(table: np.ndarray, index: np.ndarray, ref: Any) -> Any:
+    """``table[index]`` (a float64 host table of at most 2^16 entries, kept
+    alive by its owner; ``index`` a host uint16 array) beside ``ref``: the
+    indices cross as they are (2 bytes each), the table once per device."""
+    xp = _xp.ns(ref)
+    key = (id(table), xp, str(_xp.device(ref)))
+    if key not in _PLACED:
+        _PLACED[key] = xp.asarray(table, dtype=xp.float64, device=_xp.device(ref))
+    at = xp.astype(xp.asarray(np.array(index), dtype=xp.uint16, device=_xp.device(ref)), xp.int32)
+    table = _PLACED[key]
+    if hasattr(table, "index_select"):  # (torch: its own, one pass; the array API's wraps negative indices first)
+        return table.index_select(0, at)
+    return xp.take(table, at)
 
 
 def rms(a: Any) -> float:

@@ -235,6 +235,11 @@ class Backend:
         """Input cotangents for the wrt indices (None where fn ignores one)."""
         raise NotImplementedError
 
+    def forward_unavailable(self, fn: Callable) -> str | None:
+        """Why forward mode cannot differentiate fn, where that is known
+        without calling it (in the framework's words); None otherwise."""
+        return None
+
     #: Whether ``traced_call`` keeps what reverse mode needs of a call.
     traces = False
 

@@ -179,15 +179,23 @@ class TorchBackend(Backend):
         grads = _pull(out, inputs, wrt, cotangent, batched, self._reached)
         return _filled(inputs, wrt, grads, cotangent.shape[0] if batched else None)
 
+    def forward_unavailable(self, fn: Callable) -> str | None:
+        owner = _function_of(fn)
+        if owner is not None and owner.jvp is torch.autograd.Function.jvp:
+            # (torch's words, which it says only after running the Function's forward)
+            return (
+                "torch forward-mode AD: You must implement the jvp function for custom autograd.Function "
+                "to use it with forward mode AD."
+            )
+        return None
+
     def vectorises(self, fn: Callable) -> bool:
         # An autograd.Function's apply runs under torch.func only with a
         # setup_context, and under vmap only with a vmap rule (its own, or
         # generate_vmap_rule=True): torch raises otherwise, whatever the inputs.
-        owner = getattr(fn, "__self__", None)
-        if not (isinstance(owner, type) and issubclass(owner, torch.autograd.Function)):
+        owner = _function_of(fn)
+        if owner is None:
             return True
-        if getattr(fn, "__func__", None) is not getattr(torch.autograd.Function.apply, "__func__", None):
-            return True  # (some other classmethod)
         if owner.setup_context is torch.autograd.Function.setup_context:
             return False
         return bool(owner.generate_vmap_rule) or owner.vmap is not torch.autograd.Function.vmap
@@ -278,6 +286,16 @@ class TorchBackend(Backend):
 
     def concat_flat(self, parts: Sequence[Any]) -> Any:
         return torch.cat([p.reshape(-1) for p in parts])
+
+
+def _function_of(fn: Callable) -> type | None:
+    """The ``autograd.Function`` whose ``apply`` fn is (None: fn is something else)."""
+    owner = getattr(fn, "__self__", None)
+    if not (isinstance(owner, type) and issubclass(owner, torch.autograd.Function)):
+        return None
+    if getattr(fn, "__func__", None) is not getattr(torch.autograd.Function.apply, "__func__", None):
+        return None  # (some other classmethod)
+    return owner
 
 
 def _require_tensor(out: Any) -> None:

@@ -496,3 +496,31 @@ def test_a_reverse_only_rule_is_compared_beside_an_element_fd_cannot_decide(back
     assert f.values["VJP"] == pytest.approx(1.1 * f.values["FD"], rel=1e-3), str(r)
     right = gv.check(_sine_with_a_jump(backend, 1.0), arg)
     assert right.ok, str(right)
+
+
+@pytest.mark.parametrize("segments", [1, 3])
+def test_step_scales_and_the_mask_below_every_step_take_abs_x_once_alike_on_every_path(segments):
+    """probes._step_scales with ``finest``: each element's max(|x_j|, its
+    argument's floor), and the mask of inputs nearer 0 than ``finest`` but
+    not 0 - the same as below_steps' and as the scales alone, on numpy and
+    on torch, one argument or several."""
+    import torch
+
+    from gradverify._check.probes import _step_scales
+
+    rng = np.random.default_rng(3)
+    parts = [rng.standard_normal(50 + 7 * k) * 10.0 ** rng.integers(-5, 5, 50 + 7 * k) for k in range(segments)]
+    for p in parts:
+        p[:6] = [0.0, -0.0, 1e-310, -5e-324, 1e-300, -3e-320]
+    floors = [0.5 + k for k in range(segments)]
+    finest = 1e-305
+    x = np.concatenate(parts)
+    want_scale = np.concatenate([np.maximum(np.abs(p), f) for p, f in zip(parts, floors)])
+    want_below = (np.abs(x) > 0) & (np.abs(x) < finest)
+    assert want_below.sum() == 3 * segments
+    for like in (np.asarray, torch.tensor):
+        segs = [like(p.copy()) for p in parts]
+        scale, below = _step_scales(segs, floors, finest)
+        assert np.array_equal(np.asarray(scale), want_scale) and np.array_equal(np.asarray(below), want_below)
+        assert np.array_equal(np.asarray(_step_scales(segs, floors)), want_scale)
+        assert all(np.array_equal(np.asarray(s), p) for s, p in zip(segs, parts))  # (the arguments untouched)

@@ -18,13 +18,14 @@ class Counted:
 
     def __init__(self, flip: int | None = None) -> None:
         self.calls = self.with_grad = 0
-        self.backwards = 0
+        self.forwards = self.backwards = 0
         self.flip = flip
         counted = self
 
         class Tanh2(torch.autograd.Function):
             @staticmethod
             def forward(ctx, x):
+                counted.forwards += 1
                 ctx.save_for_backward(x)
                 return torch.tanh(x) * 2
 
@@ -108,3 +109,18 @@ def test_an_in_place_write_is_said_as_fns_and_the_callers_tensor_keeps_its_flags
     assert "fn mutates argument 0: 3 element(s) changed in place" in f.message
     np.testing.assert_array_equal(t.detach().numpy(), [0.5, -1.5, 2.0])
     assert t.requires_grad and t.grad is None and t.is_leaf
+
+
+def test_a_function_without_a_jvp_is_said_unavailable_without_running_its_forward_again():
+    """torch says an autograd.Function has no forward-mode rule only after
+    running its forward; the check knows it from the class and says it in
+    torch's words: every call of the Function's forward is an evaluation of
+    fn (the VJP differentiates the point's call), at both sizes."""
+    for n in (5, 70_000):
+        fn = Counted()
+        r = gv.check(fn.function.apply, torch.linspace(-1.5, 1.5, n, dtype=torch.float64))
+        assert r.ok and r.modes["JVP"] == "unavailable", str(r)
+        (f,) = r.by_kind(gv.Kind.MODE_UNAVAILABLE)
+        assert "You must implement the jvp function for custom autograd.Function" in f.message
+        assert fn.backwards >= 1
+        assert fn.forwards == r.evaluations["primal"], (fn.forwards, r.evaluations)

@@ -359,3 +359,40 @@ def test_outputs_that_do_not_require_grad_are_left_out_as_torch_does() -> None:
     assert not gv.check(with_threshold, _x().detach()).ok
     with pytest.raises(GradcheckError):  # (the differentiable outputs are still checked)
         gradcheck(lambda x: (_sin(2.0)(x), (x.max() * 0.5).detach()), (_x(),))
+
+
+def test_a_function_with_one_output_is_called_only_by_the_check() -> None:
+    """torch's gradcheck calls func once to learn which outputs require
+    grad; a function with one output has none to leave out, so the drop-in
+    calls it only as its check does (the check a plain gv.check of the same
+    options makes), and a module is called first, as torch calls it."""
+    calls = [0]
+
+    def counted(x):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        return x.sin()
+
+    for fast in (True, False):
+        calls[0] = 0
+        assert gradcheck(counted, (_x(),), fast_mode=fast)
+        by_dropin = calls[0]
+        calls[0] = 0
+        r = gv.check(counted, _x().detach(), modes=("VJP",), full=None if not fast else False, suite_tol=(1e-5, 1e-3))
+        assert r.ok and by_dropin == calls[0] == r.evaluations["primal"], (by_dropin, calls[0], r.evaluations)
+
+    class Sine(torch.nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            return x.sin()
+
+    calls[0] = 0
+    assert gradcheck(Sine(), (_x(),))
+    assert calls[0] == r.evaluations["primal"] + 1  # (its first call at the caller's inputs)
+
+
+def test_what_fn_raises_at_the_callers_inputs_reaches_the_caller_as_torchs_does() -> None:
+    def refuses(x):  # type: ignore[no-untyped-def]
+        raise ValueError("shapes do not match")
+
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gradcheck(refuses, (_x(),))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..._errors import ArgumentTypeError, ArgumentValueError, explain
-from ..._result import CheckResult, Finding
+from ..._result import ArraySummary, CheckResult, Finding
 from ...backends import Backend, backend_name_of, backend_of
 from ...backends.trees import Flat, flatten
 from .. import xp
@@ -313,7 +313,7 @@ class Tree(View):
         output = result.output
         if output is not None and self.out_flat is not None and len(self.out_leaves) > 1:
             shown = ", ".join(f"output{leaf.path} {leaf.dtype}{list(leaf.shape)}" for leaf in self.out_leaves)
-            output = dataclasses.replace(output, name=f"output ({len(self.out_leaves)} leaves joined: {shown})")
+            output = dataclasses.replace(output, name=f"output ({len(self.out_leaves)} {_JOINED}: {shown})")
         notes = list(result.notes)
         trees = [
             f"{self.names[i]} ({type(layer.args[i]).__qualname__}) as {len(p.arrays)} array leaves"
@@ -398,3 +398,11 @@ def _dtype_like(leaves: Sequence[Any], name: str, backend: Backend) -> Any:
 def _reproduce(line: str, n_core: int, names: Sequence[str]) -> str:
     core = ", ".join(f"arg{i}" for i in range(n_core))
     return line.replace(core, ", ".join(names), 1) if core else line
+
+
+_JOINED = "leaves joined"
+
+
+def joined(output: ArraySummary | None) -> bool:
+    """Whether a check's output summary is of several of fn's output leaves joined into one."""
+    return output is not None and output.name.startswith("output (") and _JOINED in output.name
