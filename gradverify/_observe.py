@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Observer", "ResultObserver", "call", "finished", "observing", "observing_results"]
+__all__ = ["Observer", "ResultObserver", "call", "finished", "observing", "observing_results", "unseen"]
 
 Observer = Callable[[str, Any, Any, dict[str, Any]], None]
 ResultObserver = Callable[[str, Any], None]
@@ -37,6 +37,18 @@ def call(kind: str, fn: Any, inputs: Any, options: dict[str, Any]) -> Iterator[b
     _depth.n = depth + 1
     try:
         yield depth == 0
+    finally:
+        _depth.n = depth
+
+
+@contextlib.contextmanager
+def unseen() -> Iterator[None]:
+    """Calls made within are not offered to observers: for a caller that
+    says its own call afterwards, with what it learned meanwhile."""
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1
+    try:
+        yield
     finally:
         _depth.n = depth
 

@@ -27,7 +27,7 @@ import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradc
 from . import _observe
 from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
 from ._check.unchecked import empty_allowed, required_unmet
-from ._check.views.tree import joined
+from ._check.views.tree import TREES_REFUSED, TreeOutput
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
 
@@ -152,9 +152,15 @@ def _run(
         "batched": bool(batched),
         "modes": tuple(required),
     }
+    if isinstance(func, torch.nn.Module):
+        # (called first, as torch's gradcheck calls func: a lazy module takes its shapes there)
+        func, result = _differentiable_outputs(func, args), None
+    else:
+        with _observe.unseen():  # (observers are offered the function checked, once it is known)
+            func, result = _first_check(func, args, options, fast_mode)
     with _observe.call(peer, func, args, options) as outermost:
         # (torch passes an empty input or output: nothing to check)
-        result = empty_allowed(_differentiable_checked(func, args, options, fast_mode))
+        result = empty_allowed(result if result is not None else _checked(func, args, options, fast_mode))
     empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
     if outermost:
         _observe.finished(peer, result)
@@ -174,25 +180,30 @@ def _run(
     return False
 
 
-def _differentiable_checked(
+def _first_check(
     func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool
-) -> CheckResult:
-    """``_checked`` of func with only its differentiable outputs, as torch
-    checks them (see _differentiable_outputs). A module is called at the
-    caller's inputs first, as torch's gradcheck calls func (a lazy module
-    takes its shapes there). A function is checked first: where its output
-    is one array, no output can be left out and no call is needed to say
-    so; where it is several, or fn raised at the point, the call is made
-    (raising what fn raises, as torch's first call does) and, where it
-    leaves an output out, the check is made again without it."""
-    if isinstance(func, torch.nn.Module):
-        return _checked(_differentiable_outputs(func, args), args, options, fast)
-    result = _checked(func, args, options, fast)
-    if result.output is None or joined(result.output):
-        selected = _differentiable_outputs(func, args)
-        if selected is not func:
-            return _checked(selected, args, options, fast)
-    return result
+) -> tuple[Callable[..., Any], CheckResult | None]:
+    """A function checked before any call of its own. torch's gradcheck
+    calls func once at the caller's inputs to learn which outputs require
+    grad (see _differentiable_outputs); where func returns one array none
+    can be left out, and its check needs no such call. Where it returns
+    several, the check stops at fn's first call and that call is made: func
+    with only the outputs that require grad is returned, to be checked
+    (the result None). Where the check failed, the call is made too: it
+    raises what fn raises at the caller's inputs (an in-place write to a
+    tensor requiring grad), as torch's first call does."""
+    token = TREES_REFUSED.set(True)
+    try:
+        result = _checked(func, args, options, fast)
+    except TreeOutput:
+        result = None
+    finally:
+        TREES_REFUSED.reset(token)
+    if result is None:
+        return _differentiable_outputs(func, args), None
+    if not result.ok or result.output is None:
+        _differentiable_outputs(func, args)
+    return func, result
 
 
 def _checked(func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool) -> CheckResult:

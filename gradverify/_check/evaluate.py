@@ -61,8 +61,6 @@ class Evaluator(Vectorised):
         #: arrays fn's output depends on that are not its arguments (read
         #: from the first reverse-mode call at the point; None: not yet read)
         self.reached: list[Any] | None = None
-        #: the graph of fn's call at the point, for the first VJP there (see _traced)
-        self.traced: Any = None
         # jax makes float64 arrays only under x64: calls at the arguments' own
         # dtypes need it whenever one of them is 64-bit.
         wide = any(d in ("float64", "int64", "uint64") for d in self.dtypes)
@@ -128,15 +126,7 @@ class Evaluator(Vectorised):
         (``Unshaped``) rather than read."""
         with self.backend.precision(precision or self.native_precision):
             args = self.arguments(None, precision, keep=not self.placed)
-            traced = first and precision is None and self._traces()
-            if traced:
-                try:
-                    out, self.traced = self._call(self.backend.traced_call, (self.fn, args, self.wrt), "evaluating fn")
-                except CallFailed:  # (the plain call on fresh arguments raises it again, or shows why it did not)
-                    traced = False
-                    args = self.arguments(None, precision, keep=not self.placed)
-            if not traced:
-                out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
+            out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
             if first:
                 kind = unshaped(self.backend, out)
                 if kind is not None:
@@ -148,15 +138,6 @@ class Evaluator(Vectorised):
                 return self.backend.to_working(out), self.backend.dtype_name(out), after
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_numpy(out), self.backend.dtype_name(out), after
-
-    def _traces(self) -> bool:
-        """Whether fn's call at the point keeps its graph (``backend.traced_call``)
-        for the VJP there, which then differentiates it instead of calling fn
-        again: where that VJP will be asked of fn itself. A call that raises
-        is made again plainly, on fresh arguments, so what it does to them
-        (an in-place write, refused on a leaf that requires grad) is fn's
-        own and said as such."""
-        return self.backend.traces and self.rule is None and "VJP" not in self.skip and bool(self.wrt)
 
     def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
         """fn at ``points`` (None: the base point); ``flat``: its output
@@ -259,14 +240,8 @@ class Evaluator(Vectorised):
         host = self._host("vjp", points, precision, [(cotangent, out_dtype)])
         if host is not None:
             return [self._derivative(r) for r in host]
-        cot = self.array(cotangent, self.originals[0], out_dtype)
-        traced, self.traced = self.traced, None
-        if traced is not None and points is None and precision is None:
-            # (fn's call at the point kept its graph: differentiated, not called again)
-            with self.reaching(points):
-                res = self._call(lambda: self.backend.vjp_traced(traced, self.wrt, cot), (), "reverse mode (VJP)")
-            return [self._derivative(r) for r in res]
         args = self.arguments(points, precision)
+        cot = self.array(cotangent, self.originals[0], out_dtype)
         if self.rule is not None:
             if self.rule.vjp is None:
                 raise ModeUnavailable("the gv.Rule has no vjp rule")

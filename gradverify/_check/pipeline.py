@@ -61,7 +61,7 @@ from .views.complex import Complex
 from .views.held import Held
 from .views.models import MODEL, model_of, not_arguments
 from .views.sparse import Sparse
-from .views.tree import Tree
+from .views.tree import Tree, TreeOutput, trees_refused
 
 __all__ = ["FULL_MAX_IN", "FULL_MAX_OUT", "assert_gradients", "check", "run"]
 
@@ -213,6 +213,8 @@ def run(
         result = _check_real(backend, core, layers[-1].args, core_wrt, order, label, options, reached)
         if not isinstance(result, Unshaped):
             break
+        if result.kind == "pytree" and trees_refused():
+            raise TreeOutput
         if result.kind in outputs or not any(k.takes == result.kind for k in VIEWS):
             raise AssertionError(f"no view takes a {result.kind} output")  # (each kind is taken by one view)
         outputs |= {result.kind}
@@ -467,6 +469,8 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
         if isinstance(primal, Unshaped):
             outcome.unshaped = primal
             return outcome
+        if trees_refused(ev.fn):
+            raise TreeOutput
         outcome.output = primal.summary
         # The second evaluation at the point is a guard: a full Jacobian
         # (small inputs, cheap) always takes it; a directional check only
@@ -523,7 +527,6 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
     except CallFailed as e:
         report.exception(e)
     finally:
-        ev.traced = None  # (the point's graph, where no VJP at the point took it)
         if oracle is not None:
             oracle.close()  # (its references' measure() hold fn and the point)
         outcome.worst_ratio = closeness.worst

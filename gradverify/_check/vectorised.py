@@ -34,7 +34,6 @@ class Vectorised:
     counts: Counter[str]
     native_precision: str
     skip: frozenset[str]
-    traced: Any
     #: False once fn at stacked points failed or disagreed with its plain run.
     batches: bool = True
     #: False where the backend's vmap is sure to refuse fn (Backend.vectorises).
@@ -114,11 +113,7 @@ class Vectorised:
 
                 def plain() -> Any:
                     cot = self.array(stacked, self.originals[0], precision or out_dtype, True)
-                    traced, self.traced = self.traced, None
                     with self.reaching():
-                        if traced is not None and precision is None:
-                            # (fn's call at the point kept its graph: differentiated, not called again)
-                            return self.backend.vjp_traced(traced, self.wrt, cot, batched=True)
                         return self.backend.vjps(self.fn, self.arguments(None, precision), self.wrt, cot)
 
                 operands = [(stacked, precision or out_dtype)]

@@ -240,21 +240,6 @@ class Backend:
         without calling it (in the framework's words); None otherwise."""
         return None
 
-    #: Whether ``traced_call`` keeps what reverse mode needs of a call.
-    traces = False
-
-    def traced_call(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> tuple[Any, Any]:
-        """fn(*args), and what reverse mode needs to differentiate this very
-        call afterwards without calling fn again (a graph; None where the
-        output is not one array). ``args`` are the caller's own fresh
-        arrays. It raises what fn raises (the caller then calls fn plainly)."""
-        raise NotImplementedError
-
-    def vjp_traced(self, traced: Any, wrt: Sequence[int], cotangent: Any, batched: bool = False) -> list[Any]:
-        """``vjp`` (``vjps`` where ``batched``) of the call ``traced_call``
-        kept, once: what the call's graph held is released."""
-        raise NotImplementedError
-
     @contextlib.contextmanager
     def reaching(self, found: list[Any]) -> Iterator[None]:
         """Within it, each reverse-mode call (``vjp``, ``vjps``) appends to

@@ -159,25 +159,10 @@ class TorchBackend(Backend):
 
     def vjp(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangent: Any) -> list[Any]:
         inputs, grads = _pullback(fn, args, wrt, cotangent, batched=False, reached=self._reached)
-        return _filled(inputs, wrt, grads, None)
-
-    traces = True
-
-    def traced_call(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int]) -> tuple[Any, Any]:
-        # (the arguments are ours: each wrt one becomes a leaf requiring grad
-        # in place; an in-place write to it inside fn raises, and the caller
-        # then calls fn plainly, where the write is seen and said)
-        inputs = list(args)
-        for i in wrt:
-            inputs[i] = args[i].requires_grad_(True)
-        with torch.enable_grad():
-            out = fn(*inputs)
-        return out, ((out, inputs) if isinstance(out, torch.Tensor) else None)
-
-    def vjp_traced(self, traced: Any, wrt: Sequence[int], cotangent: Any, batched: bool = False) -> list[Any]:
-        out, inputs = traced
-        grads = _pull(out, inputs, wrt, cotangent, batched, self._reached)
-        return _filled(inputs, wrt, grads, cotangent.shape[0] if batched else None)
+        if grads is None:
+            # fn cut every input out of the graph: its reverse-mode gradient is zero.
+            return [torch.zeros_like(inputs[i]) for i in wrt]
+        return [g if g is not None else torch.zeros_like(inputs[i]) for g, i in zip(grads, wrt)]
 
     def forward_unavailable(self, fn: Callable) -> str | None:
         owner = _function_of(fn)
@@ -222,7 +207,10 @@ class TorchBackend(Backend):
 
     def vjps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], cotangents: Any) -> list[Any]:
         inputs, grads = _pullback(fn, args, wrt, cotangents, batched=True, reached=self._reached)
-        return _filled(inputs, wrt, grads, cotangents.shape[0])
+        if grads is None:
+            k = cotangents.shape[0]
+            return [torch.zeros((k, *inputs[i].shape), dtype=inputs[i].dtype, device=inputs[i].device) for i in wrt]
+        return list(grads)
 
     no_batching = None
 
@@ -320,40 +308,19 @@ def _pullback(
         inputs[i] = args[i].detach().requires_grad_(True)
     with torch.enable_grad():
         out = fn(*inputs)
-    return inputs, _pull(out, inputs, wrt, cotangent, batched, reached)
-
-
-def _pull(
-    out: Any, inputs: Sequence[Any], wrt: Sequence[int], cotangent: Any, batched: bool, reached: list[Any] | None
-) -> tuple[Any, ...] | None:
-    """The input cotangents of ``out``'s graph (see _pullback)."""
     _require_tensor(out)
     if not out.requires_grad:
-        return None
+        return inputs, None
     if reached is not None:
         reached.extend(_leaves_outside(out, inputs))
-    return torch.autograd.grad(
+    grads = torch.autograd.grad(
         out,
         [inputs[i] for i in wrt],
         grad_outputs=cotangent.to(out.dtype),
         allow_unused=True,
         is_grads_batched=batched,
     )
-
-
-def _filled(inputs: Sequence[Any], wrt: Sequence[int], grads: tuple[Any, ...] | None, k: int | None) -> list[Any]:
-    """``grads`` with zeros where fn ignored an input (None: fn cut every
-    input out of the graph, its reverse-mode gradient zero); ``k``: the
-    cotangents' count where they were stacked."""
-    if grads is None:
-        grads = (None,) * len(wrt)
-    out = []
-    for g, i in zip(grads, wrt):
-        if g is None:
-            x = inputs[i]
-            g = torch.zeros_like(x) if k is None else torch.zeros((k, *x.shape), dtype=x.dtype, device=x.device)
-        out.append(g)
-    return out
+    return inputs, grads
 
 
 def _nodes(out: Any, forward: bool = False) -> Iterator[Any]:

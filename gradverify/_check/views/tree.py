@@ -27,12 +27,13 @@ import dataclasses
 import numbers
 import re
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 
 from ..._errors import ArgumentTypeError, ArgumentValueError, explain
-from ..._result import ArraySummary, CheckResult, Finding
+from ..._result import CheckResult, Finding
 from ...backends import Backend, backend_name_of, backend_of
 from ...backends.trees import Flat, flatten
 from .. import xp
@@ -313,7 +314,7 @@ class Tree(View):
         output = result.output
         if output is not None and self.out_flat is not None and len(self.out_leaves) > 1:
             shown = ", ".join(f"output{leaf.path} {leaf.dtype}{list(leaf.shape)}" for leaf in self.out_leaves)
-            output = dataclasses.replace(output, name=f"output ({len(self.out_leaves)} {_JOINED}: {shown})")
+            output = dataclasses.replace(output, name=f"output ({len(self.out_leaves)} leaves joined: {shown})")
         notes = list(result.notes)
         trees = [
             f"{self.names[i]} ({type(layer.args[i]).__qualname__}) as {len(p.arrays)} array leaves"
@@ -400,9 +401,19 @@ def _reproduce(line: str, n_core: int, names: Sequence[str]) -> str:
     return line.replace(core, ", ".join(names), 1) if core else line
 
 
-_JOINED = "leaves joined"
+#: Set by a caller that decides itself which of fn's several outputs are
+#: checked (torch's gradcheck leaves out those that do not require grad):
+#: where fn returns a pytree, the check raises TreeOutput after fn's first call.
+TREES_REFUSED: ContextVar[bool] = ContextVar("gradverify_trees_refused", default=False)
 
 
-def joined(output: ArraySummary | None) -> bool:
-    """Whether a check's output summary is of several of fn's output leaves joined into one."""
-    return output is not None and output.name.startswith("output (") and _JOINED in output.name
+class TreeOutput(Exception):
+    """fn returned a pytree of arrays where TREES_REFUSED was set."""
+
+
+def trees_refused(fn: Any = None) -> bool:
+    """Whether TREES_REFUSED is set and (given ``fn``, a composition of
+    views) a Tree view of the arguments' pytrees has met several outputs."""
+    if not TREES_REFUSED.get():
+        return False
+    return fn is None or any(isinstance(v, Tree) and v.out_flat is not None for v in getattr(fn, "views", ()))

@@ -1,0 +1,89 @@
+"""torch: fn at the point is called as every other point is - plainly, its
+inputs not requiring grad - so its value is the one finite differences
+difference against; a forward-mode rule known missing is not run for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradverify as gv
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("n", [5, 70_000])  # (a full Jacobian; random directions on the device path)
+def test_a_function_whose_arithmetic_follows_requires_grad_is_judged_at_its_plain_value(n):
+    """torch's own modules take another path when an input requires grad
+    (the fast path of an eval-mode attention is taken only where none
+    does), which rounds differently. The point's value is the plain call's,
+    as the stencil's are: no two calls at the point differ, and the
+    derivatives pass."""
+
+    def fn(x):
+        return (x * 6.0) / 3.0 if x.requires_grad else x * 2.0
+
+    x = torch.linspace(-1.3, 1.7, n, dtype=torch.float64)
+    assert not torch.equal(fn(x), fn(x.clone().requires_grad_()))  # (the two paths round apart)
+    r = gv.check(fn, x)
+    assert r.ok and not r.by_kind(gv.Kind.NONDETERMINISM) and not r.warnings, str(r)
+
+
+def test_a_call_that_refuses_inputs_requiring_grad_fails_in_reverse_modes_words():
+    """fn reads its input with .numpy(), which torch refuses on a tensor
+    requiring grad: fn at the point is fine; the VJP, which cannot avoid
+    such inputs, fails and says where."""
+
+    def fn(x):
+        x.numpy()
+        return torch.sin(x)
+
+    r = gv.check(fn, torch.linspace(-1, 1, 4, dtype=torch.float64))
+    assert r.output is not None and r.modes["JVP"] == "checked"
+    (f,) = r.by_kind(gv.Kind.EXCEPTION)
+    assert "reverse mode (VJP)" in f.message and "requires grad" in f.message
+
+
+def test_an_in_place_write_is_said_and_the_callers_tensor_keeps_its_flags():
+    def fn(x):
+        return x.mul_(2.0)
+
+    t = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    r = gv.check(fn, t)
+    (f,) = r.by_kind(gv.Kind.MUTATION)
+    assert "fn mutates argument 0: 3 element(s) changed in place" in f.message
+    np.testing.assert_array_equal(t.detach().numpy(), [0.5, -1.5, 2.0])
+    assert t.requires_grad and t.grad is None and t.is_leaf
+
+
+def test_a_function_without_a_jvp_is_said_unavailable_without_running_its_forward_for_it():
+    """torch says an autograd.Function has no forward-mode rule only after
+    running its forward; the check knows it from the class and says it in
+    torch's words. Every run of the Function's forward is an evaluation of
+    fn or a VJP's, at both sizes."""
+    for n in (5, 70_000):
+        forwards = [0]
+        function = _tanh2_without_jvp(forwards)
+        r = gv.check(function.apply, torch.linspace(-1.5, 1.5, n, dtype=torch.float64))
+        assert r.ok and r.modes["JVP"] == "unavailable", str(r)
+        (f,) = r.by_kind(gv.Kind.MODE_UNAVAILABLE)
+        assert "You must implement the jvp function for custom autograd.Function" in f.message
+        assert forwards[0] == r.evaluations["primal"] + r.evaluations["vjp"], (forwards, r.evaluations)
+
+
+def _tanh2_without_jvp(forwards: list[int]) -> type:
+    """2 tanh(x) as an autograd.Function with a backward and no jvp, counting its forwards."""
+
+    class Tanh2(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            forwards[0] += 1
+            ctx.save_for_backward(x)
+            return torch.tanh(x) * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 2 / torch.cosh(x) ** 2
+
+    return Tanh2
