@@ -121,10 +121,14 @@ class Bounds:
             scales = [modes.jmax_vjp] * len(split)
         elif scales is None:
             scales = self._scales_of(g)
-        parts = [
-            tol.ad_bound(p, "float64" if modes.ad64 else self.dtypes[i], self.rtol, self.atol, s)
-            for p, i, s in zip(split, probes.flat.args, scales)
-        ]
+        dtypes = ["float64" if modes.ad64 else self.dtypes[i] for i in probes.flat.args]
+        if len(split) > 1 and not self.user and _xp.device_floating(g) and not _xp.immutable(g):
+            # (each argument's bound written into its part of one array: no copy joins them)
+            out = _xp.empty(_xp.size(g), g)
+            for p, d, s, at, size in zip(split, dtypes, scales, probes.flat.offsets, probes.flat.sizes):
+                tol.ad_bound(_xp.flat(p), d, self.rtol, self.atol, s, out=out[at : at + size])
+            return out
+        parts = [tol.ad_bound(p, d, self.rtol, self.atol, s) for p, d, s in zip(split, dtypes, scales)]
         return _xp.concat([_xp.flat(p) for p in parts]) if len(parts) > 1 else _xp.flat(parts[0])
 
     def of_vjp_rows(self, J: np.ndarray) -> np.ndarray:

@@ -198,8 +198,10 @@ def ad_bound(
     rtol: float | None,
     atol: float | None,
     scale: float | None = None,
+    out: Any = None,
 ) -> np.ndarray:
-    """Per-element bound on the rounding error of an AD result ``values``.
+    """Per-element bound on the rounding error of an AD result ``values``
+    (into ``out`` where given, on a device: a part of a joined bound).
 
     ``scale`` is the magnitude the absolute part is relative to: by default the
     largest element of ``values`` (a whole J u or J^T v vector); a single
@@ -207,7 +209,7 @@ def ad_bound(
     a derivative formula cancels terms of the derivative's overall size
     (1 - tanh^2 near saturation loses u relative to 1, not to the result).
     A user's ``rtol``/``atol`` replace the model (``atol + rtol*|value|``)."""
-    mag = _xp.ns(values).abs(values)
+    mag = _xp.absolute(values, out) if out is not None else _xp.ns(values).abs(values)
     if rtol is not None or atol is not None:
         return (atol or 0.0) + (rtol or 0.0) * mag
     c = ad_rounding(dtype_name) * unit_roundoff(dtype_name)

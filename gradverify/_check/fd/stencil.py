@@ -434,14 +434,19 @@ def scales_asked(F: dict[int, Array], blocks: list[slice], h: float) -> tuple[li
     for b in blocks:
         if b.stop - b.start == 0 or _xp.size(F[2]) == 0:
             continue
-        for i in range(3):
+        # (D(h/2)'s extremes are F(h/2) - F(-h/2)'s times 1/h: a product by a
+        # positive number rounds monotonically, so scaled on the host they
+        # are bit for bit the scaled array's, and the array is not made)
+        asked.extend((F[2][b] - F[-2][b]).aminmax())
+        for i in (1, 2):
             asked.extend(_scaled(F, b, h, i).aminmax())
         parts.append(b)
 
     def finish(values: list[float]) -> tuple[float, float]:
         slope_scale = stencil_scale = 0.0
         for k, b in enumerate(parts):
-            tops = [_xp.maxabs_of(*values[6 * k + 2 * i : 6 * k + 2 * i + 2]) for i in range(3)]
+            ends = [v * (1.0 / h) if j < 2 else v for j, v in enumerate(values[6 * k : 6 * k + 6])]
+            tops = [_xp.maxabs_of(*ends[2 * i : 2 * i + 2]) for i in range(3)]
             slope, below, above = (t if math.isfinite(t) else _xp.fmax(_scaled(F, b, h, i)) for i, t in enumerate(tops))
             slope_scale, stencil_scale = max(slope_scale, slope), max(stencil_scale, max(below, above))
         return slope_scale, stencil_scale

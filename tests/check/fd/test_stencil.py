@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from gradverify._check.fd import stencil
@@ -71,3 +72,28 @@ def test_the_difference_tables_are_binomial():
     assert stencil.difference(4) == (1, -4, 6, -4, 1)
     assert stencil.difference(3) == (-1, 3, -3, 1)
     assert stencil.difference_noise(4) ** 2 == pytest.approx(70, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_scales_asked_of_torch_blocks_are_bit_for_bit_the_scales(seed):
+    """stencil.scales_asked (torch: the extremes asked for as device scalars,
+    D(h/2)'s taken from F(h/2) - F(-h/2) and scaled on the host) gives the
+    very floats ``scales`` gives block by block - over values of every
+    magnitude (D(h/2) overflowing where they are largest), with a step h
+    that is no power of two, and with an inf."""
+    import torch
+
+    from gradverify._check.fd.stencil import scales, scales_asked
+    from gradverify._check.xp import read
+
+    rng = np.random.default_rng(seed)
+    n = 5000
+    F = {k: torch.tensor(rng.standard_normal(n) * 10.0 ** rng.integers(-300, 306, n)) for k in (-4, -2, 2, 4)}
+    if seed == 3:
+        F[2][17] = np.inf
+    h = float(rng.uniform(1e-7, 1e-3))
+    blocks = [slice(0, 1234), slice(1234, 1234), slice(1234, n)]
+    asked, finish = scales_asked(F, blocks, h)
+    want = [scales(F, b, h)[:2] for b in blocks]
+    slope, outer = finish(read(*asked))
+    assert slope == max(w[0] for w in want) and outer == max(w[1] for w in want)
