@@ -159,7 +159,6 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
     all_finite = all(map(math.isfinite, known)) if known is not None else _xp.all_(finite)
     if not all_finite:
         finite = _xp.finite(values) if finite is None else finite
-    if not all_finite:
         first = unravel(int(_xp.nonzero(~finite, limit=1)[0]), shape)
         report.add(
             Kind.NONFINITE_OUTPUT,

@@ -147,15 +147,14 @@ def _step_scales(segs: list[Any], floors: list[float] | tuple[float, ...], fines
         raw = [_xp.imaximum(xp.abs(s), f) for s, f in zip(segs, floors)]
         out = _xp.concat(raw) if len(raw) > 1 else raw[0]
         return out if finest is None else (out, None)
-    else:
-        # (|x| of each segment written in place into one array: no copy joins them)
-        out = _xp.empty(sum(_xp.size(s) for s in segs), segs[0]) if len(segs) > 1 else xp.abs(segs[0])
-        if len(segs) > 1:
-            for a, s, _ in _at(segs, floors):
-                _xp.absolute(s, out[a : a + _xp.size(s)])
-        below = None if finest is None else (out > 0) & (out < finest)
-        for a, s, f in _at(segs, floors):
-            _xp.imaximum(out[a : a + _xp.size(s)], f)
+    # (|x| of each segment written in place into one array: no copy joins them)
+    out = _xp.empty(sum(_xp.size(s) for s in segs), segs[0]) if len(segs) > 1 else xp.abs(segs[0])
+    if len(segs) > 1:
+        for a, s, _ in _at(segs, floors):
+            _xp.absolute(s, out[a : a + _xp.size(s)])
+    below = None if finest is None else (out > 0) & (out < finest)
+    for a, s, f in _at(segs, floors):
+        _xp.imaximum(out[a : a + _xp.size(s)], f)
     return out if finest is None else (out, below)
 
 
@@ -350,13 +349,6 @@ def random_directions(rng: np.random.Generator, n: int, scale: Any = None, *, li
     return out
 
 
-#: Every element random_directions makes, at the index of its 16 bits read unsigned.
-_ELEMENTS = np.arange(1 << 16, dtype="<u2").view("<i2").astype(np.float64)
-_ELEMENTS += 0.5
-_ELEMENTS *= 2.0**-15
-_ELEMENTS += np.sign(_ELEMENTS)
-
-
 def _device_elements(drawn: Any, scale: Any) -> Any:
     xp = _xp.ns(drawn)
     return _elements(xp.astype(drawn, xp.float64), scale)
@@ -372,6 +364,9 @@ def _elements(out: Any, scale: Any) -> Any:
         out *= scale
     return out
 
+
+#: Every element random_directions makes, at the index of its 16 bits read unsigned.
+_ELEMENTS = _elements(np.arange(1 << 16, dtype="<u2").view("<i2").astype(np.float64), None)
 
 #: (table id, its namespace, device) -> the table placed there, for ``_lookup``
 _PLACED: dict[tuple[int, Any, str], Any] = {}
