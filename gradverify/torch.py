@@ -152,7 +152,7 @@ def _run(
         "batched": bool(batched),
         "modes": tuple(required),
     }
-    if isinstance(func, torch.nn.Module):
+    if _lazy(func):
         # (called first, as torch's gradcheck calls func: a lazy module takes its shapes there)
         func, result = _differentiable_outputs(func, args), None
     else:
@@ -180,10 +180,20 @@ def _run(
     return False
 
 
+def _lazy(func: Any) -> bool:
+    """Whether func is a module with parameters or buffers not yet made
+    (a lazy module's, shaped by its first call)."""
+    if not isinstance(func, torch.nn.Module):
+        return False
+    lazy = torch.nn.parameter.is_lazy
+    return any(lazy(p) for p in func.parameters()) or any(lazy(b) for b in func.buffers())
+
+
 def _first_check(
     func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool
 ) -> tuple[Callable[..., Any], CheckResult | None]:
-    """A function checked before any call of its own. torch's gradcheck
+    """A function (or a module whose parameters are made) checked before
+    any call of its own. torch's gradcheck
     calls func once at the caller's inputs to learn which outputs require
     grad (see _differentiable_outputs); where func returns one array none
     can be left out, and its check needs no such call. Where it returns

@@ -365,7 +365,8 @@ def test_a_function_with_one_output_is_called_only_by_the_check() -> None:
     """torch's gradcheck calls func once to learn which outputs require
     grad; a function with one output has none to leave out, so the drop-in
     calls it only as its check does (the check a plain gv.check of the same
-    options makes), and a module is called first, as torch calls it."""
+    options makes), and so a module whose parameters are made; a lazy
+    module is called first, as torch calls it: it takes its shapes there."""
     calls = [0]
 
     def counted(x):  # type: ignore[no-untyped-def]
@@ -387,7 +388,24 @@ def test_a_function_with_one_output_is_called_only_by_the_check() -> None:
 
     calls[0] = 0
     assert gradcheck(Sine(), (_x(),))
-    assert calls[0] == r.evaluations["primal"] + r.evaluations["vjp"] + 1  # (its first call at the caller's inputs)
+    by_dropin, calls[0] = calls[0], 0
+    assert gv.check(Sine(), _x().detach(), modes=("VJP",), suite_tol=(1e-5, 1e-3)).ok
+    assert by_dropin == calls[0]
+
+    def counted_lazy():  # type: ignore[no-untyped-def]
+        m = torch.nn.LazyLinear(3, dtype=torch.float64)  # (a Linear once its first call has shaped it)
+        m.register_forward_pre_hook(lambda module, inputs: calls.__setitem__(0, calls[0] + 1))
+        return m
+
+    lazy, checked = counted_lazy(), counted_lazy()
+    calls[0] = 0
+    assert gradcheck(lazy, (_x().reshape(1, 5),))
+    by_dropin, calls[0] = calls[0], 0
+    checked(_x().reshape(1, 5))  # (shaped, as the drop-in's first call shaped the other)
+    checked.load_state_dict(lazy.state_dict())
+    calls[0] = 0
+    assert gv.check(checked, _x().reshape(1, 5).detach(), modes=("VJP",), wrt=["inputs"], suite_tol=(1e-5, 1e-3)).ok
+    assert by_dropin == calls[0] + 1 and tuple(lazy.weight.shape) == (3, 5)  # (its first call at the caller's inputs)
 
 
 def test_several_outputs_are_chosen_after_one_call_and_observers_see_the_function_checked() -> None:
