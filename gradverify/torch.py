@@ -193,15 +193,15 @@ def _first_check(
     func: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any], fast: bool
 ) -> tuple[Callable[..., Any], CheckResult | None]:
     """A function (or a module whose parameters are made) checked before
-    any call of its own. torch's gradcheck
-    calls func once at the caller's inputs to learn which outputs require
-    grad (see _differentiable_outputs); where func returns one array none
-    can be left out, and its check needs no such call. Where it returns
-    several, the check stops at fn's first call and that call is made: func
-    with only the outputs that require grad is returned, to be checked
-    (the result None). Where the check failed, the call is made too: it
-    raises what fn raises at the caller's inputs (an in-place write to a
-    tensor requiring grad), as torch's first call does."""
+    any call of its own. torch's gradcheck calls func once at the caller's
+    inputs to learn which outputs require grad (see _differentiable_outputs);
+    where func returns one array none can be left out, and its check needs
+    no such call. Where it returns several, the check stops at fn's first
+    call and that call is made: func with only the outputs that require
+    grad is returned, to be checked (the result None). Where the check
+    failed, the call is made too: it raises what fn raises at the caller's
+    inputs (an in-place write to a tensor requiring grad), as torch's first
+    call does."""
     token = TREES_REFUSED.set(True)
     try:
         result = _checked(func, args, options, fast)
@@ -212,7 +212,7 @@ def _first_check(
     if result is None:
         return _differentiable_outputs(func, args), None
     if not result.ok or result.output is None:
-        _differentiable_outputs(func, args)
+        _at_inputs(func, args)
     return func, result
 
 
@@ -269,13 +269,19 @@ def _requiring_grad(args: tuple[Any, ...]) -> list[str]:
     return names
 
 
+def _at_inputs(func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """func at the caller's own inputs, grad enabled: torch's gradcheck's
+    first call (what fn raises there reaches the caller)."""
+    with torch.enable_grad():
+        return func(*args)
+
+
 def _differentiable_outputs(func: Callable[..., Any], args: tuple[Any, ...]) -> Callable[..., Any]:
     """func, or where some of its tensor outputs do not require grad at the
     caller's inputs (an index, a threshold returned detached), func with
     those left out: torch's gradcheck checks only the differentiable outputs
     (one call of func at the inputs decides which)."""
-    with torch.enable_grad():
-        out = func(*args)
+    out = _at_inputs(func, args)
     if isinstance(out, torch.Tensor) or not isinstance(out, (tuple, list)):
         return func
     keep = [k for k, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad]

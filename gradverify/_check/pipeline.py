@@ -213,8 +213,6 @@ def run(
         result = _check_real(backend, core, layers[-1].args, core_wrt, order, label, options, reached)
         if not isinstance(result, Unshaped):
             break
-        if result.kind == "pytree" and trees_refused():
-            raise TreeOutput
         if result.kind in outputs or not any(k.takes == result.kind for k in VIEWS):
             raise AssertionError(f"no view takes a {result.kind} output")  # (each kind is taken by one view)
         outputs |= {result.kind}
@@ -466,11 +464,11 @@ def _stages(ev: Evaluator, options: Options, order: int, tier: int = 0) -> _Outc
         primal = _primal.evaluate(ev, report)
         if primal is None:
             return outcome
+        if trees_refused(ev.fn, primal):
+            raise TreeOutput
         if isinstance(primal, Unshaped):
             outcome.unshaped = primal
             return outcome
-        if trees_refused(ev.fn):
-            raise TreeOutput
         outcome.output = primal.summary
         # The second evaluation at the point is a guard: a full Jacobian
         # (small inputs, cheap) always takes it; a directional check only

@@ -37,6 +37,7 @@ from ..._result import CheckResult, Finding
 from ...backends import Backend, backend_name_of, backend_of
 from ...backends.trees import Flat, flatten
 from .. import xp
+from ..calls import Unshaped
 from ..findings import unravel
 from .base import Layer, View
 
@@ -411,9 +412,12 @@ class TreeOutput(Exception):
     """fn returned a pytree of arrays where TREES_REFUSED was set."""
 
 
-def trees_refused(fn: Any = None) -> bool:
-    """Whether TREES_REFUSED is set and (given ``fn``, a composition of
-    views) a Tree view of the arguments' pytrees has met several outputs."""
+def trees_refused(fn: Any, first: Any) -> bool:
+    """Whether TREES_REFUSED is set and fn (a composition of views) returned
+    several outputs at its first call: ``first`` says a pytree needs a view
+    (Unshaped), or a Tree view of the arguments' pytrees took them already."""
     if not TREES_REFUSED.get():
         return False
-    return fn is None or any(isinstance(v, Tree) and v.out_flat is not None for v in getattr(fn, "views", ()))
+    if isinstance(first, Unshaped):
+        return first.kind == "pytree"
+    return any(isinstance(v, Tree) and v.out_flat is not None for v in getattr(fn, "views", ()))
