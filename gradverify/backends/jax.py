@@ -178,7 +178,7 @@ class JaxBackend(Backend):
         # operations counted are the caller's fn's (``own``), not those of
         # the views it is seen through: theirs are the same for every check
         # at a shape. Under jax.disable_jit() nothing is compiled.
-        with _no_leaked_traces(collect=True):
+        with _no_leaked_traces(collect=True), _one_mesh_context():
             if placed:
                 with self.working():
                     yield
@@ -351,6 +351,24 @@ class JaxBackend(Backend):
         # (one part needs no program: a flat one is itself, another is one
         # reshape, jax's own primitive, cached per shape as fn's own are)
         return _flat(parts[0]) if len(parts) == 1 else _concat_flat(*parts)
+
+
+def _one_mesh_context() -> contextlib.AbstractContextManager[Any]:
+    """The abstract mesh in force, set explicitly for the check where none is.
+
+    jax keys each compiled program by its trace context, the abstract mesh
+    in force among it, and runs every operation of a VJP's backward pass
+    under the mesh recorded when fn was linearized: where none is set, the
+    empty mesh, set, where the same operation run outside (fn at the point,
+    a JVP, the stencil) saw none. Each of those would compile twice, once
+    per context (9 of the 32 programs of a first order-2 check of lax.sin).
+    Set for the whole check, the context is the same for all of them. A
+    mesh the caller set is left as it is: fn may depend on it."""
+    get, use = getattr(jax.sharding, "get_abstract_mesh", None), getattr(jax.sharding, "use_abstract_mesh", None)
+    if get is None or use is None:
+        return contextlib.nullcontext()
+    mesh = get()
+    return use(mesh) if mesh.empty else contextlib.nullcontext()
 
 
 def _forward_mode_refused(fn: Callable) -> None:

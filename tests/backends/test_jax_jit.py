@@ -137,3 +137,52 @@ def test_a_compiling_block_shares_the_compiled_forms_across_verify_runs():
         assert gv.verify(fn, float_rows(), max_examples=5, seed=1).ok
     # the second run traces nothing: only its two eager evaluations a check
     assert len(calls) - first == 2 * 5
+
+
+def _programs_compiled(run):
+    """The programs jax compiles while ``run()`` runs, as their text without
+    source locations (two with one text are one program compiled twice)."""
+    import re
+
+    from jax._src import compiler  # (the one place every compilation passes)
+
+    texts, original = [], compiler.backend_compile_and_load
+
+    def compile_and_load(backend, module, *args, **kwargs):
+        texts.append(re.sub(r"loc\(.*?\)|#loc\d*", "", str(module)))
+        return original(backend, module, *args, **kwargs)
+
+    compiler.backend_compile_and_load = compile_and_load
+    try:
+        out = run()
+    finally:
+        compiler.backend_compile_and_load = original
+    return texts, out
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_a_check_compiles_each_of_its_programs_once(order):
+    """jax runs a VJP's backward pass under the abstract mesh fn was
+    linearized under, and keys compiled programs by it: the check sets that
+    context for all its calls, so an operation its JVP, its stencil and its
+    VJP share is compiled once, not once per context."""
+    x = jnp.asarray(np.linspace(0.3, 1.7, 11, dtype=np.float32))  # (a shape no other test compiles at)
+    texts, result = _programs_compiled(lambda: gv.check(jax.lax.sin, x, order=order))
+    assert result.ok, str(result)
+    twice = [t.splitlines()[0] for t in set(texts) if texts.count(t) > 1]
+    assert texts and not twice, f"{len(twice)} of {len(texts)} programs compiled twice: {twice}"
+
+
+def test_a_mesh_the_caller_set_is_the_one_fn_sees():
+    seen = []
+
+    def fn(x):
+        seen.append(jax.sharding.get_abstract_mesh())
+        return jnp.tanh(x)
+
+    mesh = jax.make_mesh((1,), ("batch",))
+    with jax.set_mesh(mesh):
+        assert gv.check(fn, jnp.asarray(np.linspace(-1, 1, 5))).ok
+        expected = jax.sharding.get_abstract_mesh()
+    assert not expected.empty and seen
+    assert all(m == expected for m in seen), {str(m) for m in seen}
