@@ -307,7 +307,8 @@ class Backend:
 
     # -- derivative functions, for order=2 --------------------------------------
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
-        """x -> concat(flatten(J(x)^T v)) as a function this backend can differentiate."""
+        """x -> concat(flatten(J(x)^T v)) as a function this backend can
+        differentiate (the VJP of one argument may keep that argument's shape)."""
         raise NotImplementedError
 
     def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:

@@ -86,8 +86,20 @@ def _concat_flat(*parts: Any) -> Any:
     return jnp.concatenate([jnp.ravel(p).astype(widest) for p in parts])
 
 
+def _cast(a: Any, dtype: Any) -> Any:
+    """``a`` in ``dtype``: as it is where it has that dtype; cast in numpy
+    where it is held on the host (a conversion in jax compiles a program for
+    each shape and pair of dtypes); in jax otherwise."""
+    if isinstance(a, jax.Array) and a.dtype == dtype:
+        return a
+    if isinstance(a, np.ndarray) or (isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}):
+        return np.asarray(a).astype(dtype, copy=False)
+    return jnp.asarray(a, dtype=dtype)
+
+
 def _flat(a: Any) -> Any:
-    a = jnp.asarray(a)  # (a rule's own value may be a number or a numpy array)
+    if not isinstance(a, jax.Array):  # (a rule's own value may be a number or a numpy array)
+        a = jnp.asarray(a)
     return a if a.ndim == 1 else jax.lax.reshape(a, (a.size,))
 
 
@@ -335,14 +347,17 @@ class JaxBackend(Backend):
     def vjp_function(self, fn: Callable, wrt: Sequence[int], cotangent: Any) -> Callable:
         def vjp_of_fn(*args: Any) -> Any:
             out, pullback = jax.vjp(on_wrt(fn, args, wrt), *(args[i] for i in wrt))
-            return self.concat_flat(pullback(jnp.asarray(cotangent, dtype=out.dtype)))
+            parts = pullback(_cast(cotangent, out.dtype))
+            # (one part as it is: flattened, its reshape would compile at
+            # every batch size the check's vmaps run it at)
+            return parts[0] if len(parts) == 1 else self.concat_flat(parts)
 
         return vjp_of_fn
 
     def jvp_function(self, fn: Callable, wrt: Sequence[int], tangents: Sequence[Any]) -> Callable:
         def jvp_of_fn(*args: Any) -> Any:
             primals = tuple(args[i] for i in wrt)
-            tans = tuple(jnp.asarray(t, dtype=p.dtype) for t, p in zip(tangents, primals))
+            tans = tuple(_cast(t, p.dtype) for t, p in zip(tangents, primals))
             return jax.jvp(on_wrt(fn, args, wrt), primals, tans)[1]
 
         return jvp_of_fn

@@ -173,6 +173,24 @@ def test_a_check_compiles_each_of_its_programs_once(order):
     assert texts and not twice, f"{len(twice)} of {len(texts)} programs compiled twice: {twice}"
 
 
+def test_an_order_2_check_compiles_no_reshape_or_conversion_of_its_own():
+    """lax.sin reshapes and converts nothing: at order 2 the VJP checked as
+    a function keeps its argument's shape (a reshape compiles a program at
+    every batch size it is vmapped at), and the cotangent and tangents held
+    on the host are cast in numpy."""
+    import re
+
+    x = jnp.asarray(np.linspace(0.2, 1.8, 13, dtype=np.float32))  # (a shape no other test compiles at)
+    texts, result = _programs_compiled(lambda: gv.check(jax.lax.sin, x, order=2))
+    assert result.ok, str(result)
+    own = [
+        t.splitlines()[0]
+        for t in texts
+        if re.search(r"module @jit_(reshape|convert_element_type) ", t) and re.search(r"tensor<\d", t)
+    ]
+    assert not own, own
+
+
 def test_a_mesh_the_caller_set_is_the_one_fn_sees():
     seen = []
 
