@@ -136,7 +136,9 @@ def _as_jax(args: Sequence[Any]) -> tuple[Any, ...]:
     """The arguments with numpy arrays and Python scalars among their leaves as jax arrays."""
 
     def leaf(x: Any) -> Any:
-        if isinstance(x, (np.ndarray, np.generic, float, int, complex)) and not isinstance(x, bool):
+        if isinstance(x, (np.ndarray, np.generic)):
+            return jax.device_put(x)  # (as jnp.asarray makes it, where that compiles a cast of a wide dtype per shape)
+        if isinstance(x, (float, int, complex)) and not isinstance(x, bool):
             return jnp.asarray(x)
         return x
 

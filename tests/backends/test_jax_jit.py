@@ -204,3 +204,16 @@ def test_a_mesh_the_caller_set_is_the_one_fn_sees():
         expected = jax.sharding.get_abstract_mesh()
     assert not expected.empty and seen
     assert all(m == expected for m in seen), {str(m) for m in seen}
+
+
+def test_check_grads_takes_numpy_arguments_without_compiling_a_cast():
+    """jnp.asarray compiles a cast of a float64 numpy array where x64 is off
+    (one program per shape); the drop-in places it as jnp.asarray would."""
+    import re
+
+    from gradverify.jax import check_grads
+
+    x = np.linspace(0.2, 1.8, 17)  # (float64; a shape no other test compiles at)
+    texts, _ = _programs_compiled(lambda: check_grads(jax.lax.sin, (x,), order=1, modes=["fwd", "rev"]))
+    staged = [t.splitlines()[0] for t in texts if re.search(r"module @jit_(stage|convert_element_type) ", t)]
+    assert not jax.config.jax_enable_x64 and not staged, staged
