@@ -1,0 +1,115 @@
+"""A real project's gradient tests, timed per test: its own checker alone, then gradverify alone.
+
+    python benchmarks/bench_suite.py [--rounds R] [--out DIR] -- PYTEST ARGUMENTS...
+
+runs ``python -m pytest PYTEST ARGUMENTS`` from the current directory (a
+project's checkout), once as it is and once with ``--gradverify-replace=replace``
+(every ``gradcheck``/``gradgradcheck``/``check_grads`` call checked by
+gradverify alone), R rounds alternating the two, and times each test's
+call phase (``pytest_runtest_call``: its setup and teardown left out). It
+prints, over the tests both runs ran: the totals, the median ratio per test
+(gradverify / the project's checker) with its quartiles, the ratio by the
+project's checker's time, and the tests whose outcome differs.
+
+Why two runs and not ``--gradverify-replace=compare`` (both checkers on each
+call, one after the other): in one process each checker's first call at a
+shape warms the framework's caches for the other. jax compiles each eager
+operation once per shape, dtype and context, so the checker called second
+finds the programs of the first compiled, and its time understates a
+switch: on jax's ``lax_autodiff_test.py -k testOpGrad1`` the compare table
+put gradverify at 1.64x ``check_grads`` per call where the two runs alone
+put it at 2.59x. Compare mode is for verdicts; this script is for time.
+
+Each round's per-test times are written to ``DIR/<round>-{original,gradverify}.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: A pytest plugin, loaded by name from this folder, that times each test's
+#: call phase and writes {nodeid: [seconds, outcome]} to $BENCH_SUITE_OUT.
+PLUGIN = "_suite_timer"
+
+
+def run(args: list[str], out: Path, replace: bool) -> dict[str, list]:
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["BENCH_SUITE_OUT"] = str(out)
+    command = [sys.executable, "-m", "pytest", "-p", PLUGIN, *args]
+    if replace:
+        command.append("--gradverify-replace=replace")
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if not out.exists():
+        raise SystemExit(
+            f"bench_suite: pytest wrote no timings ({' '.join(command)}); exit {done.returncode}\n"
+            + (done.stdout[-2000:] + done.stderr[-2000:])
+        )
+    return json.loads(out.read_text())
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return q[0], statistics.median(values), q[2]
+
+
+def report(original: dict[str, list], gradverify: dict[str, list]) -> str:
+    both = [t for t in original if t in gradverify and original[t][0] > 0]
+    if not both:
+        return "no test ran in both runs"
+    ratios = [gradverify[t][0] / original[t][0] for t in both]
+    p25, median, p75 = quartiles(ratios)
+    lines = [
+        f"{len(both)} tests in both runs: original {sum(original[t][0] for t in both):.2f} s, "
+        f"gradverify {sum(gradverify[t][0] for t in both):.2f} s "
+        f"({sum(gradverify[t][0] for t in both) / sum(original[t][0] for t in both):.2f}x)",
+        f"per test: median {median:.2f}x (p25 {p25:.2f}x, p75 {p75:.2f}x)",
+        "",
+        "| original's time | tests | median ratio |",
+        "|---|---|---|",
+    ]
+    for low, high in ((0, 0.002), (0.002, 0.02), (0.02, 0.2), (0.2, 2.0), (2.0, float("inf"))):
+        band = [r for t, r in zip(both, ratios) if low <= original[t][0] < high]
+        if band:
+            label = f"{low * 1e3:g}-{high * 1e3:g} ms" if high != float("inf") else f">= {low:g} s"
+            lines.append(f"| {label} | {len(band)} | {statistics.median(band):.2f}x |")
+    differ = [t for t in both if original[t][1] != gradverify[t][1]]
+    lines.append("")
+    lines.append(f"outcomes differ in {len(differ)} test(s)" + (":" if differ else ""))
+    lines += [f"  {t}: original {original[t][1]}, gradverify {gradverify[t][1]}" for t in differ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="where each run's timings are written")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    options = parser.parse_args()
+    args = options.pytest_args[1:] if options.pytest_args[:1] == ["--"] else options.pytest_args
+    if not args:
+        parser.error("expected the pytest arguments after --, e.g. -- tests/lax_autodiff_test.py")
+    out = options.out or Path(tempfile.mkdtemp(prefix="bench-suite-"))
+    out.mkdir(parents=True, exist_ok=True)
+    original: dict[str, list] = {}
+    gradverify: dict[str, list] = {}
+    for r in range(options.rounds):
+        for replace, into in ((False, original), (True, gradverify)):
+            times = run(args, out / f"{r}-{'gradverify' if replace else 'original'}.json", replace)
+            for test, (seconds, outcome) in times.items():  # (each test's fastest round)
+                if test not in into or seconds < into[test][0]:
+                    into[test] = [seconds, outcome]
+    print(f"pytest {' '.join(args)}  ({options.rounds} round(s); timings in {out})")
+    print(report(original, gradverify))
+
+
+if __name__ == "__main__":
+    main()

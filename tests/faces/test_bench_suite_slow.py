@@ -1,0 +1,63 @@
+"""benchmarks/bench_suite.py on a real temporary project: its tests run once
+with their own gradcheck and once through gradverify, each test's call
+timed, and the tests whose outcome differs named (gradcheck's false alarm
+on float32, which gradverify passes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("torch")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_suite.py"
+
+SUITE = """
+import torch
+from torch.autograd import gradcheck
+
+
+def test_float64():
+    x = torch.linspace(-1, 1, 7, dtype=torch.float64).requires_grad_()
+    assert gradcheck(torch.sin, (x,))
+
+
+def test_float32():
+    # (gradcheck's default eps and tolerances are float64's: float32's
+    # rounding makes its FD Jacobian differ - a false alarm)
+    x = torch.linspace(-3, 3, 40, dtype=torch.float32).requires_grad_()
+    assert gradcheck(torch.exp, (x,), fast_mode=False)
+"""
+
+
+def test_a_suite_is_timed_alone_with_each_checker_and_the_differences_named(tmp_path):
+    (tmp_path / "test_grads.py").write_text(SUITE)
+    out = tmp_path / "timings"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--", "test_grads.py", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    original = json.loads((out / "0-original.json").read_text())
+    gradverify = json.loads((out / "0-gradverify.json").read_text())
+    assert set(original) == set(gradverify) == {"test_grads.py::test_float64", "test_grads.py::test_float32"}
+    assert original["test_grads.py::test_float32"][1] == "failed"  # gradcheck's false alarm
+    assert gradverify["test_grads.py::test_float32"][1] == "passed"
+    assert all(t[0] > 0 for t in (*original.values(), *gradverify.values()))
+    assert "2 tests in both runs" in done.stdout
+    assert "outcomes differ in 1 test(s):" in done.stdout
+    assert "test_grads.py::test_float32: original failed, gradverify passed" in done.stdout
+
+
+def test_no_pytest_arguments_is_a_usage_error():
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "expected the pytest arguments after --" in done.stderr
