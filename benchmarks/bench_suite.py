@@ -1,15 +1,18 @@
-"""A real project's gradient tests, timed per test: its own checker alone, then gradverify alone.
+"""A real project's gradient tests, the checkers timed per test: its own checker alone, then gradverify alone.
 
     python benchmarks/bench_suite.py [--rounds R] [--out DIR] -- PYTEST ARGUMENTS...
 
 runs ``python -m pytest PYTEST ARGUMENTS`` from the current directory (a
 project's checkout), once as it is and once with ``--gradverify-replace=replace``
 (every ``gradcheck``/``gradgradcheck``/``check_grads`` call checked by
-gradverify alone), R rounds alternating the two, and times each test's
-call phase (``pytest_runtest_call``: its setup and teardown left out). It
-prints, over the tests both runs ran: the totals, the median ratio per test
-(gradverify / the project's checker) with its quartiles, the ratio by the
-project's checker's time, and the tests whose outcome differs.
+gradverify alone), R rounds alternating the two, and times the checker's
+calls in each test (a plugin, ``_suite_timer.py``, wraps them where the
+suite binds them: the test's own work and pytest's around them are left
+out). It prints, over the tests that called a checker as often in both
+runs: the totals, the median ratio per test (gradverify / the project's
+checker) with its quartiles, the ratio by the project's checker's time,
+and the tests whose outcome differs. Each test's time is its fastest
+round's.
 
 Why two runs and not ``--gradverify-replace=compare`` (both checkers on each
 call, one after the other): in one process each checker's first call at a
@@ -35,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 #: A pytest plugin, loaded by name from this folder, that times each test's
-#: call phase and writes {nodeid: [seconds, outcome]} to $BENCH_SUITE_OUT.
+#: checker calls and writes {nodeid: [seconds, calls, outcome]} to $BENCH_SUITE_OUT.
 PLUGIN = "_suite_timer"
 
 
@@ -62,13 +65,14 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def report(original: dict[str, list], gradverify: dict[str, list]) -> str:
-    both = [t for t in original if t in gradverify and original[t][0] > 0]
+    both = [t for t in original if t in gradverify and original[t][1] == gradverify[t][1] and original[t][0] > 0]
     if not both:
-        return "no test ran in both runs"
+        return "no test called a checker as often in both runs"
     ratios = [gradverify[t][0] / original[t][0] for t in both]
     p25, median, p75 = quartiles(ratios)
     lines = [
-        f"{len(both)} tests in both runs: original {sum(original[t][0] for t in both):.2f} s, "
+        f"{len(both)} tests, {sum(original[t][1] for t in both)} checker calls: "
+        f"original {sum(original[t][0] for t in both):.2f} s, "
         f"gradverify {sum(gradverify[t][0] for t in both):.2f} s "
         f"({sum(gradverify[t][0] for t in both) / sum(original[t][0] for t in both):.2f}x)",
         f"per test: median {median:.2f}x (p25 {p25:.2f}x, p75 {p75:.2f}x)",
@@ -80,11 +84,14 @@ def report(original: dict[str, list], gradverify: dict[str, list]) -> str:
         band = [r for t, r in zip(both, ratios) if low <= original[t][0] < high]
         if band:
             label = f"{low * 1e3:g}-{high * 1e3:g} ms" if high != float("inf") else f">= {low:g} s"
-            lines.append(f"| {label} | {len(band)} | {statistics.median(band):.2f}x |")
-    differ = [t for t in both if original[t][1] != gradverify[t][1]]
+            lines.append(f"| {label} | {len(band)} | {statistics.median(band):.3g}x |")
+    differ = [t for t in both if original[t][2] != gradverify[t][2]]
     lines.append("")
     lines.append(f"outcomes differ in {len(differ)} test(s)" + (":" if differ else ""))
-    lines += [f"  {t}: original {original[t][1]}, gradverify {gradverify[t][1]}" for t in differ]
+    lines += [f"  {t}: original {original[t][2]}, gradverify {gradverify[t][2]}" for t in differ]
+    left = sorted(set(original) ^ set(gradverify) | {t for t in original if t in gradverify} - set(both))
+    if left:
+        lines.append(f"left out: {len(left)} test(s) that called a checker in one run only, or not as often")
     return "\n".join(lines)
 
 
@@ -104,9 +111,9 @@ def main() -> None:
     for r in range(options.rounds):
         for replace, into in ((False, original), (True, gradverify)):
             times = run(args, out / f"{r}-{'gradverify' if replace else 'original'}.json", replace)
-            for test, (seconds, outcome) in times.items():  # (each test's fastest round)
-                if test not in into or seconds < into[test][0]:
-                    into[test] = [seconds, outcome]
+            for test, held in times.items():  # (each test's fastest round)
+                if test not in into or held[0] < into[test][0]:
+                    into[test] = held
     print(f"pytest {' '.join(args)}  ({options.rounds} round(s); timings in {out})")
     print(report(original, gradverify))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -23,6 +24,18 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_under_pytests_own(tmp_path_factory):
+    """A failing gv.verify run saves its counterexample in a new temporary
+    directory, the caller's to keep: the suite's many failing runs would
+    leave hundreds in the system's each time it runs. Here they go under
+    pytest's base directory, which pytest prunes."""
+    held = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    tempfile.tempdir = held
 
 
 @pytest.fixture(autouse=True)
