@@ -93,7 +93,8 @@ def _cast(a: Any, dtype: Any) -> Any:
     if isinstance(a, jax.Array) and a.dtype == dtype:
         return a
     if isinstance(a, np.ndarray) or (isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}):
-        return np.asarray(a).astype(dtype, copy=False)
+        # (placed as a jax array: a VJP that is the identity returns its cotangent)
+        return jax.device_put(np.asarray(a).astype(dtype, copy=False))
     return jnp.asarray(a, dtype=dtype)
 
 

@@ -217,3 +217,12 @@ def test_check_grads_takes_numpy_arguments_without_compiling_a_cast():
     texts, _ = _programs_compiled(lambda: check_grads(jax.lax.sin, (x,), order=1, modes=["fwd", "rev"]))
     staged = [t.splitlines()[0] for t in texts if re.search(r"module @jit_(stage|convert_element_type) ", t)]
     assert not jax.config.jax_enable_x64 and not staged, staged
+
+
+def test_a_vjp_that_is_the_identity_is_checked_at_order_2():
+    """Its pullback returns the cotangent itself: a jax array, whatever the
+    check cast it from."""
+    for dtype in (np.float32, np.float64):
+        x = jnp.asarray(np.linspace(-1, 1, 6, dtype=dtype).reshape(2, 3))
+        result = gv.check(lambda x: jax.lax.transpose(x, (0, 1)), x, order=2)
+        assert result.ok, str(result)
