@@ -89,7 +89,7 @@ def report(original: dict[str, list], gradverify: dict[str, list]) -> str:
     lines.append("")
     lines.append(f"outcomes differ in {len(differ)} test(s)" + (":" if differ else ""))
     lines += [f"  {t}: original {original[t][2]}, gradverify {gradverify[t][2]}" for t in differ]
-    left = sorted(set(original) ^ set(gradverify) | {t for t in original if t in gradverify} - set(both))
+    left = (set(original) | set(gradverify)) - set(both)
     if left:
         lines.append(f"left out: {len(left)} test(s) that called a checker in one run only, or not as often")
     return "\n".join(lines)

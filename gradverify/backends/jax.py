@@ -87,15 +87,22 @@ def _concat_flat(*parts: Any) -> Any:
 
 
 def _cast(a: Any, dtype: Any) -> Any:
-    """``a`` in ``dtype``: as it is where it has that dtype; cast in numpy
-    where it is held on the host (a conversion in jax compiles a program for
-    each shape and pair of dtypes); in jax otherwise."""
+    """``a`` in ``dtype``: as it is where it has that dtype; from the host
+    (``_from_host``) where it is held there; in jax otherwise."""
     if isinstance(a, jax.Array) and a.dtype == dtype:
         return a
     if isinstance(a, np.ndarray) or (isinstance(a, jax.Array) and {d.platform for d in a.devices()} == {"cpu"}):
-        # (placed as a jax array: a VJP that is the identity returns its cotangent)
-        return jax.device_put(np.asarray(a).astype(dtype, copy=False))
+        return _from_host(np.asarray(a), jnp.dtype(dtype).name)
     return jnp.asarray(a, dtype=dtype)
+
+
+def _from_host(a: np.ndarray, dtype_name: str) -> Any:
+    """A host array as a jax array of ``dtype_name``, cast in numpy where
+    numpy rounds as XLA does: a cast in jax compiles a program for each
+    shape and pair of dtypes."""
+    if dtype_name in _NUMPY_CASTS and a.dtype.name != dtype_name:
+        a = a.astype(dtype_name)
+    return jnp.asarray(a, dtype=dtype_name)
 
 
 def _flat(a: Any) -> Any:
@@ -138,9 +145,7 @@ class JaxBackend(Backend):
         return buffer  # jax arrays are immutable: fn cannot have changed x
 
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
-        if dtype_name in _NUMPY_CASTS and a.dtype.name != dtype_name:
-            a = a.astype(dtype_name)  # (numpy rounds as XLA does, and compiles no conversion per shape)
-        return jnp.asarray(a, dtype=dtype_name)
+        return _from_host(a, dtype_name)
 
     def float64_on_device(self, args: Sequence[Any]) -> str | None:
         lacking = sorted({d.platform for a in args for d in a.devices()} - _FLOAT64_PLATFORMS)
