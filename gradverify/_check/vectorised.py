@@ -18,7 +18,11 @@ from ..backends import Backend, backend_name_of
 from . import xp
 from .calls import Derivative, fns_warnings_only
 
-__all__ = ["Vectorised"]
+__all__ = ["UNIFORM_MAX", "Vectorised"]
+
+#: At most this many elements in a batch padded to the check's largest (see
+#: Vectorised.uniform).
+UNIFORM_MAX = 1 << 16
 
 
 class Vectorised:
@@ -38,6 +42,10 @@ class Vectorised:
     batches: bool = True
     #: False where the backend's vmap is sure to refuse fn (Backend.vectorises).
     vmaps: bool = True
+    #: The batch size vectorised calls are padded up to (0: none; see
+    #: ``uniform``), with copies of their last member, whose results are
+    #: dropped.
+    batch_to: int = 0
 
     def array(self, a: Any, like: Any, dtype: str, fresh: bool = False) -> Any:
         raise NotImplementedError
@@ -54,6 +62,16 @@ class Vectorised:
     def reaching(self, points: Any = None) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
+    def uniform(self, b: int, elements: int) -> None:
+        """Pad the check's vectorised calls up to ``b`` members, its largest
+        batch's, where the backend compiles per shape (Backend.uniform_batches):
+        fn's operations then compile at one batch size, not at each. Only
+        where ``b`` members of ``elements`` (fn's arguments' and output's)
+        stay within UNIFORM_MAX: there a padded member costs far less than
+        a compilation; beyond it, it may not."""
+        if self.backend.uniform_batches and b * elements <= UNIFORM_MAX:
+            self.batch_to = b
+
     def primals(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
         """fn at k points in one vectorised call, each output flattened:
         ``stacks[q]``, the points' values of the q-th wrt argument (working
@@ -64,8 +82,9 @@ class Vectorised:
         k = int(stacks[0].shape[0]) if stacks else 0
         if self.rule is not None or not (self.batches and self.vmaps) or k < 2:
             return None
+        b = max(k, self.batch_to)
         with self.backend.precision(precision or self.native_precision):
-            operands = [(a, precision or self.dtypes[i]) for a, i in zip(stacks, self.wrt)]
+            operands = [(_padded_rows(a, b), precision or self.dtypes[i]) for a, i in zip(stacks, self.wrt)]
 
             def plain() -> Any:
                 stacked = [self.array(a, self.originals[i], d, True) for (a, d), i in zip(operands, self.wrt)]
@@ -78,7 +97,7 @@ class Vectorised:
                     out = self.host_or("primals", precision, operands, plain)
             except Exception:
                 out = None
-            if backend_name_of(out) != self.backend.name or tuple(out.shape[:1]) != (k,):
+            if backend_name_of(out) != self.backend.name or tuple(out.shape[:1]) != (b,):
                 self.batches = False
                 return None
             w = self.working(out)
@@ -90,6 +109,7 @@ class Vectorised:
         rule inside it) that the backend cannot vectorise, or any exception:
         then ask one direction at a time, which says what went wrong."""
         if self.rule is None and self.vmaps and len(tangents) > 1 and "JVP" not in self.skip:
+            k, tangents = len(tangents), self._padded(tangents)
             with self.backend.precision(precision or self.native_precision):
                 stacks = [
                     (_stack([t[p] for t in tangents]), precision or self.dtypes[i]) for p, i in enumerate(self.wrt)
@@ -100,7 +120,7 @@ class Vectorised:
                     stacked = [self.array(a, self.originals[i], d, True) for (a, d), i in zip(stacks, self.wrt)]
                     return self.backend.jvps(self.fn, args, self.wrt, stacked)
 
-                return self._vectorised("jvp", lambda: self.host_or("jvps", precision, stacks, plain), len(tangents))
+                return self._vectorised("jvp", lambda: self.host_or("jvps", precision, stacks, plain), k)
         return None
 
     def vjps(
@@ -108,6 +128,7 @@ class Vectorised:
     ) -> list[list[Derivative]] | None:
         """``vjp`` for every cotangent in one vectorised call (None: ask one at a time)."""
         if self.rule is None and len(cotangents) > 1 and "VJP" not in self.skip:
+            k, cotangents = len(cotangents), self._padded(cotangents)
             with self.backend.precision(precision or self.native_precision):
                 stacked = _stack(cotangents)
 
@@ -117,9 +138,7 @@ class Vectorised:
                         return self.backend.vjps(self.fn, self.arguments(None, precision), self.wrt, cot)
 
                 operands = [(stacked, precision or out_dtype)]
-                parts = self._vectorised(
-                    "vjp", lambda: list(self.host_or("vjps", precision, operands, plain)), len(cotangents)
-                )
+                parts = self._vectorised("vjp", lambda: list(self.host_or("vjps", precision, operands, plain)), k)
                 if parts is not None:
                     return [list(row) for row in zip(*parts)]
         return None
@@ -137,6 +156,8 @@ class Vectorised:
         if self.backend.no_batching:
             raise ModeUnavailable(self.backend.no_batching)
         k = len(points)
+        points, operands = self._padded(points), self._padded(operands)
+        b = len(points)
         self.counts["batched"] += 1
         with self.backend.precision(self.native_precision):
             stacked = [
@@ -164,9 +185,9 @@ class Vectorised:
         def members(d: Any) -> list[Derivative]:
             if d is None:  # (fn ignores this argument)
                 return [Derivative(None, None, None, "None")] * k
-            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (k,):
+            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (b,):
                 got = f"shape {tuple(d.shape)}" if hasattr(d, "shape") else type(d).__name__
-                raise ModeUnavailable(f"the batched {mode} came back as {got}, not a stack of {k}")
+                raise ModeUnavailable(f"the batched {mode} came back as {got}, not a stack of {b}")
             w = self.working(d)
             return [
                 Derivative(xp.copy(w[j]), self.backend.dtype_name(d), tuple(d.shape[1:]), "array") for j in range(k)
@@ -177,9 +198,13 @@ class Vectorised:
         per_argument = [members(d) for d in out]
         return [[part[j] for part in per_argument] for j in range(k)]
 
+    def _padded(self, members: Sequence[Any]) -> list[Any]:
+        """A batch's members, the last repeated up to ``batch_to``."""
+        return [*members, *[members[-1]] * (self.batch_to - len(members))]
+
     def _vectorised(self, mode: str, call: Callable[[], Any], k: int) -> Any:
-        """Run a vectorised mode; its k results as Derivatives (a list, or a
-        list per wrt argument), or None on any trouble."""
+        """Run a vectorised mode; its first k results as Derivatives (a
+        list, or a list per wrt argument), or None on any trouble."""
         self.counts[mode] += 1
         try:
             with warnings.catch_warnings():
@@ -193,7 +218,7 @@ class Vectorised:
             if d is None:  # (fn ignores this argument)
                 rows.append([Derivative(None, None, None, "None")] * k)
                 continue
-            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (k,):
+            if backend_name_of(d) != self.backend.name or tuple(d.shape[:1]) != (max(k, self.batch_to),):
                 return None
             w = self.working(d)
             dtype = self.backend.dtype_name(d)
@@ -203,3 +228,9 @@ class Vectorised:
 
 def _stack(arrays: Sequence[Any]) -> Any:
     return xp.ns(arrays[0]).stack(arrays)
+
+
+def _padded_rows(a: Any, b: int) -> Any:
+    """``a``, its last row repeated up to b rows along its leading axis."""
+    pad = b - int(a.shape[0])
+    return a if pad <= 0 else xp.ns(a).concatenate([a, xp.ns(a).stack([a[-1]] * pad)])

@@ -255,6 +255,11 @@ class Backend:
         backward pass, not fn); True where it may run."""
         return True
 
+    #: Whether a check's vectorised calls are best made at one batch size:
+    #: a framework that compiles each operation once per shape (jax's eager
+    #: operations) compiles fn's once for all of them, not once per batch size.
+    uniform_batches: bool = False
+
     def jvps(self, fn: Callable, args: Sequence[Any], wrt: Sequence[int], tangents: Sequence[Any]) -> Any:
         """``jvp`` along k directions in one vectorised call (the backend's vmap):
         each wrt index's tangents stacked on a new leading axis of length k, the

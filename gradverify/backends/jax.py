@@ -324,6 +324,7 @@ class JaxBackend(Backend):
         return transform(entry, fn, "primals", primals_of, args, tuple(points), wrt)
 
     no_batching = None
+    uniform_batches = True
 
     def as_real(self, z: Any) -> Any:
         return _as_real(z)

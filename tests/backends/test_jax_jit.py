@@ -191,6 +191,35 @@ def test_an_order_2_check_compiles_no_reshape_or_conversion_of_its_own():
     assert not own, own
 
 
+def _batch_sizes(texts, n):
+    """The leading sizes of the batches of an (n,)-shaped argument that
+    compiled programs take (1: an operand broadcast against a batch)."""
+    import re
+
+    return sorted({int(b) for t in texts for b in re.findall(rf"tensor<(\d+)x{n}x", t)} - {1})
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_a_small_check_compiles_its_batches_at_one_size(order):
+    """jax compiles each eager operation once per shape: a full Jacobian's
+    JVPs, VJPs and stencil (and its derivatives' at order 2) run at the
+    stencil's batch size, so that each of fn's operations compiles once."""
+    x = jnp.asarray(np.linspace(0.3, 1.7, 7, dtype=np.float32))  # (a shape no other test compiles at)
+    texts, result = _programs_compiled(lambda: gv.check(jax.lax.sin, x, order=order))
+    assert result.ok, str(result)
+    assert _batch_sizes(texts, 7) == [6 * 7 + 1]
+
+
+def test_a_batch_of_large_arguments_is_not_padded():
+    """A padded member costs fn's work on all its arguments: where they are
+    large, the batches keep their own sizes."""
+    x = jnp.asarray(np.linspace(0.3, 1.7, 9, dtype=np.float32))
+    big = jnp.asarray(np.linspace(0.0, 1.0, 20000, dtype=np.float32))
+    texts, result = _programs_compiled(lambda: gv.check(lambda x, b: jnp.sin(x) * b.mean(), x, big, wrt=0))
+    assert result.ok and result.strategy.startswith("full Jacobian"), str(result)
+    assert _batch_sizes(texts, 9) == [9, 6 * 9 + 1]
+
+
 def test_a_mesh_the_caller_set_is_the_one_fn_sees():
     seen = []
 
