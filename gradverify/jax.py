@@ -21,8 +21,8 @@ import numpy as np
 
 from . import _observe
 from ._check.pipeline import check
-from ._check.unchecked import empty_allowed, required_unmet
-from ._result import CheckResult, Kind
+from ._check.unchecked import empty_allowed, required_failed
+from ._result import CheckResult
 from ._rule import Rule
 
 __all__ = ["check_grads", "check_jvp", "check_vjp"]
@@ -59,10 +59,10 @@ def check_grads(
     for _ in range(int(order) - 1):  # (as jax recurses: each asked mode of each derivative checked)
         deepest = [f"{a} of {b}" for b in deepest for a in asked]
         required += deepest
-    result = _checked(
-        "check_grads", f, args, order=int(order), suite_tol=_suite(args, atol, rtol), modes=tuple(required)
+    result, missing = _checked(
+        "check_grads", f, args, required, order=int(order), suite_tol=_suite(args, atol, rtol), modes=tuple(required)
     )
-    _judge(result, required, "check_grads", "")
+    _judge(result, missing, "check_grads", "")
 
 
 def check_jvp(
@@ -79,8 +79,8 @@ def check_jvp(
     checked against finite differences of ``f`` by gradverify."""
     args = _as_jax(args)
     rule = Rule(f, jvp=lambda p, t: f_jvp(tuple(p), tuple(_zero_if_none(t, p)))[1])
-    result = _checked("check_jvp", rule, args, suite_tol=_suite(args, atol, rtol))
-    _judge(result, ["JVP"], "check_jvp", err_msg)
+    result, missing = _checked("check_jvp", rule, args, ["JVP"], suite_tol=_suite(args, atol, rtol))
+    _judge(result, missing, "check_jvp", err_msg)
 
 
 def check_vjp(
@@ -98,19 +98,24 @@ def check_vjp(
     finite differences of ``f`` by gradverify."""
     args = _as_jax(args)
     rule = Rule(f, vjp=lambda p, g: tuple(f_vjp(*p)[1](g)))
-    result = _checked("check_vjp", rule, args, suite_tol=_suite(args, atol, rtol))
-    _judge(result, ["VJP"], "check_vjp", err_msg)
+    result, missing = _checked("check_vjp", rule, args, ["VJP"], suite_tol=_suite(args, atol, rtol))
+    _judge(result, missing, "check_vjp", err_msg)
 
 
-def _checked(peer: str, f: Any, args: tuple[Any, ...], **options: Any) -> CheckResult:
-    """gv.check of f at args, offered to observers as a call of ``peer``."""
+def _checked(
+    peer: str, f: Any, args: tuple[Any, ...], required: Sequence[str], **options: Any
+) -> tuple[CheckResult, list[str]]:
+    """gv.check of f at args, offered to observers as a call of ``peer``,
+    failed for the modes of ``required`` it could not check (and those modes)."""
     with _observe.call(peer, f, args, options) as outermost:
         # (jax passes an empty input or output, and an output NaN everywhere:
-        # its comparison takes NaN as equal to NaN)
+        # its comparison takes NaN as equal to NaN; it fails a mode it is
+        # asked for that it cannot take)
         result = empty_allowed(check(f, *args, **options), all_nan=lambda: _all_nan(f, args))
+        result, missing = required_failed(result, required, f"this call ({peer}'s modes)")
     if outermost:
         _observe.finished(peer, result)
-    return result
+    return result, missing
 
 
 def _all_nan(f: Any, args: tuple[Any, ...]) -> bool:
@@ -121,9 +126,8 @@ def _all_nan(f: Any, args: tuple[Any, ...]) -> bool:
     return bool(leaves) and all(bool(jnp.all(jnp.isnan(jnp.asarray(leaf)))) for leaf in leaves)
 
 
-def _judge(result: CheckResult, required: Sequence[str], peer: str, err_msg: str) -> None:
-    missing = required_unmet(result, required)
-    if result.ok and (not missing or result.by_kind(Kind.NOTHING_CHECKED)):
+def _judge(result: CheckResult, missing: Sequence[str], peer: str, err_msg: str) -> None:
+    if result.ok:
         return
     head = f"{err_msg}\n" if err_msg else ""
     if missing:

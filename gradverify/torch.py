@@ -26,7 +26,7 @@ import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradc
 
 from . import _observe
 from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
-from ._check.unchecked import empty_allowed, required_unmet
+from ._check.unchecked import empty_allowed, required_failed
 from ._check.views.tree import TREES_REFUSED, TreeOutput
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
@@ -159,13 +159,13 @@ def _run(
         with _observe.unseen():  # (observers are offered the function checked, once it is known)
             func, result = _first_check(func, args, options, fast_mode)
     with _observe.call(peer, func, args, options) as outermost:
-        # (torch passes an empty input or output: nothing to check)
+        # (torch passes an empty input or output: nothing to check; it fails
+        # a mode its check_* keywords require that it cannot take)
         result = empty_allowed(result if result is not None else _checked(func, args, options, fast_mode))
-    empty = result.ok and result.by_kind(Kind.NOTHING_CHECKED)
+        result, missing = required_failed(result, required, f"this call ({peer}'s check_* keywords)")
     if outermost:
         _observe.finished(peer, result)
-    missing = required_unmet(result, required)
-    if result.ok and (empty or not missing):
+    if result.ok:
         return True
     if not missing:
         message = f"gradverify ({peer}): the derivatives are wrong or could not be checked\n{result}"

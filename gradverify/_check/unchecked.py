@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from .._result import ERROR, WARNING, CheckResult, Finding, Kind
 
-__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "required_unmet", "unchecked"]
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "required_failed", "required_unmet", "unchecked"]
 
 #: What a check whose every argument to differentiate is empty says it ran.
 NOTHING_TO_DIFFERENTIATE = "not run (nothing to differentiate)"
@@ -102,6 +102,30 @@ def empty_allowed(result: CheckResult, all_nan: Callable[[], bool] | None = None
         for f in result.findings
     )
     return dataclasses.replace(result, findings=findings)
+
+
+def required_failed(result: CheckResult, required: Sequence[str], by: str) -> tuple[CheckResult, list[str]]:
+    """``result`` failed for the modes of ``required`` that kept it from a
+    pass unchecked (``required_unmet``), as the peer whose call required
+    them (``by``) fails: each one's ``mode_unavailable`` warning an error,
+    or an error of its own where it said none; and those modes. As it is
+    where they were checked, where it failed for its own reasons, or where
+    there was nothing to check (an empty check the peer passes)."""
+    if result.ok and result.by_kind(Kind.NOTHING_CHECKED):
+        return result, []
+    missing = required_unmet(result, required)
+    findings = list(result.findings)
+    for mode in missing:
+        said = f"{mode} is required by {by}: {result.modes.get(mode, 'not run')}, not a pass"
+        at = next(
+            (k for k, f in enumerate(findings) if f.kind == Kind.MODE_UNAVAILABLE and f.pair == (mode, "-")), None
+        )
+        if at is None:
+            findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=ERROR, message=said, pair=(mode, "-")))
+        else:
+            unavailable = findings[at].message.removesuffix("; the other checks ran")
+            findings[at] = dataclasses.replace(findings[at], level=ERROR, message=f"{unavailable}; {said}")
+    return (dataclasses.replace(result, findings=tuple(findings)) if missing else result), missing
 
 
 def required_unmet(result: CheckResult, required: Sequence[str]) -> list[str]:

@@ -88,8 +88,17 @@ def test_only_tensors_requiring_grad_are_differentiated_at_any_depth() -> None:
 
 def test_the_modes_asked_for_are_required() -> None:
     assert gradcheck(_sin(), (_x(),))  # (backward only: torch's default checks no forward mode)
-    with pytest.raises(GradcheckError, match="JVP required"):
-        gradcheck(_sin(), (_x(),), check_forward_ad=True)
+    seen = []
+    with _observe.observing_results(lambda kind, result: seen.append(result)):
+        with pytest.raises(GradcheckError, match="JVP required") as raised:
+            gradcheck(_sin(), (_x(),), check_forward_ad=True)
+    # (the report the error carries, and the one observers see, fail as the call does)
+    assert "PASSED" not in str(raised.value) and "gradverify FAILED" in str(raised.value)
+    (unavailable,) = raised.value.result.errors
+    assert unavailable.kind == gv.Kind.MODE_UNAVAILABLE and unavailable.pair == ("JVP", "-")
+    assert "JVP is required by this call" in unavailable.message
+    assert [r.ok for r in seen] == [False]
+    assert not gradcheck(_sin(), (_x(),), check_forward_ad=True, raise_exception=False)
     assert gradcheck(_sin(jvp=True), (_x(),), check_forward_ad=True)
     with pytest.raises(ValueError, match="at least one of check_forward_ad or check_backward_ad"):
         gradcheck(_sin(), (_x(),), check_forward_ad=False, check_backward_ad=False)
@@ -313,8 +322,10 @@ def test_check_grads_modes_and_failures_raise_assertion_error() -> None:
 
         right.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x),))
         check_grads(right, x, 1, modes=["rev"])  # (jax has no forward mode of a custom_vjp: not asked)
-        with pytest.raises(AssertionError, match="required but not checked: JVP"):
-            check_grads(right, x, 1, modes=["fwd"])
+        for modes in (["fwd"], ["fwd", "rev"]):  # (the second checks its VJP: the JVP it lacks fails it)
+            with pytest.raises(AssertionError, match="required but not checked: JVP") as raised:
+                check_grads(right, x, 1, modes=modes)
+            assert "PASSED" not in str(raised.value) and "gradverify FAILED" in str(raised.value)
         with pytest.raises(AssertionError, match="the derivatives are wrong"):
             check_grads(_wrong_vjp(), x, 1, modes=["rev"])
         with pytest.raises(ValueError, match="'fwd' and 'rev'"):
