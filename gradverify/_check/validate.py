@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,6 +182,13 @@ def function_name(fn: Callable) -> str:
     if isinstance(owner, type) and not owner.__name__.startswith("_"):
         return f"{owner.__name__}.{fn.__name__}"  # e.g. MyFunction.apply of an autograd.Function
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name and name.startswith("_") and "." in name:
+        # a builtin of a private class, as a framework exports it (torch.sin's
+        # qualified name is _VariableFunctionsClass.sin): by its module's name
+        module, short = getattr(fn, "__module__", None) or "", getattr(fn, "__name__", "")
+        public = module and not any(part.startswith("_") for part in module.split("."))
+        if public and getattr(sys.modules.get(module), short, None) is fn:
+            return f"{module}.{short}"
     return (name or type(fn).__name__).rpartition("<locals>.")[2]
 
 

@@ -4,6 +4,7 @@ it fits on a screen."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import gradverify as gv
 
@@ -85,3 +86,18 @@ def test_the_reproducer_runs_as_written_or_says_what_stands_in():
     assert part.endswith("(fn: the functools.partial of multiply checked)")
     big = gv.check(_wrong_sine, np.linspace(0.0, 1.0, 100)).reproduce
     assert big == "gv.check(_wrong_sine, arg0, seed=0)  (arg0, ...: the inputs above)"
+
+
+def test_a_frameworks_builtin_is_named_as_it_is_written():
+    """torch.sin's qualified name is its private class's
+    (_VariableFunctionsClass.sin): the report and the reproducer name it
+    torch.sin, which runs as written."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([0.25, -0.5], dtype=torch.float64)
+    r = gv.check(torch.sin, x)
+    assert r.function == "torch.sin" and r.reproduce.startswith("gv.check(torch.sin, torch.tensor(")
+    again = eval(r.reproduce, {"gv": gv, "torch": torch})  # noqa: S307
+    assert again.ok and again.function == "torch.sin"
+    # a builtin with a name of its own keeps it, as a Python builtin does
+    assert gv.check(torch.nn.functional.softplus, x).function == "softplus"
+    assert gv.check(abs, x).function == "abs"
