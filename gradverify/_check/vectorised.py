@@ -199,8 +199,8 @@ class Vectorised:
         return [[part[j] for part in per_argument] for j in range(k)]
 
     def _padded(self, members: Sequence[Any]) -> list[Any]:
-        """A batch's members, the last repeated up to ``batch_to``."""
-        return [*members, *[members[-1]] * (self.batch_to - len(members))]
+        """A batch's members, the last repeated up to ``batch_to`` (none: as they are)."""
+        return [*members, *[members[-1]] * (self.batch_to - len(members))] if members else list(members)
 
     def _vectorised(self, mode: str, call: Callable[[], Any], k: int) -> Any:
         """Run a vectorised mode; its first k results as Derivatives (a
