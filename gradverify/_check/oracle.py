@@ -55,6 +55,7 @@ class Oracle:
         #: direction -> F's values at the coarse model's points (or what fn
         #: raised there), its scales and the step (see first_points)
         self.prepared: dict[int, tuple[Any, tuple[float, float] | None, float]] = {}
+        ev.batch_to = 0  # (this check's own batch, where it has one: not a rerun's before it)
         if self._batches():
             # (F at the model's offsets along every direction and at the
             # point: the check's largest batch, which its others may pad to)
