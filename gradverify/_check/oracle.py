@@ -55,12 +55,10 @@ class Oracle:
         #: direction -> F's values at the coarse model's points (or what fn
         #: raised there), its scales and the step (see first_points)
         self.prepared: dict[int, tuple[Any, tuple[float, float] | None, float]] = {}
-        ev.batch_to = 0  # (this check's own batch, where it has one: not a rerun's before it)
-        if self._batches():
-            # (F at the model's offsets along every direction and at the
-            # point: the check's largest batch, which its others may pad to)
-            elements = sum(_xp.size(v) for v in ev.values) + _xp.size(ctx.primal.values)
-            ev.uniform(len(fd.MODEL_OFFSETS) * len(probes.us) + 1, elements)
+        # (F at the model's offsets along every direction and at the point,
+        # one vectorised call: the check's largest batch, its others' size)
+        stencil = len(fd.MODEL_OFFSETS) * len(probes.us) + 1 if self._batches() else 0
+        ev.uniform(stencil, sum(_xp.size(v) for v in ev.values) + _xp.size(ctx.primal.values))
 
     @functools.cached_property
     def f0(self) -> Any:

@@ -64,13 +64,13 @@ class Vectorised:
 
     def uniform(self, b: int, elements: int) -> None:
         """Pad the check's vectorised calls up to ``b`` members, its largest
-        batch's, where the backend compiles per shape (Backend.uniform_batches):
-        fn's operations then compile at one batch size, not at each. Only
-        where ``b`` members of ``elements`` (fn's arguments' and output's)
-        stay within UNIFORM_MAX: there a padded member costs far less than
-        a compilation; beyond it, it may not."""
-        if self.backend.uniform_batches and b * elements <= UNIFORM_MAX:
-            self.batch_to = b
+        batch's (0: none), where the backend compiles per shape
+        (Backend.uniform_batches): fn's operations then compile at one
+        batch size, not at each. Only where ``b`` members of ``elements``
+        (fn's arguments' and output's) stay within UNIFORM_MAX: there a
+        padded member costs far less than a compilation; beyond it, it may
+        not. Set afresh by each run of the check (a rerun's own)."""
+        self.batch_to = b if self.backend.uniform_batches and b * elements <= UNIFORM_MAX else 0
 
     def primals(self, stacks: Sequence[Any], precision: str | None) -> list[Any] | None:
         """fn at k points in one vectorised call, each output flattened:
