@@ -12,6 +12,7 @@ docs/migrating.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 from . import _observe
 from ._check.pipeline import check
 from ._check.unchecked import empty_allowed, required_failed
-from ._result import CheckResult
+from ._result import WARNING, CheckResult, Finding, Kind
 from ._rule import Rule
 
 __all__ = ["check_grads", "check_jvp", "check_vjp"]
@@ -111,11 +112,77 @@ def _checked(
         # (jax passes an empty input or output, and an output NaN everywhere:
         # its comparison takes NaN as equal to NaN; it fails a mode it is
         # asked for that it cannot take)
-        result = empty_allowed(check(f, *args, **options), all_nan=lambda: _all_nan(f, args))
+        result = empty_allowed(check(f, *args, **options), all_nan=lambda: _nan_as_in_jax(f, args, required))
+        if result.by_kind(Kind.NOTHING_CHECKED):  # (nothing compared: jax's call still runs each mode)
+            result = _lacking(result, f, args, required)
         result, missing = required_failed(result, required, f"this call ({peer}'s modes)")
     if outermost:
         _observe.finished(peer, result)
     return result, missing
+
+
+def _nan_as_in_jax(f: Any, args: tuple[Any, ...], required: Sequence[str]) -> bool:
+    """Whether jax's check passes fn here because its output is NaN at every
+    element: its comparisons take NaN as equal to NaN, so each required
+    mode's derivative must be NaN where finite differences are - the JVP at
+    every element, the VJP's projection (NaN at any element); a finite one
+    fails jax's check ("nan location mismatch"). A mode fn lacks is said by
+    ``_lacking``."""
+    if not _all_nan(f, args):
+        return False
+    for mode in required:
+        try:
+            d = _derivative(mode, f, args)
+        except TypeError as e:
+            if "custom_vjp" in str(e):  # (a mode fn lacks: _lacking says it)
+                continue
+            raise
+        nan = [jnp.isnan(jnp.asarray(leaf)) for leaf in jax.tree_util.tree_leaves(d) if _inexact(leaf)]
+        if mode == "JVP" and not all(bool(jnp.all(m)) for m in nan):
+            return False
+        if mode == "VJP" and not any(bool(jnp.any(m)) for m in nan):
+            return False
+    return True
+
+
+def _lacking(result: CheckResult, f: Any, args: tuple[Any, ...], required: Sequence[str]) -> CheckResult:
+    """``result``, which compared nothing, with each required mode that fn
+    lacks (a custom_vjp's forward mode) said unavailable, as jax's call of
+    it raises there."""
+    if isinstance(f, Rule):  # (check_jvp's and check_vjp's Rules have the mode their call requires)
+        return result
+    modes, findings = dict(result.modes), list(result.findings)
+    for mode in required:
+        try:
+            _derivative(mode, f, args)
+        except TypeError as e:
+            if "custom_vjp" not in str(e):  # (jax's words for a mode fn lacks; anything else is fn's own)
+                raise
+            modes[mode] = "unavailable"
+            message = f"{mode} is unavailable (jax: {e})"
+            findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
+    return dataclasses.replace(result, modes=modes, findings=tuple(findings)) if modes != result.modes else result
+
+
+def _derivative(mode: str, f: Any, args: tuple[Any, ...]) -> Any:
+    """fn's ``mode`` at args as jax's transforms run it: the JVP along ones,
+    the VJP of ones (zeros of float0 for integer arguments)."""
+    if isinstance(f, Rule):
+        if mode == "JVP":
+            return f.jvp(tuple(args), tuple(jax.tree_util.tree_map(_ones_tangent, args)))
+        return f.vjp(tuple(args), jax.tree_util.tree_map(jnp.ones_like, f.fn(*args)))
+    if mode == "JVP":
+        return jax.jvp(f, args, tuple(jax.tree_util.tree_map(_ones_tangent, args)))[1]
+    out, pullback = jax.vjp(f, *args)
+    return pullback(jax.tree_util.tree_map(jnp.ones_like, out))
+
+
+def _inexact(x: Any) -> bool:
+    return bool(jnp.issubdtype(jnp.result_type(x), jnp.inexact))
+
+
+def _ones_tangent(x: Any) -> Any:
+    return jnp.ones_like(x) if _inexact(x) else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
 def _all_nan(f: Any, args: tuple[Any, ...]) -> bool:

@@ -110,10 +110,13 @@ def required_failed(result: CheckResult, required: Sequence[str], by: str) -> tu
     them (``by``) fails: each one's ``mode_unavailable`` warning an error,
     or an error of its own where it said none; and those modes. As it is
     where they were checked, where it failed for its own reasons, or where
-    there was nothing to check (an empty check the peer passes)."""
+    there was nothing to check (an empty check the peer passes), unless a
+    required mode was found unavailable there."""
     if result.ok and result.by_kind(Kind.NOTHING_CHECKED):
-        return result, []
-    missing = required_unmet(result, required)
+        # (an empty check the peer passes, but for a mode it requires that fn lacks, where its call raises)
+        missing = [m for m in required if result.modes.get(m) == "unavailable"]
+    else:
+        missing = required_unmet(result, required)
     findings = list(result.findings)
     for mode in missing:
         said = f"{mode} is required by {by}: {result.modes.get(mode, 'not run')}, not a pass"
@@ -131,12 +134,13 @@ def required_failed(result: CheckResult, required: Sequence[str], by: str) -> tu
 def required_unmet(result: CheckResult, required: Sequence[str]) -> list[str]:
     """The modes of ``required`` (a drop-in's call asked for them) that
     ``result`` did not check, where they are what keeps it from a pass: it
-    passed without them, or each was found unavailable, failed or not asked
-    and compared nothing else (its only error ``nothing_checked``). Empty
+    passed without them; or, where it compared nothing (its only error
+    ``nothing_checked``), those of them found unavailable, failed or not
+    asked. Empty
     where they were all checked, or where the check failed for its own
     reasons (fn's output NaN everywhere never reached them)."""
     missing = [m for m in required if result.modes.get(m) != "checked"]
-    found = all(m in result.modes for m in missing)  # (said so: not merely never reached)
-    if result.ok or (found and all(f.kind == Kind.NOTHING_CHECKED for f in result.errors)):
+    if result.ok:
         return missing
-    return []
+    said = [m for m in missing if m in result.modes]  # (said so: not merely never reached)
+    return said if said and all(f.kind == Kind.NOTHING_CHECKED for f in result.errors) else []

@@ -8,6 +8,7 @@ import functools
 import inspect
 import sys
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -288,6 +289,65 @@ def test_an_output_nan_everywhere_passes_check_grads_as_in_jax_and_nowhere_else(
         check_grads(jnp.log, (np.zeros(2, np.float32),), 1)
     with pytest.raises(GradcheckError):
         gradcheck(torch.acos, (torch.tensor([-1.083], dtype=torch.float64, requires_grad=True),))
+
+
+def _nan_with(bwd: Callable) -> Callable:
+    @jax.custom_vjp
+    def nan(x):  # type: ignore[no-untyped-def]
+        return jnp.full_like(x, jnp.nan)
+
+    nan.defvjp(lambda x: (nan(x), x), bwd)
+    return nan
+
+
+@pytest.mark.parametrize("modes", [["fwd"], ["rev"], ["fwd", "rev"]])
+def test_an_output_nan_everywhere_passes_check_grads_only_where_jax_passes_it(modes) -> None:
+    """jax passes an output NaN at every element only where each mode's
+    derivative is NaN too (its comparisons take NaN as equal to NaN, a
+    finite one fails: "nan location mismatch"), and raises where a mode
+    fn lacks is asked for: the drop-in passes and fails where jax does,
+    naming the mode fn lacks."""
+    from jax.test_util import check_grads as jax_check_grads
+
+    finite_jvp = jax.custom_jvp(lambda x: jnp.full_like(x, jnp.nan))
+    finite_jvp.defjvp(lambda p, t: (jnp.full_like(p[0], jnp.nan), 2.0 * t[0]))
+    fns = {
+        "a custom_vjp with a finite VJP": _nan_with(lambda r, g: (g,)),
+        "a custom_vjp with a NaN VJP": _nan_with(lambda r, g: (g * jnp.nan,)),
+        "a custom_jvp with a finite JVP": finite_jvp,
+        "acos off its domain": jax.lax.acos,
+    }
+    x = (np.array([-1.083, -1.5], np.float32),)
+    passed = {}
+    for name, f in fns.items():
+        try:
+            jax_check_grads(f, x, 1, modes=modes)
+            jax_passes = True
+        except (AssertionError, TypeError):
+            jax_passes = False
+        try:
+            check_grads(f, x, 1, modes=modes)
+            passed[name] = True
+        except AssertionError as e:
+            passed[name] = False
+            assert "PASSED" not in str(e)
+            if "fwd" in modes and "custom_vjp" in name:  # (jax raises: it has no forward mode of a custom_vjp)
+                assert "required but not checked: JVP" in str(e) and "custom_vjp function" in str(e)
+        assert passed[name] == jax_passes, (name, modes, jax_passes)
+    # (each way is taken: the cases are not all one verdict)
+    assert passed["acos off its domain"] and not passed["a custom_jvp with a finite JVP"]
+
+
+def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_jax() -> None:
+    from jax.test_util import check_grads as jax_check_grads
+
+    f, x = _nan_with(lambda r, g: (g,)), (np.zeros(0, np.float32),)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax_check_grads(f, x, 1, modes=["rev", "fwd"])
+    with pytest.raises(AssertionError, match="required but not checked: JVP"):
+        check_grads(f, x, 1, modes=["rev", "fwd"])
+    jax_check_grads(f, x, 1, modes=["rev"])
+    check_grads(f, x, 1, modes=["rev"])
 
 
 def test_gradgradcheck_catches_a_backward_that_is_not_differentiable() -> None:
