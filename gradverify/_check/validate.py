@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -189,7 +191,33 @@ def function_name(fn: Callable) -> str:
         public = module and not any(part.startswith("_") for part in module.split("."))
         if public and getattr(sys.modules.get(module), short, None) is fn:
             return f"{module}.{short}"
+    if isinstance(fn, types.BuiltinFunctionType) and _private(getattr(fn, "__module__", None) or ""):
+        # a builtin of a private module published under another name
+        # (torch.special.expit is torch._C._special.special_expit): by where it is published
+        home = _published(fn)
+        if home is not None and not home.endswith(f".{fn.__name__}"):
+            return home
     return (name or type(fn).__name__).rpartition("<locals>.")[2]
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+@functools.lru_cache(maxsize=256)
+def _published(fn: Callable) -> str | None:
+    """``module.name`` where a public module of fn's package (the shallowest
+    first) holds fn under a public name; None where none does."""
+    package = fn.__module__.split(".")[0]
+    modules = sorted(
+        (m for m in list(sys.modules) if (m == package or m.startswith(package + ".")) and not _private(m)),
+        key=lambda m: (m.count("."), m),
+    )
+    for m in modules:
+        for attr, value in list(getattr(sys.modules.get(m), "__dict__", {}).items()):
+            if value is fn and not attr.startswith("_"):
+                return f"{m}.{attr}"
+    return None
 
 
 def validate_tolerances(suite_tol: Any, nondet_tol: Any) -> tuple[float, float] | None:

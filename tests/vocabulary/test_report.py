@@ -98,6 +98,17 @@ def test_a_frameworks_builtin_is_named_as_it_is_written():
     assert r.function == "torch.sin" and r.reproduce.startswith("gv.check(torch.sin, torch.tensor(")
     again = eval(r.reproduce, {"gv": gv, "torch": torch})  # noqa: S307
     assert again.ok and again.function == "torch.sin"
+    # a builtin of a private module is named where it is published, where
+    # its own name differs (torch.special.expit is torch._C._special.special_expit)
+    for fn, name in (
+        (torch.special.expit, "torch.special.expit"),
+        (torch.nn.functional.logsigmoid, "torch.nn.functional.logsigmoid"),
+        (torch.linalg.vector_norm, "torch.linalg.vector_norm"),
+        (torch.fft.fft, "torch.fft.fft"),
+    ):
+        r = gv.check(fn, x)
+        assert r.function == name and r.reproduce.startswith(f"gv.check({name}, torch.tensor("), r.reproduce
+        assert eval(r.reproduce, {"gv": gv, "torch": torch}).function == name  # noqa: S307
     # a builtin with a name of its own keeps it, as a Python builtin does
     assert gv.check(torch.nn.functional.softplus, x).function == "softplus"
     assert gv.check(abs, x).function == "abs"
