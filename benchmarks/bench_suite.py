@@ -1,6 +1,6 @@
 """A real project's gradient tests, the checkers timed per test: its own checker alone, then gradverify alone.
 
-    python benchmarks/bench_suite.py [--rounds R] [--out DIR] -- PYTEST ARGUMENTS...
+    python benchmarks/bench_suite.py [--rounds R] [--out DIR] [--directional] -- PYTEST ARGUMENTS...
 
 runs ``python -m pytest PYTEST ARGUMENTS`` from the current directory (a
 project's checkout), once as it is and once with ``--gradverify-replace=replace``
@@ -23,6 +23,11 @@ switch: on jax's ``lax_autodiff_test.py -k testOpGrad1`` the compare table
 put gradverify at 1.64x ``check_grads`` per call where the two runs alone
 put it at 2.59x. Compare mode is for verdicts; this script is for time.
 
+``--directional`` runs gradverify with its checks of small inputs made
+along random directions, as of large ones, rather than by the full
+Jacobian (a plugin, ``_directional.py``): what the full Jacobian costs on
+the suite. Its verdicts are not gradverify's own; it is for time only.
+
 Each round's per-test times are written to ``DIR/<round>-{original,gradverify}.json``.
 """
 
@@ -42,7 +47,7 @@ from pathlib import Path
 PLUGIN = "_suite_timer"
 
 
-def run(args: list[str], out: Path, replace: bool) -> dict[str, list]:
+def run(args: list[str], out: Path, replace: bool, directional: bool = False) -> dict[str, list]:
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent)
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -50,6 +55,8 @@ def run(args: list[str], out: Path, replace: bool) -> dict[str, list]:
     command = [sys.executable, "-m", "pytest", "-p", PLUGIN, *args]
     if replace:
         command.append("--gradverify-replace=replace")
+        if directional:
+            command += ["-p", "_directional"]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if not out.exists():
         raise SystemExit(
@@ -99,6 +106,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="where each run's timings are written")
+    parser.add_argument(
+        "--directional",
+        action="store_true",
+        help="gradverify checks small inputs along random directions, not by the full Jacobian "
+        "(what the full Jacobian costs; timing only: the verdicts are not gradverify's own)",
+    )
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     options = parser.parse_args()
     args = options.pytest_args[1:] if options.pytest_args[:1] == ["--"] else options.pytest_args
@@ -110,11 +123,12 @@ def main() -> None:
     gradverify: dict[str, list] = {}
     for r in range(options.rounds):
         for replace, into in ((False, original), (True, gradverify)):
-            times = run(args, out / f"{r}-{'gradverify' if replace else 'original'}.json", replace)
+            times = run(args, out / f"{r}-{'gradverify' if replace else 'original'}.json", replace, options.directional)
             for test, held in times.items():  # (each test's fastest round)
                 if test not in into or held[0] < into[test][0]:
                     into[test] = held
-    print(f"pytest {' '.join(args)}  ({options.rounds} round(s); timings in {out})")
+    directional = "; gradverify directional on small inputs" if options.directional else ""
+    print(f"pytest {' '.join(args)}  ({options.rounds} round(s){directional}; timings in {out})")
     print(report(original, gradverify))
 
 

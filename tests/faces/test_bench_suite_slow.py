@@ -61,3 +61,29 @@ def test_a_suite_is_timed_alone_with_each_checker_and_the_differences_named(tmp_
 def test_no_pytest_arguments_is_a_usage_error():
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "expected the pytest arguments after --" in done.stderr
+
+
+STRATEGY = """
+import gradverify as gv
+import torch
+
+
+def test_strategy():
+    r = gv.check(torch.sin, torch.linspace(-1, 1, 7, dtype=torch.float64))
+    with open("strategies.txt", "a") as f:
+        f.write(r.strategy.split(" (")[0] + "\\n")
+"""
+
+
+def test_directional_takes_the_full_jacobian_off_in_gradverifys_runs_alone(tmp_path):
+    (tmp_path / "test_strategy.py").write_text(STRATEGY)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--directional", "--", "test_strategy.py", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "gradverify directional on small inputs" in done.stdout, done.stdout + done.stderr
+    # (the project's own run first, as it is; then gradverify's, directional)
+    assert (tmp_path / "strategies.txt").read_text().splitlines() == ["full Jacobian", "directional"]
