@@ -181,8 +181,10 @@ def validate_options(
 
 def function_name(fn: Callable) -> str:
     owner = getattr(fn, "__self__", None)
-    if isinstance(owner, type) and not owner.__name__.startswith("_"):
-        return f"{owner.__name__}.{fn.__name__}"  # e.g. MyFunction.apply of an autograd.Function
+    if isinstance(owner, type) and not (owner.__name__.startswith("_") and isinstance(fn, types.BuiltinFunctionType)):
+        # e.g. MyFunction.apply of an autograd.Function, _Private.apply too (not the
+        # Function.apply it inherits); a builtin of a private class is named below
+        return f"{owner.__name__}.{fn.__name__}"
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     if name and name.startswith("_") and "." in name:
         # a builtin of a private class, as a framework exports it (torch.sin's

@@ -111,4 +111,23 @@ def test_a_frameworks_builtin_is_named_as_it_is_written():
         assert eval(r.reproduce, {"gv": gv, "torch": torch}).function == name  # noqa: S307
     # a builtin with a name of its own keeps it, as a Python builtin does
     assert gv.check(torch.nn.functional.softplus, x).function == "softplus"
+    # an autograd.Function's apply by its class, a private one's too (not
+    # the Function.apply it inherits, which is not what was checked)
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            return 2 * g
+
+    class _Doubled(Doubled):
+        pass
+
+    for cls in (Doubled, _Doubled):
+        r = gv.check(cls.apply, x)
+        assert r.function == f"{cls.__name__}.apply" and r.reproduce.startswith(f"gv.check({cls.__name__}.apply, ")
+        assert eval(r.reproduce, {"gv": gv, "torch": torch, cls.__name__: cls}).ok  # noqa: S307
     assert gv.check(abs, x).function == "abs"
