@@ -133,10 +133,10 @@ def _nan_as_in_jax(f: Any, args: tuple[Any, ...], required: Sequence[str]) -> bo
     for mode in required:
         try:
             d = _derivative(mode, f, args)
-        except TypeError as e:
-            if "custom_vjp" in str(e):  # (a mode fn lacks: _lacking says it)
+        except Exception as e:
+            if _lacks(e):  # (a mode fn lacks: _lacking says it)
                 continue
-            raise
+            return False  # (no pass on an allowance where the mode raises: the report says what was compared)
         nan = [jnp.isnan(jnp.asarray(leaf)) for leaf in jax.tree_util.tree_leaves(d) if _inexact(leaf)]
         if mode == "JVP" and not all(bool(jnp.all(m)) for m in nan):
             return False
@@ -155,26 +155,31 @@ def _lacking(result: CheckResult, f: Any, args: tuple[Any, ...], required: Seque
     for mode in required:
         try:
             _derivative(mode, f, args)
-        except TypeError as e:
-            if "custom_vjp" not in str(e):  # (jax's words for a mode fn lacks; anything else is fn's own)
-                raise
+        except Exception as e:
+            if not _lacks(e):  # (fn's own failure: the report as it is says what was compared)
+                continue
             modes[mode] = "unavailable"
             message = f"{mode} is unavailable (jax: {e})"
             findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
     return dataclasses.replace(result, modes=modes, findings=tuple(findings)) if modes != result.modes else result
 
 
+def _lacks(e: Exception) -> bool:
+    """Whether ``e`` is jax's word that fn lacks the mode (a custom_vjp's forward mode)."""
+    return isinstance(e, TypeError) and "custom_vjp" in str(e)
+
+
 def _derivative(mode: str, f: Any, args: tuple[Any, ...]) -> Any:
     """fn's ``mode`` at args as jax's transforms run it: the JVP along ones,
-    the VJP of ones (zeros of float0 for integer arguments)."""
+    the VJP of ones (zeros of float0 for integer arguments and outputs)."""
     if isinstance(f, Rule):
         if mode == "JVP":
             return f.jvp(tuple(args), tuple(jax.tree_util.tree_map(_ones_tangent, args)))
-        return f.vjp(tuple(args), jax.tree_util.tree_map(jnp.ones_like, f.fn(*args)))
+        return f.vjp(tuple(args), jax.tree_util.tree_map(_ones_tangent, f.fn(*args)))
     if mode == "JVP":
         return jax.jvp(f, args, tuple(jax.tree_util.tree_map(_ones_tangent, args)))[1]
     out, pullback = jax.vjp(f, *args)
-    return pullback(jax.tree_util.tree_map(jnp.ones_like, out))
+    return pullback(jax.tree_util.tree_map(_ones_tangent, out))
 
 
 def _inexact(x: Any) -> bool:
