@@ -12,7 +12,6 @@ docs/migrating.md.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,8 +21,8 @@ import numpy as np
 
 from . import _observe
 from ._check.pipeline import check
-from ._check.unchecked import empty_allowed, required_failed
-from ._result import WARNING, CheckResult, Finding, Kind
+from ._check.unchecked import empty_allowed, lacking, required_failed
+from ._result import CheckResult
 from ._rule import Rule
 
 __all__ = ["check_grads", "check_jvp", "check_vjp"]
@@ -113,8 +112,8 @@ def _checked(
         # its comparison takes NaN as equal to NaN; it fails a mode it is
         # asked for that it cannot take)
         result = empty_allowed(check(f, *args, **options), all_nan=lambda: _nan_as_in_jax(f, args, required))
-        if result.by_kind(Kind.NOTHING_CHECKED):  # (nothing compared: jax's call still runs each mode)
-            result = _lacking(result, f, args, required)
+        if not isinstance(f, Rule):  # (check_jvp's and check_vjp's Rules have the mode their call requires)
+            result = lacking(result, required, lambda mode: _derivative(mode, f, args), _lacks, "jax")
         result, missing = required_failed(result, required, f"this call ({peer}'s modes)")
     if outermost:
         _observe.finished(peer, result)
@@ -127,14 +126,14 @@ def _nan_as_in_jax(f: Any, args: tuple[Any, ...], required: Sequence[str]) -> bo
     mode's derivative must be NaN where finite differences are - the JVP at
     every element, the VJP's projection (NaN at any element); a finite one
     fails jax's check ("nan location mismatch"). A mode fn lacks is said by
-    ``_lacking``."""
+    ``lacking``."""
     if not _all_nan(f, args):
         return False
     for mode in required:
         try:
             d = _derivative(mode, f, args)
         except Exception as e:
-            if _lacks(e):  # (a mode fn lacks: _lacking says it)
+            if _lacks(e):  # (a mode fn lacks: ``lacking`` says it)
                 continue
             return False  # (no pass on an allowance where the mode raises: the report says what was compared)
         nan = [jnp.isnan(jnp.asarray(leaf)) for leaf in jax.tree_util.tree_leaves(d) if _inexact(leaf)]
@@ -143,25 +142,6 @@ def _nan_as_in_jax(f: Any, args: tuple[Any, ...], required: Sequence[str]) -> bo
         if mode == "VJP" and not any(bool(jnp.any(m)) for m in nan):
             return False
     return True
-
-
-def _lacking(result: CheckResult, f: Any, args: tuple[Any, ...], required: Sequence[str]) -> CheckResult:
-    """``result``, which compared nothing, with each required mode that fn
-    lacks (a custom_vjp's forward mode) said unavailable, as jax's call of
-    it raises there."""
-    if isinstance(f, Rule):  # (check_jvp's and check_vjp's Rules have the mode their call requires)
-        return result
-    modes, findings = dict(result.modes), list(result.findings)
-    for mode in required:
-        try:
-            _derivative(mode, f, args)
-        except Exception as e:
-            if not _lacks(e):  # (fn's own failure: the report as it is says what was compared)
-                continue
-            modes[mode] = "unavailable"
-            message = f"{mode} is unavailable (jax: {e})"
-            findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
-    return dataclasses.replace(result, modes=modes, findings=tuple(findings)) if modes != result.modes else result
 
 
 def _lacks(e: Exception) -> bool:

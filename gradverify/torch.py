@@ -22,11 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.autograd.gradcheck  # noqa: F401  (the module: torch.autograd.gradcheck is also the function's name)
+import torch.utils._pytree as pytree
 
 from . import _observe
 from ._check.pipeline import FULL_MAX_IN, FULL_MAX_OUT, check
-from ._check.unchecked import empty_allowed, required_failed
+from ._check.unchecked import empty_allowed, lacking, required_failed
 from ._check.views.tree import TREES_REFUSED, TreeOutput
 from ._result import CheckResult, Kind
 from .backends.trees import flatten
@@ -162,6 +164,7 @@ def _run(
         # (torch passes an empty input or output: nothing to check; it fails
         # a mode its check_* keywords require that it cannot take)
         result = empty_allowed(result if result is not None else _checked(func, args, options, fast_mode))
+        result = lacking(result, required, lambda mode: _run_mode(mode, func, args), _lacks, "torch")
         result, missing = required_failed(result, required, f"this call ({peer}'s check_* keywords)")
     if outermost:
         _observe.finished(peer, result)
@@ -178,6 +181,32 @@ def _run(
     if raise_exception:
         raise GradcheckError(message, result)
     return False
+
+
+def _run_mode(mode: str, func: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """func's ``mode`` at copies of args, as torch's gradcheck runs it: a
+    dual of each tensor that requires grad along zeros (JVP), or a backward
+    pass from ones (VJP)."""
+    leaves, spec = pytree.tree_flatten(args)
+    wrt = [isinstance(a, torch.Tensor) and a.requires_grad for a in leaves]
+    if mode == "JVP":
+        with fwAD.dual_level():
+            duals = [fwAD.make_dual(a.detach().clone(), torch.zeros_like(a)) if d else a for a, d in zip(leaves, wrt)]
+            func(*pytree.tree_unflatten(duals, spec))
+        return
+    inputs = [a.detach().clone().requires_grad_() if d else a for a, d in zip(leaves, wrt)]
+    with torch.enable_grad():
+        out = func(*pytree.tree_unflatten(inputs, spec))
+    outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if outs:
+        grads = [torch.ones_like(o) for o in outs]
+        torch.autograd.grad(outs, [a for a, d in zip(inputs, wrt) if d], grads, allow_unused=True)
+
+
+def _lacks(e: Exception) -> bool:
+    """Whether ``e`` is torch's word that fn lacks the mode (an
+    autograd.Function without a jvp, or without a backward)."""
+    return isinstance(e, NotImplementedError)
 
 
 def _lazy(func: Any) -> bool:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._result import ERROR, WARNING, CheckResult, Finding, Kind
 
-__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "required_failed", "required_unmet", "unchecked"]
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "empty_allowed", "lacking", "required_failed", "required_unmet", "unchecked"]
 
 #: What a check whose every argument to differentiate is empty says it ran.
 NOTHING_TO_DIFFERENTIATE = "not run (nothing to differentiate)"
@@ -102,6 +103,36 @@ def empty_allowed(result: CheckResult, all_nan: Callable[[], bool] | None = None
         for f in result.findings
     )
     return dataclasses.replace(result, findings=findings)
+
+
+def lacking(
+    result: CheckResult,
+    required: Sequence[str],
+    run: Callable[[str], Any],
+    lacks: Callable[[Exception], bool],
+    framework: str,
+) -> CheckResult:
+    """``result``, where it compared nothing (an empty check, an output not
+    finite), with each required first-order mode that fn lacks said
+    unavailable: the peer's call runs each mode it is asked for there, and
+    raises for one fn lacks. ``run(mode)`` runs the mode at the point;
+    ``lacks(e)`` says whether what it raised is the framework's word that
+    fn lacks the mode (anything else fn raises leaves the report as it is:
+    it says what was compared)."""
+    if not result.by_kind(Kind.NOTHING_CHECKED):
+        return result
+    modes, findings = dict(result.modes), list(result.findings)
+    for mode in required:
+        if mode not in ("JVP", "VJP") or modes.get(mode) in ("checked", "unavailable"):
+            continue
+        try:
+            run(mode)
+        except Exception as e:
+            if lacks(e):
+                modes[mode] = "unavailable"
+                message = f"{mode} is unavailable ({framework}: {e})"
+                findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
+    return dataclasses.replace(result, modes=modes, findings=tuple(findings)) if modes != result.modes else result
 
 
 def required_failed(result: CheckResult, required: Sequence[str], by: str) -> tuple[CheckResult, list[str]]:

@@ -350,6 +350,29 @@ def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_jax() -> None:
     check_grads(f, x, 1, modes=["rev"])
 
 
+def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_torch() -> None:
+    """torch's gradcheck runs every mode it is asked for, an empty input's
+    too, and raises for one fn lacks (an autograd.Function without a jvp):
+    the drop-in fails there, naming it, and passes the mode fn has."""
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            return 2 * g
+
+    empty = torch.zeros(0, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="jvp"):
+        torch.autograd.gradcheck(Doubled.apply, (empty,), check_forward_ad=True)
+    with pytest.raises(GradcheckError, match="JVP required") as raised:
+        gradcheck(Doubled.apply, (empty,), check_forward_ad=True)
+    assert "You must implement the jvp function" in str(raised.value) and "PASSED" not in str(raised.value)
+    assert torch.autograd.gradcheck(Doubled.apply, (empty,)) and gradcheck(Doubled.apply, (empty,))
+
+
 def test_gradgradcheck_catches_a_backward_that_is_not_differentiable() -> None:
     assert gradgradcheck(_sin(), (_x(),))
     with pytest.raises(TorchGradcheckError, match="gradgradcheck"):
