@@ -12,6 +12,7 @@ docs/migrating.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,42 +112,38 @@ def _checked(
         # (jax passes an empty input or output, and an output NaN everywhere:
         # its comparison takes NaN as equal to NaN; it fails a mode it is
         # asked for that it cannot take)
-        result = empty_allowed(check(f, *args, **options), all_nan=lambda: _nan_as_in_jax(f, args, required))
-        if not isinstance(f, Rule):  # (check_jvp's and check_vjp's Rules have the mode their call requires)
-            result = lacking(result, required, lambda mode: _derivative(mode, f, args), _lacks, "jax")
+        order, asked = int(options.get("order", 1)), [m for m in required if " of " not in m]
+        result = empty_allowed(check(f, *args, **options), all_nan=lambda: _nan_as_in_jax(f, args, order, asked))
+        result = lacking(result, required, lambda mode: _along(mode, f, args), "jax")
         result, missing = required_failed(result, required, f"this call ({peer}'s modes)")
     if outermost:
         _observe.finished(peer, result)
     return result, missing
 
 
-def _nan_as_in_jax(f: Any, args: tuple[Any, ...], required: Sequence[str]) -> bool:
+def _nan_as_in_jax(f: Any, args: tuple[Any, ...], order: int, asked: Sequence[str]) -> bool:
     """Whether jax's check passes fn here because its output is NaN at every
-    element: its comparisons take NaN as equal to NaN, so each required
-    mode's derivative must be NaN where finite differences are - the JVP at
-    every element, the VJP's projection (NaN at any element); a finite one
-    fails jax's check ("nan location mismatch"). A mode fn lacks is said by
-    ``lacking``."""
+    element: its comparisons take NaN as equal to NaN, so each asked mode's
+    derivative must be NaN where finite differences are - the JVP at every
+    element, the VJP's projection (NaN at any element), and at a higher
+    order each derivative jax checks next (``_derivative_fn``) the same way;
+    a finite one fails jax's check ("nan location mismatch"). A mode that
+    raises is said by ``lacking``."""
     if not _all_nan(f, args):
         return False
-    for mode in required:
+    for mode in asked:
         try:
             d = _derivative(mode, f, args)
-        except Exception as e:
-            if _lacks(e):  # (a mode fn lacks: ``lacking`` says it)
-                continue
-            return False  # (no pass on an allowance where the mode raises: the report says what was compared)
+        except Exception:  # (jax's call raises there: ``lacking`` says so)
+            continue
         nan = [jnp.isnan(jnp.asarray(leaf)) for leaf in jax.tree_util.tree_leaves(d) if _inexact(leaf)]
         if mode == "JVP" and not all(bool(jnp.all(m)) for m in nan):
             return False
         if mode == "VJP" and not any(bool(jnp.any(m)) for m in nan):
             return False
+        if order > 1 and not _nan_as_in_jax(*_derivative_fn(mode, f, args), order - 1, asked):
+            return False
     return True
-
-
-def _lacks(e: Exception) -> bool:
-    """Whether ``e`` is jax's word that fn lacks the mode (a custom_vjp's forward mode)."""
-    return isinstance(e, TypeError) and "custom_vjp" in str(e)
 
 
 def _derivative(mode: str, f: Any, args: tuple[Any, ...]) -> Any:
@@ -157,9 +154,32 @@ def _derivative(mode: str, f: Any, args: tuple[Any, ...]) -> Any:
             return f.jvp(tuple(args), tuple(jax.tree_util.tree_map(_ones_tangent, args)))
         return f.vjp(tuple(args), jax.tree_util.tree_map(_ones_tangent, f.fn(*args)))
     if mode == "JVP":
-        return jax.jvp(f, args, tuple(jax.tree_util.tree_map(_ones_tangent, args)))[1]
+        return jax.jvp(f, tuple(args), tuple(jax.tree_util.tree_map(_ones_tangent, args)))[1]
     out, pullback = jax.vjp(f, *args)
     return pullback(jax.tree_util.tree_map(_ones_tangent, out))
+
+
+def _derivative_fn(mode: str, f: Any, args: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The derivative of f, and its arguments, that jax's check_grads checks
+    at the next order: f's JVP at (args, args) (the arguments their own
+    tangents), or f's VJP of its own output."""
+    if mode == "JVP":
+        return functools.partial(jax.jvp, f), (tuple(args), tuple(args))
+
+    def f_vjp(*a: Any) -> Any:
+        out, pullback = jax.vjp(f, *a)
+        return pullback(out)
+
+    return f_vjp, tuple(args)
+
+
+def _along(mode: str, f: Any, args: tuple[Any, ...]) -> Any:
+    """``_derivative`` of a mode as the report names it: "JVP of VJP" is the
+    JVP of the derivative jax checks at order 2 for the VJP, and so on."""
+    first, *inner = mode.split(" of ")
+    for m in reversed(inner):
+        f, args = _derivative_fn(m, f, args)
+    return _derivative(first, f, args)
 
 
 def _inexact(x: Any) -> bool:

@@ -105,34 +105,26 @@ def empty_allowed(result: CheckResult, all_nan: Callable[[], bool] | None = None
     return dataclasses.replace(result, findings=findings)
 
 
-def lacking(
-    result: CheckResult,
-    required: Sequence[str],
-    run: Callable[[str], Any],
-    lacks: Callable[[Exception], bool],
-    framework: str,
-) -> CheckResult:
+def lacking(result: CheckResult, modes: Sequence[str], run: Callable[[str], Any], framework: str) -> CheckResult:
     """``result``, where it compared nothing (an empty check, an output not
-    finite), with each required first-order mode that fn lacks said
-    unavailable: the peer's call runs each mode it is asked for there, and
-    raises for one fn lacks. ``run(mode)`` runs the mode at the point;
-    ``lacks(e)`` says whether what it raised is the framework's word that
-    fn lacks the mode (anything else fn raises leaves the report as it is:
-    it says what was compared)."""
+    finite), with each of ``modes`` that raises when run there said
+    unavailable: the peer's call runs those modes even there, and raises
+    with them (fn lacks the mode: an autograd.Function without a jvp, a
+    custom_vjp's forward mode; or the mode fails). ``run(mode)`` runs the
+    mode at the point."""
     if not result.by_kind(Kind.NOTHING_CHECKED):
         return result
-    modes, findings = dict(result.modes), list(result.findings)
-    for mode in required:
-        if mode not in ("JVP", "VJP") or modes.get(mode) in ("checked", "unavailable"):
+    said, findings = dict(result.modes), list(result.findings)
+    for mode in modes:
+        if said.get(mode) in ("checked", "unavailable"):
             continue
         try:
             run(mode)
         except Exception as e:
-            if lacks(e):
-                modes[mode] = "unavailable"
-                message = f"{mode} is unavailable ({framework}: {e})"
-                findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
-    return dataclasses.replace(result, modes=modes, findings=tuple(findings)) if modes != result.modes else result
+            said[mode] = "unavailable"
+            message = f"{mode} is unavailable ({framework}: {type(e).__name__}: {e})"
+            findings.append(Finding(kind=Kind.MODE_UNAVAILABLE, level=WARNING, message=message, pair=(mode, "-")))
+    return dataclasses.replace(result, modes=said, findings=tuple(findings)) if said != result.modes else result
 
 
 def required_failed(result: CheckResult, required: Sequence[str], by: str) -> tuple[CheckResult, list[str]]:

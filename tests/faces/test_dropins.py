@@ -338,8 +338,25 @@ def test_an_output_nan_everywhere_passes_check_grads_only_where_jax_passes_it(mo
     assert passed["acos off its domain"] and not passed["a custom_jvp with a finite JVP"]
 
 
-def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_jax() -> None:
+def test_an_output_nan_everywhere_passes_at_order_2_only_where_jax_passes_it() -> None:
+    """At order 2 jax checks each derivative in turn (the VJP of f's own
+    output): a NaN VJP whose own derivative is finite fails there."""
     from jax.test_util import check_grads as jax_check_grads
+
+    x = (np.array([-1.083, -1.5], np.float32),)
+    flat_vjp = _nan_with(lambda r, g: (jnp.full_like(r, jnp.nan),))  # (its VJP's derivative: 0)
+    with pytest.raises(AssertionError):
+        jax_check_grads(flat_vjp, x, 2, modes=["rev"])
+    with pytest.raises(AssertionError):
+        check_grads(flat_vjp, x, 2, modes=["rev"])
+    jax_check_grads(flat_vjp, x, 1, modes=["rev"])
+    check_grads(flat_vjp, x, 1, modes=["rev"])
+    jax_check_grads(jax.lax.acos, x, 2, ["fwd", "rev"])
+    check_grads(jax.lax.acos, x, 2, ["fwd", "rev"])
+
+
+def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_jax() -> None:
+    from jax.test_util import check_grads as jax_check_grads, check_jvp as jax_check_jvp
 
     f, x = _nan_with(lambda r, g: (g,)), (np.zeros(0, np.float32),)
     with pytest.raises(TypeError, match="custom_vjp"):
@@ -348,6 +365,17 @@ def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_jax() -> None:
         check_grads(f, x, 1, modes=["rev", "fwd"])
     jax_check_grads(f, x, 1, modes=["rev"])
     check_grads(f, x, 1, modes=["rev"])
+    # the user's own rule run as jax's check_jvp runs it
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax_check_jvp(f, functools.partial(jax.jvp, f), x)
+    with pytest.raises(AssertionError, match="required but not checked: JVP"):
+        check_jvp(f, functools.partial(jax.jvp, f), x)
+    # a mode that fails for another reason fails the call too, as jax's raises
+    callback = lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)  # noqa: E731
+    with pytest.raises(ValueError, match="Pure callbacks do not support JVP"):
+        jax_check_grads(callback, x, 1, modes=["fwd"])
+    with pytest.raises(AssertionError, match="Pure callbacks do not support JVP"):
+        check_grads(callback, x, 1, modes=["fwd"])
 
 
 def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_torch() -> None:
@@ -371,6 +399,20 @@ def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_torch() -> None:
         gradcheck(Doubled.apply, (empty,), check_forward_ad=True)
     assert "You must implement the jvp function" in str(raised.value) and "PASSED" not in str(raised.value)
     assert torch.autograd.gradcheck(Doubled.apply, (empty,)) and gradcheck(Doubled.apply, (empty,))
+    # torch runs forward mode on an empty input only in its fast mode or its
+    # test of undefined gradients: the drop-in passes and fails where it does
+    verdicts = set()
+    for fast in (False, True):
+        for undefined in (False, True):
+            keywords = {"check_forward_ad": True, "fast_mode": fast, "check_undefined_grad": undefined}
+            try:
+                torch_passes = torch.autograd.gradcheck(Doubled.apply, (empty,), **keywords)
+            except NotImplementedError:
+                torch_passes = False
+            passes = gradcheck(Doubled.apply, (empty,), raise_exception=False, **keywords)
+            assert passes == torch_passes, keywords
+            verdicts.add(passes)
+    assert verdicts == {True, False}
 
 
 def test_gradgradcheck_catches_a_backward_that_is_not_differentiable() -> None:
