@@ -23,7 +23,7 @@ jnp = pytest.importorskip("jax.numpy")
 from gradverify.jax import check_grads, check_jvp, check_vjp  # noqa: E402
 from gradverify.torch import GradcheckError, gradcheck, gradgradcheck  # noqa: E402
 
-from .._helpers import sine_with_rules  # noqa: E402
+from .._helpers import sine_function, sine_with_rules  # noqa: E402
 
 TorchGradcheckError = sys.modules["torch.autograd.gradcheck"].GradcheckError
 
@@ -383,22 +383,15 @@ def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_torch() -> None:
     too, and raises for one fn lacks (an autograd.Function without a jvp):
     the drop-in fails there, naming it, and passes the mode fn has."""
 
-    class Doubled(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):  # type: ignore[no-untyped-def]
-            return 2 * x
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def]
-            return 2 * g
+    Sine = sine_function()  # (a backward, no jvp)
 
     empty = torch.zeros(0, dtype=torch.float64, requires_grad=True)
     with pytest.raises(NotImplementedError, match="jvp"):
-        torch.autograd.gradcheck(Doubled.apply, (empty,), check_forward_ad=True)
+        torch.autograd.gradcheck(Sine.apply, (empty,), check_forward_ad=True)
     with pytest.raises(GradcheckError, match="JVP required") as raised:
-        gradcheck(Doubled.apply, (empty,), check_forward_ad=True)
+        gradcheck(Sine.apply, (empty,), check_forward_ad=True)
     assert "You must implement the jvp function" in str(raised.value) and "PASSED" not in str(raised.value)
-    assert torch.autograd.gradcheck(Doubled.apply, (empty,)) and gradcheck(Doubled.apply, (empty,))
+    assert torch.autograd.gradcheck(Sine.apply, (empty,)) and gradcheck(Sine.apply, (empty,))
     # torch runs forward mode on an empty input only in its fast mode or its
     # test of undefined gradients: the drop-in passes and fails where it does
     verdicts = set()
@@ -406,10 +399,10 @@ def test_an_empty_check_fails_a_required_mode_fn_lacks_as_in_torch() -> None:
         for undefined in (False, True):
             keywords = {"check_forward_ad": True, "fast_mode": fast, "check_undefined_grad": undefined}
             try:
-                torch_passes = torch.autograd.gradcheck(Doubled.apply, (empty,), **keywords)
+                torch_passes = torch.autograd.gradcheck(Sine.apply, (empty,), **keywords)
             except NotImplementedError:
                 torch_passes = False
-            passes = gradcheck(Doubled.apply, (empty,), raise_exception=False, **keywords)
+            passes = gradcheck(Sine.apply, (empty,), raise_exception=False, **keywords)
             assert passes == torch_passes, keywords
             verdicts.add(passes)
     assert verdicts == {True, False}

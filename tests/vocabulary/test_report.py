@@ -8,7 +8,7 @@ import pytest
 
 import gradverify as gv
 
-from .._helpers import flipped_tanh_bias
+from .._helpers import flipped_tanh_bias, sine_function
 
 
 def test_failure_report_fits_a_screen_and_names_the_element():
@@ -114,19 +114,12 @@ def test_a_frameworks_builtin_is_named_as_it_is_written():
     # an autograd.Function's apply by its class, a private one's too (not
     # the Function.apply it inherits, which is not what was checked)
 
-    class Doubled(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):  # type: ignore[no-untyped-def]
-            return 2 * x
+    Sine = sine_function()
 
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def]
-            return 2 * g
-
-    class _Doubled(Doubled):
+    class _Sine(Sine):
         pass
 
-    for cls in (Doubled, _Doubled):
+    for cls in (Sine, _Sine):
         r = gv.check(cls.apply, x)
         assert r.function == f"{cls.__name__}.apply" and r.reproduce.startswith(f"gv.check({cls.__name__}.apply, ")
         assert eval(r.reproduce, {"gv": gv, "torch": torch, cls.__name__: cls}).ok  # noqa: S307
