@@ -82,10 +82,20 @@ def gradcheck(
     gradcheck checks a backward given undefined output gradients), but says,
     as in torch, whether forward mode is run on an empty input.
     """
-    if not check_forward_ad and not check_backward_ad:
-        raise ValueError("Expected at least one of check_forward_ad or check_backward_ad to be True")
-    if check_batched_forward_grad and not check_forward_ad:
-        raise ValueError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+    _refuse(  # (torch's own refusals of its keywords, as torch raises them)
+        (
+            not (check_forward_ad or check_backward_ad),
+            "Expected at least one of check_forward_ad or check_backward_ad to be True",
+        ),
+        (
+            check_batched_grad and not check_backward_ad,
+            "Setting check_batched_grad=True requires check_backward_ad to be True",
+        ),
+        (
+            check_batched_forward_grad and not check_forward_ad,
+            "Setting check_batched_forward_grad=True requires check_forward_ad to be True",
+        ),
+    )
     required = ("JVP",) * check_forward_ad + ("VJP",) * check_backward_ad
     return _run(
         func, inputs, 1, required, atol, rtol, nondet_tol, check_batched_grad or check_batched_forward_grad,
@@ -119,13 +129,33 @@ def gradgradcheck(
     ``check_rev_over_rev`` / ``check_fwd_over_rev`` say which modes of the
     VJP's derivative are checked; the other keywords as in :func:`gradcheck`.
     """
-    if not check_fwd_over_rev and not check_rev_over_rev:
-        raise ValueError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+    _refuse(
+        (
+            not (check_fwd_over_rev or check_rev_over_rev),
+            "Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True",
+        ),
+        (
+            check_undefined_grad and not check_rev_over_rev,
+            "Setting check_undefined_grad=True requires check_rev_over_rev to be True",
+        ),
+        (
+            check_batched_grad and not check_rev_over_rev,
+            "Setting check_batched_grad=True requires check_rev_over_rev to be True",
+        ),
+    )
     required = ("JVP of VJP",) * check_fwd_over_rev + ("VJP of VJP",) * check_rev_over_rev
     return _run(
         func, inputs, 2, required, atol, rtol, nondet_tol, check_batched_grad, raise_exception, "gradgradcheck",
         fast_mode, check_undefined_grad,
     )  # fmt: skip
+
+
+def _refuse(*rules: tuple[bool, str]) -> None:
+    """torch's refusal of keywords that contradict each other: the first
+    rule that holds raises its message, as torch's AssertionError."""
+    for holds, message in rules:
+        if holds:
+            raise AssertionError(message)
 
 
 def _run(

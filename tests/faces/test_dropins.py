@@ -101,10 +101,36 @@ def test_the_modes_asked_for_are_required() -> None:
     assert [r.ok for r in seen] == [False]
     assert not gradcheck(_sin(), (_x(),), check_forward_ad=True, raise_exception=False)
     assert gradcheck(_sin(jvp=True), (_x(),), check_forward_ad=True)
-    with pytest.raises(ValueError, match="at least one of check_forward_ad or check_backward_ad"):
-        gradcheck(_sin(), (_x(),), check_forward_ad=False, check_backward_ad=False)
-    with pytest.raises(ValueError, match="check_batched_forward_grad=True requires check_forward_ad"):
-        gradcheck(_sin(), (_x(),), check_batched_forward_grad=True)  # (torch's own refusal)
+    # torch's own refusals of its keywords, raised as torch raises them
+    said = set()
+    for checker, peer, keywords in (
+        (gradcheck, torch.autograd.gradcheck, {"check_forward_ad": False, "check_backward_ad": False}),
+        (gradcheck, torch.autograd.gradcheck, {"check_batched_forward_grad": True}),
+        (
+            gradcheck,
+            torch.autograd.gradcheck,
+            {"check_forward_ad": True, "check_backward_ad": False, "check_batched_grad": True},
+        ),
+        (gradgradcheck, torch.autograd.gradgradcheck, {"check_fwd_over_rev": False, "check_rev_over_rev": False}),
+        (gradgradcheck, torch.autograd.gradgradcheck, {"check_fwd_over_rev": True, "check_rev_over_rev": False}),
+        (
+            gradgradcheck,
+            torch.autograd.gradgradcheck,
+            {
+                "check_fwd_over_rev": True,
+                "check_rev_over_rev": False,
+                "check_undefined_grad": False,
+                "check_batched_grad": True,
+            },
+        ),
+    ):
+        with pytest.raises(AssertionError) as theirs:
+            peer(_sin(), (_x(),), **keywords)
+        with pytest.raises(AssertionError) as ours:
+            checker(_sin(), (_x(),), **keywords)
+        assert str(ours.value) == str(theirs.value), keywords
+        said.add(str(ours.value))
+    assert len(said) == 6  # (each refusal, not the first one six times)
     with pytest.raises(GradcheckError, match="the derivatives are wrong or could not be checked"):
         gradcheck(lambda x: x * float("nan"), (_x(),))  # (reverse mode never reached: not "unavailable")
 
