@@ -187,7 +187,12 @@ def _inexact(x: Any) -> bool:
 
 
 def _ones_tangent(x: Any) -> Any:
-    return jnp.ones_like(x) if _inexact(x) else np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+    return jnp.ones_like(x) if _inexact(x) else _float0(x)
+
+
+def _float0(x: Any) -> np.ndarray:
+    """The zero tangent jax takes for an integer (or bool) array."""
+    return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
 def _all_nan(f: Any, args: tuple[Any, ...]) -> bool:
@@ -244,4 +249,4 @@ def _suite(args: tuple[Any, ...], atol: Any, rtol: Any) -> tuple[float, float]:
 
 def _zero_if_none(tangents: Sequence[Any], primals: Sequence[Any]) -> list[Any]:
     # (gradverify passes None for an argument without a tangent: jax wants a zero of float0)
-    return [t if t is not None else np.zeros(np.shape(p), dtype=jax.dtypes.float0) for t, p in zip(tangents, primals)]
+    return [t if t is not None else _float0(p) for t, p in zip(tangents, primals)]

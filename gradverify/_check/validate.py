@@ -190,8 +190,7 @@ def function_name(fn: Callable) -> str:
         # a builtin of a private class, as a framework exports it (torch.sin's
         # qualified name is _VariableFunctionsClass.sin): by its module's name
         module, short = getattr(fn, "__module__", None) or "", getattr(fn, "__name__", "")
-        public = module and not any(part.startswith("_") for part in module.split("."))
-        if public and getattr(sys.modules.get(module), short, None) is fn:
+        if module and not _private(module) and getattr(sys.modules.get(module), short, None) is fn:
             return f"{module}.{short}"
     if isinstance(fn, types.BuiltinFunctionType) and _private(getattr(fn, "__module__", None) or ""):
         # a builtin of a private module published under another name
