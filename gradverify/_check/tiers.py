@@ -28,10 +28,12 @@ def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
     differently at the same point by more than rounding would have shown at
     those points, element by element, as noise the model does not allow or as
     a disagreement with the JVP: the second evaluation at the point is not
-    needed."""
+    needed - unless the points were fn's compiled form's and its F(0) is not
+    the eager first call's (oracle.f0_repeats), which only the second
+    evaluation tells from a compiled form that rounds otherwise."""
     if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
         return False
-    return all(ref.modelled for ref in oracle.refs)
+    return all(ref.modelled for ref in oracle.refs) and oracle.f0_repeats
 
 
 #: The warnings a comparison makes of a disagreement it let pass (a suite's
