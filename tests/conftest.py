@@ -39,6 +39,19 @@ def _temporary_files_under_pytests_own(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _jax_x64_as_it_was():
+    """Every test leaves jax's x64 setting as it found it: a test that turns
+    it on for its own float64 parameters (flax's, a custom_vjp's) must not
+    decide the dtypes of the tests after it on the same worker."""
+    jax = sys.modules.get("jax")
+    before = bool(jax.config.jax_enable_x64) if jax is not None else False
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None and bool(jax.config.jax_enable_x64) != before:
+        jax.config.update("jax_enable_x64", before)
+
+
+@pytest.fixture(autouse=True)
 def _standard_promotion(request):
     """Tests marked ``standard_promotion`` run jax with standard dtype
     promotion: their subject is the float64 oracle, which gradverify
