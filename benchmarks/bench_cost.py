@@ -31,7 +31,7 @@ Five parts, each printed as a table (CPU, one torch thread):
   (torch: the most full-size arrays the check holds at once, read at the
   dispatcher).
 * ``passing``: a passing check of tanh(x + b) (a torch Function with a JVP,
-  and backward only) at n elements, the median of rounds alternating with
+  backward only, and a jax custom_vjp) at n elements, the median of rounds alternating with
   one forward+backward pass, as a multiple of that pass.
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
@@ -602,6 +602,35 @@ def passing(sizes: list[int], rounds: int) -> None:
                 checks.append(_timed(lambda: gv.check(rule, x, b))[1])
             c, u = statistics.median(checks), statistics.median(units)
             print(f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
+        _passing_jax(n, rounds)
+
+
+def _passing_jax(n: int, rounds: int) -> None:
+    """The passing part's jax row: a custom_vjp (no forward rule), against
+    one eager jax.vjp and its pullback, in x64."""
+    import jax
+    import jax.numpy as jnp
+
+    import gradverify as gv
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng([0, n])
+        x, b = jnp.asarray(rng.standard_normal((n // 10, 10))), jnp.asarray(rng.standard_normal(10))
+        fn = tanh_bias_flipped("jax", None)
+
+        def unit():
+            y, pull = jax.vjp(fn, x, b)
+            jax.block_until_ready(pull(jnp.ones_like(y)))
+
+        unit()
+        assert gv.check(fn, x, b).ok
+        units, checks = [], []
+        for _ in range(rounds):
+            units.append(_timed(unit)[1])
+            checks.append(_timed(lambda: gv.check(fn, x, b))[1])
+        c, u = statistics.median(checks), statistics.median(units)
+        print(f"| {n:.0e} | jax custom_vjp, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
 
 
 def main() -> None:

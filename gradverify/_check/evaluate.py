@@ -40,7 +40,7 @@ class Evaluator(Vectorised):
         # placed: working arrays of the backend on the arguments' device (the
         # caller enters backend.working()); else numpy copies
         self.placed = placed
-        to = backend.to_working if placed else backend.to_numpy
+        to = backend.to_working if placed else backend.to_host
         self.values = [to(a) for a in args]  # never handed to user code
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
@@ -115,7 +115,7 @@ class Evaluator(Vectorised):
         """fn's output (or a derivative) as a float64 working array."""
         if self.placed:
             return self.backend.derivative(out)
-        return self.backend.to_numpy(out).astype(np.float64, copy=False)
+        return self.backend.to_host(out).astype(np.float64, copy=False)
 
     # -- the primal -------------------------------------------------------------------
     def primal_raw(self, precision: str | None = None, first: bool = False) -> tuple[Any, str, list[Any]] | Unshaped:
@@ -137,7 +137,7 @@ class Evaluator(Vectorised):
                 after = [self.backend.to_working(a, copy=False) for a in args]
                 return self.backend.to_working(out), self.backend.dtype_name(out), after
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
-            return self.backend.to_numpy(out), self.backend.dtype_name(out), after
+            return self.backend.to_host(out), self.backend.dtype_name(out), after
 
     def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
         """fn at ``points`` (None: the base point); ``flat``: its output

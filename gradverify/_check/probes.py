@@ -194,7 +194,9 @@ def choose(ev: Evaluator, primal: Primal, precision: Precision, *, seed: int, k:
     sizes = tuple(_xp.size(s) for s in segs)
     offsets = tuple(int(o) for o in np.cumsum((0,) + sizes[:-1]))
     flat = Flat(tuple(tuple(ev.values[i].shape) for i in ev.wrt), sizes, offsets, tuple(ev.wrt))
-    x = _xp.concat(segs) if len(segs) > 1 else _xp.copy(segs[0])
+    # (one argument: x is its working array itself - the Evaluator's own copy,
+    # or a view of an immutable array - never written, as the views below)
+    x = _xp.concat(segs) if len(segs) > 1 else segs[0]
     xp = _xp.ns(x)
     if len(segs) > 1 and not _xp.immutable(x):
         # (the working arguments, float64 already, become views of x: the

@@ -122,6 +122,12 @@ class Backend:
         """A fresh numpy copy (low-precision floats widened to float32)."""
         raise NotImplementedError
 
+    def to_host(self, x: Any) -> np.ndarray:
+        """``x`` on the host to be read, never written: to_numpy's copy, or
+        where the backend's arrays cannot change, a read-only view of x's
+        own memory where it has one (no copy)."""
+        return self.to_numpy(x)
+
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         """A backend array with ``like``'s placement and dtype ``dtype_name``; it may
         share memory with ``a`` (the caller copies when it must)."""

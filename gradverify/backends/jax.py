@@ -141,6 +141,11 @@ class JaxBackend(Backend):
             a = a.astype(np.float32)
         return np.array(a, copy=True)
 
+    def to_host(self, x: Any) -> np.ndarray:
+        # (a jax array never changes: on the CPU numpy reads its own memory, read-only)
+        a = np.asarray(x)
+        return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
     def readback(self, x: Any, buffer: np.ndarray) -> np.ndarray:
         return buffer  # jax arrays are immutable: fn cannot have changed x
 

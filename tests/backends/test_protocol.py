@@ -54,6 +54,17 @@ def test_a_backend_conforms(backend):
         assert a.dtype == np.float64 and np.array_equal(a, values) and np.signbit(a[1, 1])
         a[0, 0] = 99.0
         assert b.to_numpy(x)[0, 0] == 0.5
+        # to be read: the same bits; a copy where the caller's array can change,
+        # else (jax) a read-only view of its own memory, which nothing can write
+        h = b.to_host(x)
+        assert h.dtype == np.float64 and np.array_equal(h, values) and np.signbit(h[1, 1])
+        if backend == "jax":
+            assert not h.flags.writeable and np.shares_memory(h, np.asarray(x))
+            with pytest.raises(ValueError, match="read-only"):
+                h[0, 0] = 99.0
+        else:
+            h[0, 0] = 99.0
+            assert b.to_numpy(x)[0, 0] == 0.5
         y = b.from_numpy(values.copy(), x, "float32")
         assert b.dtype_name(y) == "float32" and np.array_equal(b.to_numpy(y), values.astype(np.float32))
         w = b.to_working(x)
@@ -77,3 +88,21 @@ def test_a_backend_conforms(backend):
         points = to_backend(values[None] + np.arange(3.0)[:, None, None], backend, "float64")
         at = b.to_numpy(b.primals(sin, [x], (0,), [points]))
         assert np.array_equal(at, np.stack([b.to_numpy(sin(p)) for p in points]))  # fn's own values
+
+
+def test_a_jax_check_reads_its_arguments_and_fns_outputs_where_they_lie():
+    """jax arrays never change: the checker's working arrays of a float64
+    argument and of fn's output are views of their own memory, read-only (a
+    write by the checker would raise), not copies."""
+    jnp = pytest.importorskip("jax.numpy")
+    from gradverify._check.evaluate import Evaluator
+
+    with precise("jax"):
+        x = to_backend(np.linspace(-1.0, 1.0, 12).reshape(3, 4), "jax", "float64")
+        ev = Evaluator(jnp.sin, backend_of([x]), [x], (0,))
+        assert np.shares_memory(ev.values[0], np.asarray(x)) and not ev.values[0].flags.writeable
+        out, dtype, _ = ev.primal_raw()
+        assert dtype == "float64" and not out.flags.writeable
+        assert np.array_equal(out, np.sin(np.linspace(-1.0, 1.0, 12).reshape(3, 4)))
+        y = jnp.sin(x)
+        assert np.shares_memory(ev.working(y), np.asarray(y))
