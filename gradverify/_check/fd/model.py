@@ -270,6 +270,11 @@ def _model_block(
     return ok, v, e, shift
 
 
+#: The coarse model's temporaries in two buffers (D(h)'s and D(h/2)'s, let
+#: go once R1 is made): each name shares one with no temporary alive beside it.
+_COARSE_SCRATCH = {"kappa": "d1", "a": "d2", "limit": "d2", "room": "d1"}
+
+
 def _coarse_block(
     fs: tuple[Array, ...],
     f0: Array,
@@ -293,7 +298,7 @@ def _coarse_block(
     m = tuple(f0.shape)[0]
 
     def tmp(name: str) -> Array | None:
-        return None if scratch is None else scratch(name, m)
+        return None if scratch is None else scratch(_COARSE_SCRATCH.get(name, name), m)
 
     out_v, out_e, _ = outs if outs is not None else (None, None, None)
     _, _, r1 = first_level(f, h, tmp, out_v)

@@ -395,3 +395,48 @@ def test_a_large_columns_points_are_held_in_two_reads_as_each_alone_would_be(out
         assert isinstance(h, _Moved)
         alone = _Moved.whole(_Moved.of(make(), f0), f0)
         assert torch.equal(_Moved.whole(h, f0).view(torch.int64), alone.view(torch.int64))
+
+
+@pytest.mark.parametrize("case", ["smooth", "smooth, AD agrees", "AD off at one element", "a kink", "curved"])
+def test_the_coarse_model_in_two_temporaries_decides_as_fresh_arrays_do(case):
+    """On torch a block's temporaries live in reused buffers: the coarse
+    model's share two (D(h)'s and D(h/2)'s, free once R1 is made), so a
+    block of a GPU's size holds two arrays of scratch, not six. A buffer
+    shared while still in use changes the verdict or the values: each case
+    is computed both ways and compared bit for bit - one where every test
+    passes, and one where each of its tests fails (AD's agreement, the kink
+    test, the truncation bound)."""
+    torch = pytest.importorskip("torch")
+    from gradverify._check.fd.blocks import Scratch
+    from gradverify._check.fd.model import _coarse_block
+
+    rng = np.random.default_rng(7)
+    z = np.linspace(-2.0, 2.0, 4097)
+    h = 2.0**-18 * 0.7
+    f = (
+        (lambda a: np.abs(a) + np.tanh(a))
+        if case == "a kink"
+        else (lambda a: np.tanh(3e3 * a))
+        if case == "curved"
+        else np.tanh
+    )
+    fs = tuple(torch.from_numpy(f(z + k * h / 4)) for k in fd.COARSE_OFFSETS)
+    f0 = torch.from_numpy(f(z))
+    t = torch.from_numpy(np.abs(rng.standard_normal(z.size)) * 1e-9)
+    deriv = None
+    if "AD" in case:
+        d = (1 - np.tanh(z) ** 2) * (1 + rng.uniform(-1e-10, 1e-10, z.size))
+        d[1234] += 1e-3 if "off" in case else 0.0
+        deriv = torch.from_numpy(d)
+    limits = (1e-9, 1e-9, 1.0, 1e-12, 1e-9)
+
+    def run(scratch):
+        outs = (torch.empty_like(f0), torch.empty_like(f0), None)
+        ok, value, err, _ = _coarse_block(fs, f0, t, deriv, h, limits, outs, scratch)
+        return bool(ok), value.clone(), err.clone()
+
+    scratch = Scratch(f0, z.size)
+    shared, fresh = run(scratch), run(None)
+    assert shared[0] == fresh[0] == case.startswith("smooth")
+    assert torch.equal(shared[1], fresh[1]) and torch.equal(shared[2], fresh[2])
+    assert len(scratch.buffers) == 2
