@@ -390,3 +390,61 @@ def test_the_benchmarks_clock_of_fns_calls_sees_every_call(monkeypatch):
             assert r.ok is not flip
     assert len(outside) > 20 and not any(outside)
     assert clock.seconds > 0.0
+
+
+def _live_peak(f, given: tuple[torch.Tensor, ...]) -> float:
+    """The most arrays of float64 elements as many as ``given[0]``'s
+    (storages of at least half that) that ``f`` holds at once beyond the
+    ``given`` ones (a view of one is no new memory), read at torch's
+    dispatcher from each storage's creation to its release."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    n = given[0].numel()
+    state = {"live": 0.0, "peak": 0.0}
+    seen = {a.untyped_storage().data_ptr() for a in given}
+
+    def released(key: int, size: float) -> None:
+        seen.discard(key)
+        state["live"] -= size
+
+    class Live(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() >= 4 * n:
+                    storage = t.untyped_storage()
+                    if storage.data_ptr() not in seen:
+                        size = storage.nbytes() / (8 * n)
+                        seen.add(storage.data_ptr())
+                        state["live"] += size
+                        state["peak"] = max(state["peak"], state["live"])
+                        weakref.finalize(storage, released, storage.data_ptr(), size)
+            return out
+
+    with Live():
+        f()
+    return state["peak"]
+
+
+@pytest.mark.parametrize(
+    ("forward_rule", "flip", "most"), [(True, None, 15), (False, None, 13), (True, 4321, 19), (False, 4321, 27)]
+)
+def test_a_large_check_holds_few_arrays_in_blocks_as_large_as_a_gpus(forward_rule, flip, most, monkeypatch):
+    """With the FD arithmetic in one block (as on a GPU, where a block is up
+    to 2^22 elements), the arrays of x's size a check holds at its peak: the
+    point, F(0), the direction and cotangent, the AD values, the stencil's
+    points, the reference and what the block works in. The coarse model's
+    block works in two buffers (six before: 19 and 16 passing), the
+    measured estimate lets each temporary go once used (33 failing without
+    a forward rule before)."""
+    import gradverify._check.fd.blocks as blocks
+
+    monkeypatch.setattr(blocks, "CHUNK", blocks.DEVICE_CHUNK)
+    x, b = _point(20000)  # (2e5 elements: the directions' table of 2^16 is not one of its arrays)
+    rule = tanh_bias_flipped("torch", flip, forward_rule=forward_rule)
+    result = []
+    peak = _live_peak(lambda: result.append(gv.check(rule, x, b)), (x, b))
+    assert result[0].ok == (flip is None)
+    assert peak < most + 0.5, peak  # (x joined with b: arrays of n + 10 elements)

@@ -354,6 +354,12 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
     xp = _xp.ns(f0, *fs)
     # central differences and Richardson (R = (4 D(k/2) - D(k)) / 3)
     d1, d2, d4, r1, r2 = richardson(f, h)
+    # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4 (worked out
+    # first, so that the D's are let go: a block as large as a GPU's holds
+    # each temporary as an array of its size)
+    drift = _xp.iabs(d2 - d4)
+    drift -= 0.5 * _xp.iabs(d1 - d2)
+    del d1, d2, d4
     # measured noise: a difference table on spacing h/4 (its fourth
     # differences over the five windows). The kink threshold's noise
     # comes from each side's third difference without F(0): a kink at
@@ -388,8 +394,12 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
     e1 = (tol.NOISE_SAFETY * R1_WEIGHT / h) * eps
     trunc *= 16.0 / 15.0
     e1 += trunc
+    del trunc
     use_r1 = e1 < e
-    value, err = xp.where(use_r1, r1, r2), xp.where(use_r1, e1, e)
+    value = xp.where(use_r1, r1, r2)
+    del r1, r2
+    err = xp.where(use_r1, e1, e)
+    del e, e1, use_r1
     # kink indicator against the one-sided noise and the AD tolerance
     kappa = f[2] + f[-2]
     kappa *= 4.0
@@ -399,9 +409,7 @@ def _estimate_block(fs: tuple[Array, ...], f0: Array, t: Array | float, h: float
     threshold *= tol.NOISE_SAFETY * KAPPA_WEIGHT
     threshold += t * h
     k = _xp.iabs(kappa) > threshold
-    # convergence: |D(h/2) - D(h/4)| about |D(h) - D(h/2)| / 4
-    drift = _xp.iabs(d2 - d4)
-    drift -= 0.5 * _xp.iabs(d1 - d2)
+    del kappa, threshold, one_sided
     eps *= tol.NOISE_SAFETY * DIFF_WEIGHT / h
     k = k | (drift > eps)
     return value, err, k | ~fin, fin, sig
