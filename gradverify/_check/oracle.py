@@ -71,17 +71,6 @@ class Oracle:
         return precision.f0
 
     @property
-    def f0_repeats(self) -> bool:
-        """Whether F(0) the finite differences are centred on is fn's first
-        value at the point, or equal to it (NaN to NaN): where fn is compiled,
-        a program traced once holds fixed whatever its trace drew (a random
-        number, a global read), so its points agree with each other and only
-        its eager first call at the point can tell that fn is not a function."""
-        if self.f0 is self.precision.f0:
-            return True
-        return _xp.equal(_xp.flat(self.f0), _xp.flat(self.precision.f0))
-
-    @property
     def label(self) -> str:
         p = self.precision
         return p.name + (f" ({p.reason})" if p.reason else "")

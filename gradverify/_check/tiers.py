@@ -5,6 +5,7 @@ doubt (see docs/verdicts.md, "Guards that run on doubt")."""
 from __future__ import annotations
 
 from .._result import ERROR, WARNING, Kind
+from . import xp as _xp
 from .findings import Closeness, Findings
 from .oracle import Oracle
 
@@ -29,11 +30,21 @@ def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
     those points, element by element, as noise the model does not allow or as
     a disagreement with the JVP: the second evaluation at the point is not
     needed - unless the points were fn's compiled form's and its F(0) is not
-    the eager first call's (oracle.f0_repeats), which only the second
+    the eager first call's (_f0_repeats), which only the second
     evaluation tells from a compiled form that rounds otherwise."""
     if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
         return False
-    return all(ref.modelled for ref in oracle.refs) and oracle.f0_repeats
+    return all(ref.modelled for ref in oracle.refs) and _f0_repeats(oracle)
+
+
+def _f0_repeats(oracle: Oracle) -> bool:
+    """Whether F(0) the finite differences are centred on is fn's first
+    value at the point, or equal to it (NaN to NaN): where fn is compiled,
+    a program traced once holds fixed whatever its trace drew (a random
+    number, a global read), so its points agree with each other and only
+    its eager first call at the point can tell that fn is not a function."""
+    f0, first = oracle.f0, oracle.precision.f0
+    return f0 is first or _xp.equal(_xp.flat(f0), _xp.flat(first))
 
 
 #: The warnings a comparison makes of a disagreement it let pass (a suite's
