@@ -578,59 +578,49 @@ def shrink() -> None:
 
 
 def passing(sizes: list[int], rounds: int) -> None:
-    import gradverify as gv
+    import jax
+    import jax.numpy as jnp
+
     from gradverify._sweep.examples import tanh_bias_flipped
 
     print("| n | check | gradverify (ms) | one fwd+bwd (ms) | ratio |")
     print("|---|---|---|---|---|")
     for n in sizes:
         rng = np.random.default_rng([0, n])
-        x, b = torch.tensor(rng.standard_normal((n // 10, 10))), torch.tensor(rng.standard_normal(10))
+        x, b = rng.standard_normal((n // 10, 10)), rng.standard_normal(10)
         for label, forward in (("torch Function with JVP", True), ("torch Function, backward only", False)):
             rule = tanh_bias_flipped("torch", None, forward_rule=forward)
-            xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
+            xt, bt = torch.tensor(x), torch.tensor(b)
+            xr, br = xt.detach().requires_grad_(), bt.detach().requires_grad_()
 
             def unit():
                 y = rule(xr, br)
                 y.backward(torch.ones_like(y))
 
-            unit()
-            assert gv.check(rule, x, b).ok
-            units, checks = [], []
-            for _ in range(rounds):
-                units.append(_timed(unit)[1])
-                checks.append(_timed(lambda: gv.check(rule, x, b))[1])
-            c, u = statistics.median(checks), statistics.median(units)
-            print(f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
-        _passing_jax(n, rounds)
+            _passing_row(n, label, rule, (xt, bt), unit, rounds)
+        with jax.enable_x64(True):  # (one eager jax.vjp and its pullback)
+            fn, xj, bj = tanh_bias_flipped("jax", None), jnp.asarray(x), jnp.asarray(b)
+
+            def unit():
+                y, pull = jax.vjp(fn, xj, bj)
+                jax.block_until_ready(pull(jnp.ones_like(y)))
+
+            _passing_row(n, "jax custom_vjp", fn, (xj, bj), unit, rounds)
 
 
-def _passing_jax(n: int, rounds: int) -> None:
-    """The passing part's jax row: a custom_vjp (no forward rule), against
-    one eager jax.vjp and its pullback, in x64."""
-    import jax
-    import jax.numpy as jnp
-
+def _passing_row(n: int, label: str, fn, args: tuple, unit, rounds: int) -> None:
+    """One row of the passing part: a check of ``fn`` at ``args``, rounds
+    alternating with ``unit`` (one forward+backward pass), both warmed up."""
     import gradverify as gv
-    from gradverify._sweep.examples import tanh_bias_flipped
 
-    with jax.enable_x64(True):
-        rng = np.random.default_rng([0, n])
-        x, b = jnp.asarray(rng.standard_normal((n // 10, 10))), jnp.asarray(rng.standard_normal(10))
-        fn = tanh_bias_flipped("jax", None)
-
-        def unit():
-            y, pull = jax.vjp(fn, x, b)
-            jax.block_until_ready(pull(jnp.ones_like(y)))
-
-        unit()
-        assert gv.check(fn, x, b).ok
-        units, checks = [], []
-        for _ in range(rounds):
-            units.append(_timed(unit)[1])
-            checks.append(_timed(lambda: gv.check(fn, x, b))[1])
-        c, u = statistics.median(checks), statistics.median(units)
-        print(f"| {n:.0e} | jax custom_vjp, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
+    unit()
+    assert gv.check(fn, *args).ok
+    units, checks = [], []
+    for _ in range(rounds):
+        units.append(_timed(unit)[1])
+        checks.append(_timed(lambda: gv.check(fn, *args))[1])
+    c, u = statistics.median(checks), statistics.median(units)
+    print(f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
 
 
 def main() -> None:
