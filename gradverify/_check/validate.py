@@ -198,7 +198,36 @@ def function_name(fn: Callable) -> str:
         home = _published(fn)
         if home is not None and not home.endswith(f".{fn.__name__}"):
             return home
+    if name and name.count(".") == 1 and _private(_home_module(fn)):
+        # a method of a class of a private module, taken from the class (torch.Tensor.add
+        # is torch._C.TensorBase's, torch.Tensor.norm torch._tensor.Tensor's): by the
+        # public class it is published as
+        home = _published_method(fn)
+        if home is not None:
+            return home
     return (name or type(fn).__name__).rpartition("<locals>.")[2]
+
+
+def _home_module(fn: Callable) -> str:
+    """The module fn was defined in: its class's, for a method of a builtin class."""
+    owner = getattr(fn, "__objclass__", None)
+    return getattr(owner, "__module__", None) or getattr(fn, "__module__", None) or ""
+
+
+@functools.lru_cache(maxsize=256)
+def _published_method(fn: Callable) -> str | None:
+    """``module.Class.name`` where a public class of a public module of fn's
+    package (the shallowest first) gives fn as its attribute ``name``."""
+    short, package = fn.__name__, _home_module(fn).split(".")[0]
+    modules = sorted(
+        (m for m in list(sys.modules) if (m == package or m.startswith(package + ".")) and not _private(m)),
+        key=lambda m: (m.count("."), m),
+    )
+    for m in modules:
+        for attr, value in list(getattr(sys.modules.get(m), "__dict__", {}).items()):
+            if isinstance(value, type) and not attr.startswith("_") and getattr(value, short, None) is fn:
+                return f"{m}.{attr}.{short}"
+    return None
 
 
 def _private(module: str) -> bool:

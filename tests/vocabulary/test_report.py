@@ -109,6 +109,13 @@ def test_a_frameworks_builtin_is_named_as_it_is_written():
         r = gv.check(fn, x)
         assert r.function == name and r.reproduce.startswith(f"gv.check({name}, torch.tensor("), r.reproduce
         assert eval(r.reproduce, {"gv": gv, "torch": torch}).function == name  # noqa: S307
+    # a method of a class of a private module by the public class it is
+    # published as (torch._C.TensorBase.add, torch._tensor.Tensor.norm)
+    for fn, args in ((torch.Tensor.add, (x, x)), (torch.Tensor.norm, (x,)), (torch.Tensor.sin, (x,))):
+        r = gv.check(fn, *args)
+        name = f"torch.Tensor.{fn.__name__}"
+        assert r.function == name and r.reproduce.startswith(f"gv.check({name}, torch.tensor("), r.reproduce
+        assert eval(r.reproduce, {"gv": gv, "torch": torch}).function == name  # noqa: S307
     # a builtin with a name of its own keeps it, as a Python builtin does
     assert gv.check(torch.nn.functional.softplus, x).function == "softplus"
     # an autograd.Function's apply by its class, a private one's too (not
