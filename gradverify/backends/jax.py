@@ -102,6 +102,9 @@ def _from_host(a: np.ndarray, dtype_name: str) -> Any:
     shape and pair of dtypes."""
     if dtype_name in _NUMPY_CASTS and a.dtype.name != dtype_name:
         a = a.astype(dtype_name)
+    if a.dtype.name == dtype_name and jax.dtypes.canonicalize_dtype(a.dtype) == a.dtype:
+        # (placed as it is, copied: a few times faster than jnp.asarray's path on large arrays)
+        return jax.device_put(a, may_alias=False)
     return jnp.asarray(a, dtype=dtype_name)
 
 
