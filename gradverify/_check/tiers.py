@@ -5,7 +5,7 @@ doubt (see docs/verdicts.md, "Guards that run on doubt")."""
 from __future__ import annotations
 
 from .._result import ERROR, WARNING, Kind
-from . import xp as _xp
+from . import tolerance as tol, xp as _xp
 from .findings import Closeness, Findings
 from .oracle import Oracle
 
@@ -29,22 +29,37 @@ def decisive(report: Findings, closeness: Closeness, oracle: Oracle) -> bool:
     differently at the same point by more than rounding would have shown at
     those points, element by element, as noise the model does not allow or as
     a disagreement with the JVP: the second evaluation at the point is not
-    needed - unless the points were fn's compiled form's and its F(0) is not
-    the eager first call's (_f0_repeats), which only the second
-    evaluation tells from a compiled form that rounds otherwise."""
+    needed - unless the points were fn's compiled form's and their F(0)
+    lies beyond rounding of fn's eager first value (see _f0_repeats)."""
     if any(f.kind != Kind.MODE_UNAVAILABLE for f in report.items) or closeness.worst > DECISIVE or not oracle.refs:
         return False
     return all(ref.modelled for ref in oracle.refs) and _f0_repeats(oracle)
 
 
 def _f0_repeats(oracle: Oracle) -> bool:
-    """Whether F(0) the finite differences are centred on is fn's first
-    value at the point, or equal to it (NaN to NaN): where fn is compiled,
-    a program traced once holds fixed whatever its trace drew (a random
-    number, a global read), so its points agree with each other and only
-    its eager first call at the point can tell that fn is not a function."""
-    f0, first = oracle.f0, oracle.precision.f0
-    return f0 is first or _xp.equal(_xp.flat(f0), _xp.flat(first))
+    """Whether the finite differences' points tell fn's jitter at the point:
+    where they are fn's own eager calls, always (the argument above); where
+    they are its compiled form's (jax compiles fn for the evaluations of a
+    large check), only if their F(0) agrees with fn's eager first value
+    within the rounding noise the second evaluation allows (its ``noise``:
+    256 u of the output's dtype times its largest value). A program traced
+    once holds fixed whatever its trace drew (a random number, a global
+    read), so its points agree with each other and only the eager first call
+    can tell that fn is not a function; a compiled form that rounds
+    otherwise, or a float64 run of a float32 fn, agrees within that."""
+    ev, primal = oracle.ev, oracle.primal
+    f0 = oracle.f0
+    if ev.rule is not None or not ev.backend.compiles(ev.fn) or f0 is primal.values:
+        return True
+    centre, first = _xp.flat(f0), _xp.flat(_xp.as64(primal.values))
+    if _xp.equal(centre, first):
+        return True
+    xp = _xp.ns(centre, first)
+    noise = tol.ad_rounding(primal.dtype) * tol.unit_roundoff(primal.dtype) * _xp.fmax(first)
+    with _xp.quiet():
+        apart = xp.abs(centre - first) > noise
+        apart = apart & ~(xp.isnan(centre) & xp.isnan(first)) & (centre != first)
+    return not _xp.any_(apart)
 
 
 #: The warnings a comparison makes of a disagreement it let pass (a suite's

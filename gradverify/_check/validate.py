@@ -198,7 +198,7 @@ def function_name(fn: Callable) -> str:
         home = _published(fn)
         if home is not None and not home.endswith(f".{fn.__name__}"):
             return home
-    if name and name.count(".") == 1 and _private(_home_module(fn)):
+    if name and name.count(".") == 1 and getattr(fn, "__self__", None) is None and _private(_home_module(fn)):
         # a method of a class of a private module, taken from the class (torch.Tensor.add
         # is torch._C.TensorBase's, torch.Tensor.norm torch._tensor.Tensor's): by the
         # public class it is published as
@@ -217,7 +217,10 @@ def _home_module(fn: Callable) -> str:
 @functools.lru_cache(maxsize=256)
 def _published_method(fn: Callable) -> str | None:
     """``module.Class.name`` where a public class of a public module of fn's
-    package (the shallowest first) gives fn as its attribute ``name``."""
+    package (the shallowest first) holds fn as its attribute ``name``, itself
+    or inherited: looked up statically, so that no class's own code runs (a
+    deprecated attribute would warn). Only unbound methods come here: the
+    cache holds them, never an instance."""
     short, package = fn.__name__, _home_module(fn).split(".")[0]
     modules = sorted(
         (m for m in list(sys.modules) if (m == package or m.startswith(package + ".")) and not _private(m)),
@@ -225,9 +228,18 @@ def _published_method(fn: Callable) -> str | None:
     )
     for m in modules:
         for attr, value in list(getattr(sys.modules.get(m), "__dict__", {}).items()):
-            if isinstance(value, type) and not attr.startswith("_") and getattr(value, short, None) is fn:
+            # (the class of the value, not the value's __class__: an object may warn when asked)
+            if issubclass(type(value), type) and not attr.startswith("_") and _holds(value, short, fn):
                 return f"{m}.{attr}.{short}"
     return None
+
+
+def _holds(cls: type, name: str, fn: Callable) -> bool:
+    """Whether ``cls`` or a class it inherits from has ``fn`` itself as ``name``."""
+    try:
+        return any(vars(k).get(name) is fn for k in cls.__mro__)
+    except TypeError:  # (a class whose namespace or order is not what type gives)
+        return False
 
 
 def _private(module: str) -> bool:

@@ -3,6 +3,8 @@ it fits on a screen."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,37 @@ def test_a_frameworks_builtin_is_named_as_it_is_written():
         assert r.function == f"{cls.__name__}.apply" and r.reproduce.startswith(f"gv.check({cls.__name__}.apply, ")
         assert eval(r.reproduce, {"gv": gv, "torch": torch, cls.__name__: cls}).ok  # noqa: S307
     assert gv.check(abs, x).function == "abs"
+
+
+def test_naming_a_method_runs_no_class_code_and_keeps_no_instance(monkeypatch):
+    """Finding the public class a method is published as looks classes up
+    statically: a module attribute that warns when asked (torch.distributed's
+    deprecated reduce_op) says nothing under warnings as errors. A bound
+    method (an instance's) is never looked up, so no name cache holds the
+    instance: it is freed once the caller lets it go."""
+    import gc
+    import importlib
+    import types
+    import warnings
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    importlib.import_module("torch.distributed")  # (its deprecated attribute, among torch's modules)
+    fx = importlib.import_module("torch.fx")
+
+    from gradverify._check import validate
+
+    validate._published_method.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert validate.function_name(fx.Tracer.trace) == "torch.fx.Tracer.trace"
+    private = types.ModuleType("gradverify_test_lib._net")
+    exec("class Net:\n    def forward(self, x):\n        return x * 2.0\n", private.__dict__)  # noqa: S102
+    monkeypatch.setitem(sys.modules, private.__name__, private)
+    net = private.Net()
+    alive = weakref.ref(net)
+    x = torch.tensor([0.25, -0.5], dtype=torch.float64)
+    assert gv.check(net.forward, x).function == "Net.forward"
+    del net
+    gc.collect()
+    assert alive() is None
