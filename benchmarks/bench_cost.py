@@ -32,7 +32,8 @@ Five parts, each printed as a table (CPU, one torch thread):
   dispatcher).
 * ``passing``: a passing check of tanh(x + b) (a torch Function with a JVP,
   backward only, and a jax custom_vjp) at n elements, the median of rounds alternating with
-  one forward+backward pass, as a multiple of that pass.
+  one forward+backward pass, as a multiple of that pass: in wall time, and
+  in the process's CPU time (steadier where the machine is shared).
 * ``small``: a fixed set of small functions (torch with and without forward
   rules, backward-only Functions, jax, numpy ``gv.Rule``), warm medians over
   rounds that alternate the tools (with the share of gradverify's time spent
@@ -583,8 +584,11 @@ def passing(sizes: list[int], rounds: int) -> None:
 
     from gradverify._sweep.examples import tanh_bias_flipped
 
-    print("| n | check | gradverify (ms) | one fwd+bwd (ms) | ratio |")
-    print("|---|---|---|---|---|")
+    print(
+        "| n | check | gradverify (ms) | one fwd+bwd (ms) | ratio "
+        "| gradverify CPU (ms) | fwd+bwd CPU (ms) | CPU ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for n in sizes:
         rng = np.random.default_rng([0, n])
         x, b = rng.standard_normal((n // 10, 10)), rng.standard_normal(10)
@@ -610,17 +614,29 @@ def passing(sizes: list[int], rounds: int) -> None:
 
 def _passing_row(n: int, label: str, fn, args: tuple, unit, rounds: int) -> None:
     """One row of the passing part: a check of ``fn`` at ``args``, rounds
-    alternating with ``unit`` (one forward+backward pass), both warmed up."""
+    alternating with ``unit`` (one forward+backward pass), both warmed up;
+    wall time, and the process's CPU time (every thread's, jax's pool
+    included: steadier than wall time on a shared machine)."""
     import gradverify as gv
 
     unit()
     assert gv.check(fn, *args).ok
     units, checks = [], []
     for _ in range(rounds):
-        units.append(_timed(unit)[1])
-        checks.append(_timed(lambda: gv.check(fn, *args))[1])
-    c, u = statistics.median(checks), statistics.median(units)
-    print(f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x |")
+        units.append(_clocked(unit))
+        checks.append(_clocked(lambda: gv.check(fn, *args)))
+    (c, c_cpu), (u, u_cpu) = ([statistics.median(t) for t in zip(*m)] for m in (checks, units))
+    print(
+        f"| {n:.0e} | {label}, correct | {c * 1e3:.0f} | {u * 1e3:.1f} | {c / u:.1f}x "
+        f"| {c_cpu * 1e3:.0f} | {u_cpu * 1e3:.1f} | {c_cpu / u_cpu:.1f}x |"
+    )
+
+
+def _clocked(f) -> tuple[float, float]:
+    """(wall, CPU) seconds ``f`` takes."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    f()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main() -> None:
