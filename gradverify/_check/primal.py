@@ -179,6 +179,13 @@ def repeat(ev: Evaluator, primal: Primal, report: Findings, tolerated: float = 0
         _nondeterminism(primal.raw, out2, primal.dtype, report, tolerated)
 
 
+def repeat_noise(out_dtype: str, first: Any) -> float:
+    """How far two evaluations of fn at the same inputs may differ and be
+    rounding (an ERROR beyond it, a warning within): 256 u of the output's
+    dtype times the largest finite |value| of ``first`` (flat, float64)."""
+    return tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * _xp.fmax(first)
+
+
 def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings, tolerated: float = 0.0) -> None:
     a, b = _xp.flat(_xp.as64(out1)), _xp.flat(_xp.as64(out2))
     xp = _xp.ns(a)
@@ -187,8 +194,7 @@ def _nondeterminism(out1: Any, out2: Any, out_dtype: str, report: Findings, tole
     k = _xp.argmax(d)
     worst = unravel(k, tuple(out1.shape))
     largest = float(d[k])
-    scale = _xp.fmax(a)
-    noise = tol.ad_rounding(out_dtype) * tol.unit_roundoff(out_dtype) * scale
+    noise = repeat_noise(out_dtype, a)
     level = ERROR if largest > max(noise, tolerated) else WARNING
     report.add(
         Kind.NONDETERMINISM,

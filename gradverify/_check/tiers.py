@@ -5,9 +5,10 @@ doubt (see docs/verdicts.md, "Guards that run on doubt")."""
 from __future__ import annotations
 
 from .._result import ERROR, WARNING, Kind
-from . import tolerance as tol, xp as _xp
+from . import xp as _xp
 from .findings import Closeness, Findings
 from .oracle import Oracle
+from .primal import repeat_noise
 
 __all__ = ["DECISIVE", "DISAGREEING", "TIERED", "decisive", "doubtful"]
 
@@ -41,8 +42,7 @@ def _f0_repeats(oracle: Oracle) -> bool:
     where they are fn's own eager calls, always (the argument above); where
     they are its compiled form's (jax compiles fn for the evaluations of a
     large check), only if their F(0) agrees with fn's eager first value
-    within the rounding noise the second evaluation allows (its ``noise``:
-    256 u of the output's dtype times its largest value). A program traced
+    within the rounding the second evaluation allows (primal.repeat_noise). A program traced
     once holds fixed whatever its trace drew (a random number, a global
     read), so its points agree with each other and only the eager first call
     can tell that fn is not a function; a compiled form that rounds
@@ -54,11 +54,8 @@ def _f0_repeats(oracle: Oracle) -> bool:
     centre, first = _xp.flat(f0), _xp.flat(_xp.as64(primal.values))
     if _xp.equal(centre, first):
         return True
-    xp = _xp.ns(centre, first)
-    noise = tol.ad_rounding(primal.dtype) * tol.unit_roundoff(primal.dtype) * _xp.fmax(first)
-    with _xp.quiet():
-        apart = xp.abs(centre - first) > noise
-        apart = apart & ~(xp.isnan(centre) & xp.isnan(first)) & (centre != first)
+    with _xp.quiet():  # (NaN at both, or one inf at both, is no difference)
+        apart = _xp.ns(centre, first).abs(centre - first) > repeat_noise(primal.dtype, first)
     return not _xp.any_(apart)
 
 

@@ -7,7 +7,7 @@ import math
 import numbers
 import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -221,13 +221,9 @@ def _published_method(fn: Callable) -> str | None:
     or inherited: looked up statically, so that no class's own code runs (a
     deprecated attribute would warn). Only unbound methods come here: the
     cache holds them, never an instance."""
-    short, package = fn.__name__, _home_module(fn).split(".")[0]
-    modules = sorted(
-        (m for m in list(sys.modules) if (m == package or m.startswith(package + ".")) and not _private(m)),
-        key=lambda m: (m.count("."), m),
-    )
-    for m in modules:
-        for attr, value in list(getattr(sys.modules.get(m), "__dict__", {}).items()):
+    short = fn.__name__
+    for m, names in _public_modules(_home_module(fn).split(".")[0]):
+        for attr, value in names:
             # (the class of the value, not the value's __class__: an object may warn when asked)
             if issubclass(type(value), type) and not attr.startswith("_") and _holds(value, short, fn):
                 return f"{m}.{attr}.{short}"
@@ -250,16 +246,23 @@ def _private(module: str) -> bool:
 def _published(fn: Callable) -> str | None:
     """``module.name`` where a public module of fn's package (the shallowest
     first) holds fn under a public name; None where none does."""
-    package = fn.__module__.split(".")[0]
+    for m, names in _public_modules(fn.__module__.split(".")[0]):
+        for attr, value in names:
+            if value is fn and not attr.startswith("_"):
+                return f"{m}.{attr}"
+    return None
+
+
+def _public_modules(package: str) -> Iterator[tuple[str, list[tuple[str, Any]]]]:
+    """The loaded public modules of ``package``, the shallowest first, each
+    with its names and values (read from its namespace: no attribute of it
+    is asked for)."""
     modules = sorted(
         (m for m in list(sys.modules) if (m == package or m.startswith(package + ".")) and not _private(m)),
         key=lambda m: (m.count("."), m),
     )
     for m in modules:
-        for attr, value in list(getattr(sys.modules.get(m), "__dict__", {}).items()):
-            if value is fn and not attr.startswith("_"):
-                return f"{m}.{attr}"
-    return None
+        yield m, list(getattr(sys.modules.get(m), "__dict__", {}).items())
 
 
 def validate_tolerances(suite_tol: Any, nondet_tol: Any) -> tuple[float, float] | None:
