@@ -440,3 +440,48 @@ def test_the_coarse_model_in_two_temporaries_decides_as_fresh_arrays_do(case):
     assert shared[0] == fresh[0] == case.startswith("smooth")
     assert torch.equal(shared[1], fresh[1]) and torch.equal(shared[2], fresh[2])
     assert len(scratch.buffers) == 2
+
+
+def _whole_check_cases():
+    import torch
+
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    rng = np.random.default_rng(11)
+    x, b = rng.standard_normal((2000, 10)), rng.standard_normal(10)
+    kinked = x.copy()
+    kinked[::7] = 0.0
+    flip = 12345
+    return [
+        ("torch, a forward rule, correct", tanh_bias_flipped("torch", None), (torch.tensor(x), torch.tensor(b))),
+        ("torch, a forward rule, flipped", tanh_bias_flipped("torch", flip), (torch.tensor(x), torch.tensor(b))),
+        (
+            "torch, backward only, flipped",
+            tanh_bias_flipped("torch", flip, forward_rule=False),
+            (torch.tensor(x), torch.tensor(b)),
+        ),
+        ("numpy rule, flipped", tanh_bias_flipped("numpy", flip), (x, b)),
+        ("relu at zeros", torch.relu, (torch.tensor(kinked),)),
+        ("log, NaN where negative", torch.log, (torch.tensor(x),)),
+        ("a curved float32 function", lambda a: torch.exp(3.0 * a) * a, (torch.tensor(x, dtype=torch.float32),)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_a_whole_check_does_not_depend_on_the_block_size(case, monkeypatch):
+    """A large check's result - verdict, findings and their words, the
+    closeness of every comparison - is the same bit for bit in blocks of
+    any size (every block's arithmetic elementwise, its reductions maxima):
+    here in one block, in blocks of 1000 and in blocks of an odd size, on
+    passing and failing checks, at kinks and where fn is NaN."""
+    import json
+
+    import gradverify as gv
+    from gradverify._check.fd import blocks
+
+    name, fn, args = _whole_check_cases()[case]
+    said = {}
+    for chunk in (blocks.DEVICE_CHUNK, 1000, 7777):
+        monkeypatch.setattr(blocks, "CHUNK", chunk)
+        said[chunk] = json.dumps(gv.check(fn, *args).to_dict(), sort_keys=True, default=str)
+    assert said[1000] == said[blocks.DEVICE_CHUNK] == said[7777], name
