@@ -12,7 +12,7 @@ import torch
 
 import gradverify as gv
 from gradverify._check import excuses, tolerance as tol
-from gradverify._check.fd import blocks, noise
+from gradverify._check.fd import noise
 from gradverify._result import ERROR
 from gradverify._sweep.examples import tanh_bias_flipped
 
@@ -142,9 +142,9 @@ def _host_reads(f) -> int:
     return reads[0]
 
 
-def test_a_passing_large_check_reads_its_scalars_together(monkeypatch):
+def test_a_passing_large_check_reads_its_scalars_together():
     """Every reduction read alone made 89 reads of a passing check of this
-    function at this size (in three blocks of FD arithmetic, 2^15 each); a
+    function at this size (three blocks of the CPU's FD arithmetic); a
     stage's scalars read together make 8: the arguments' finiteness at the
     boundary; their extremes and sums of squares (validation, summaries,
     the probes' scales) with fn's mutation test and its output's extremes;
@@ -152,7 +152,6 @@ def test_a_passing_large_check_reads_its_scalars_together(monkeypatch):
     bounds' scales and the FD model's scales; the comparisons' sums - and
     whether the FD model holds, once per block (three here; one on a GPU,
     whose blocks are larger)."""
-    monkeypatch.setattr(blocks, "CHUNK", 1 << 15)
     x, b = _point(7000)
     rule = tanh_bias_flipped("torch", None)
     reads = _host_reads(lambda: gv.check(rule, x, b))
@@ -179,8 +178,7 @@ def test_a_failing_large_check_reads_its_scalars_together(forward_rule, most):
 @pytest.mark.parametrize(("forward_rule", "most"), [(True, 13), (False, 11)])
 def test_a_passing_large_check_holds_its_arrays_no_longer_than_it_needs_them(forward_rule, most, monkeypatch):
     """The full-size arrays a passing check holds at once at 70,000 elements
-    (in three blocks of FD arithmetic, 2^15 each: a block's scratch is no
-    full-size array), counted from creation to
+    (three blocks of the CPU's FD arithmetic), counted from creation to
     release (the benchmark's own count, bench_cost.live_peak): the point
     and its copies, the directions, the AD runs, the FD points and the
     model's blocks. What a stage read from an array (its extremes, its sum
@@ -193,7 +191,6 @@ def test_a_passing_large_check_holds_its_arrays_no_longer_than_it_needs_them(for
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import bench_cost
 
-    monkeypatch.setattr(blocks, "CHUNK", 1 << 15)
     x, b = _point(7000)
     rule = tanh_bias_flipped("torch", None, forward_rule=forward_rule)
     gv.check(rule, x, b)  # (warm: the directions' table of 2^16, 0.94 of x here, is placed once a process)
@@ -212,6 +209,8 @@ def test_a_failing_check_measures_fns_noise_on_few_temporaries(monkeypatch):
     the table's rows all kept, 33 with the temporaries)."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import bench_cost
+
+    from gradverify._check.fd import blocks
 
     monkeypatch.setattr(blocks, "CHUNK", blocks.DEVICE_CHUNK)
     x, b = _point(100_000)
@@ -407,6 +406,8 @@ def test_a_passing_check_in_blocks_as_large_as_a_gpus_holds_two_of_scratch(forwa
     16). 2e5 elements: the directions' table of 2^16 is not one of them."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import bench_cost
+
+    from gradverify._check.fd import blocks
 
     monkeypatch.setattr(blocks, "CHUNK", blocks.DEVICE_CHUNK)
     x, b = _point(20_000)

@@ -12,16 +12,11 @@ from .records import Array
 __all__ = ["CHUNK", "DEVICE_CHUNK", "Scratch", "block_slices", "blockwise", "compiled"]
 
 
-#: Elements per block of estimate() and model_reference() on the CPU: a
-#: block's dozen temporaries (512 KiB each) stay in the last-level cache,
-#: and each operation's dispatch (a few microseconds for torch, about one
-#: for numpy) stays small beside its arithmetic - at 2^15 it was a quarter of
-#: a large torch check's time (docs/devices.md). The values are the same
-#: whatever the block (every block's arithmetic is elementwise, its
-#: reductions maxima). On an accelerator a block is larger (each costs a
+#: Elements per block of estimate() and model_reference() on the CPU: their
+#: passes stay in cache. On an accelerator a block is larger (each costs a
 #: few dozen kernel launches) and only bounds the temporaries' memory; jax
 #: arrays are done in one block.
-CHUNK = 1 << 16
+CHUNK = 1 << 15
 
 
 DEVICE_CHUNK = 1 << 22
