@@ -56,6 +56,34 @@ def test_an_in_place_write_is_said_and_the_callers_tensor_keeps_its_flags():
     assert t.requires_grad and t.grad is None and t.is_leaf
 
 
+@pytest.mark.parametrize("size", [(3, 5), (300, 300)])  # (the host path and the device path)
+def test_a_function_that_writes_its_input_and_fails_in_reverse_mode_leaves_the_callers_tensor_alone(size):
+    """Where reverse mode fails, the check asks what each rule returned
+    before torch's engine saw it (the structure of its gradients), calling
+    fn once more: there too fn gets a copy. A rule that zeroes its input
+    leaves the caller's tensor as it was, and the reproducer writes its
+    values, not the zeros."""
+
+    class Zeroes(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.sin()
+            x.mul_(0.0)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            return g  # (wrong: cos is missing)
+
+    x = torch.linspace(0.1, 0.9, size[0] * size[1], dtype=torch.float64).reshape(size)
+    kept = x.clone()
+    r = gv.check(Zeroes.apply, x)
+    assert r.by_kind(gv.Kind.MUTATION) and not r.ok
+    assert torch.equal(x, kept)
+    if x.numel() <= 64:  # (written as a literal)
+        assert "0.1, " in r.reproduce and "0.0, 0.0" not in r.reproduce, r.reproduce
+
+
 def test_a_function_without_a_jvp_is_said_unavailable_without_running_its_forward_for_it():
     """torch says an autograd.Function has no forward-mode rule only after
     running its forward; the check knows it from the class and says it in
