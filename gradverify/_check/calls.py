@@ -10,7 +10,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "BadStructure", "CallFailed", "Derivative", "Unshaped", "brief", "fns_warnings_only"]
+from .._errors import ArgumentTypeError, explain
+from ..backends import Backend, backend_name_of
+
+__all__ = [
+    "FRAMEWORKS",
+    "BadStructure",
+    "CallFailed",
+    "Derivative",
+    "Unshaped",
+    "brief",
+    "check_output",
+    "fns_warnings_only",
+]
 
 #: Packages whose own warnings, raised while gradverify takes a derivative,
 #: are the machinery's and not fn's.
@@ -96,3 +108,20 @@ class Unshaped:
     for the boundary to build a view of it (see views)."""
 
     kind: str  #: "pytree", "sparse" or "complex"
+
+
+def check_output(backend: Backend, out: Any) -> None:
+    """Refuse an output that is not one dense array of fn's backend, in words that say how to fix it."""
+    if backend_name_of(out) != backend.name:
+        raise ArgumentTypeError(
+            explain(
+                "fn's return value",
+                f"one {backend.name} array (the backend of its arguments)",
+                f"{type(out).__module__}.{type(out).__qualname__}",
+                "return an array, or a pytree (tuple, list, dict) of arrays",
+            )
+        )
+    bad = backend.unsupported(out, output=True)
+    if bad is not None:
+        what, fix = bad
+        raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))

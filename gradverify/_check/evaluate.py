@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ArgumentTypeError, ModeNotAsked, ModeUnavailable, explain
+from .._errors import ArgumentTypeError, ModeNotAsked, ModeUnavailable
 from .._rule import Rule
 from ..backends import Backend, backend_name_of, backend_of
 from ..backends.trees import flatten
 from . import xp
-from .calls import BadStructure, CallFailed, Derivative, Unshaped, fns_warnings_only
+from .calls import BadStructure, CallFailed, Derivative, Unshaped, check_output, fns_warnings_only
 from .validate import resolve_wrt
 from .vectorised import Vectorised
 
@@ -290,23 +290,6 @@ class Evaluator(Vectorised):
             layout = str(getattr(d, "layout", type(d).__name__)).removeprefix("torch.")
             return Derivative(None, self.backend.dtype_name(d), tuple(d.shape), f"{layout} array")
         return Derivative(self.working(d), self.backend.dtype_name(d), tuple(d.shape), "array")
-
-
-def check_output(backend: Backend, out: Any) -> None:
-    """Refuse an output that is not one dense array of fn's backend, in words that say how to fix it."""
-    if backend_name_of(out) != backend.name:
-        raise ArgumentTypeError(
-            explain(
-                "fn's return value",
-                f"one {backend.name} array (the backend of its arguments)",
-                f"{type(out).__module__}.{type(out).__qualname__}",
-                "return an array, or a pytree (tuple, list, dict) of arrays",
-            )
-        )
-    bad = backend.unsupported(out, output=True)
-    if bad is not None:
-        what, fix = bad
-        raise ArgumentTypeError(explain("fn's return value", "a dense array with values", what, fix))
 
 
 def unshaped(backend: Backend, out: Any) -> str | None:

@@ -263,8 +263,7 @@ class Oracle:
         have, stacked = stencils if stencils is not None else (None, None)
         if probes.full and have is None and _xp.on_host(probes.x):
             # (fn's points one call each, the model's arithmetic still in one pass)
-            offsets = [k * self.precision.h / 4 for k in fd.MODEL_OFFSETS]
-            have = [dict(zip(fd.MODEL_OFFSETS, [F(t) for t in offsets])) for F in map(self.F, us, probes.cs)]
+            have = _each(self, us, probes.cs)
         cs = probes.cs[: len(us)]
         points = [self.terms(c, column=probes.full) for c in cs]
         tols = [_along_c(bound(b), c) if jvps else 0.0 for b, c in enumerate(cs)]  # (along c u)
@@ -378,6 +377,22 @@ def first_points(oracle: Oracle) -> _xp.Asked | None:
             at += k
 
     return _xp.Asked(asked, take)
+
+
+def _each(oracle: Oracle, us: Any, cs: Any) -> list[dict[int, np.ndarray]]:
+    """F's values at the model's offsets along every c u of ``us``, ``cs``
+    (host arrays), one plain call of fn a point, in the order F would make
+    them; the points made together (bit for bit as F makes each), so that
+    on a device they cross at once (Evaluator.primal_rows)."""
+    x, flat = oracle.probes.x, oracle.probes.flat
+    offsets = [k * oracle.precision.h / 4 for k in fd.MODEL_OFFSETS]
+    movers = [_mover(u, c) for u, c in zip(us, cs)]
+    points = np.empty((len(us) * len(offsets), x.size), dtype=x.dtype)
+    _rows_along(x, [w for w, _ in movers], [[t * k for t in offsets] for _, k in movers])(points)
+    stacks = [
+        points[:, o : o + s].reshape((len(points), *sh)) for o, s, sh in zip(flat.offsets, flat.sizes, flat.shapes)
+    ]
+    return _by_direction(oracle.ev.primal_rows(stacks, oracle.precision.oracle), len(us))[0]
 
 
 def _by_direction(out: list[np.ndarray], k: int) -> tuple[list[dict[int, np.ndarray]], Callable[[], dict]]:

@@ -261,6 +261,12 @@ class Backend:
         backward pass, not fn); True where it may run."""
         return True
 
+    #: Whether fn's plain calls at many host points may take their points as
+    #: rows of one array placed at once (Evaluator.primal_rows): a row is a
+    #: view, each call's own, so the points cross to a device in one transfer
+    #: per argument, not one a call (jax slices each row by a compiled program).
+    stages_rows: bool = False
+
     #: Whether a check's vectorised calls are best made at one batch size:
     #: a framework that compiles each operation once per shape (jax's eager
     #: operations) compiles fn's once for all of them, not once per batch size.

@@ -82,6 +82,8 @@ class TorchBackend(Backend):
             return buffer  # the tensor is a view of buffer: in-place writes show there
         return self.to_numpy(x)
 
+    stages_rows = True
+
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         dtype = getattr(torch, dtype_name)
         # ascontiguousarray makes 0-d arrays 1-d: put the shape back.

@@ -115,3 +115,62 @@ def _tanh2_without_jvp(forwards: list[int]) -> type:
             return g * 2 / torch.cosh(x) ** 2
 
     return Tanh2
+
+
+class _Crossings:
+    """torch.from_numpy and Tensor.numpy calls while the block runs: on a
+    device each is a transfer (on the CPU they share memory, and are
+    counted the same)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        for owner, name in ((torch, "from_numpy"), (torch.Tensor, "numpy")):
+            monkeypatch.setattr(owner, name, self._counted(getattr(owner, name)))
+
+    def _counted(self, method):
+        def counted(*args, **kwargs):
+            self.count += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize("habit", ["none", "writes its input", "returns one buffer"])
+def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
+    """A full Jacobian of a Function torch cannot vectorise calls fn once a
+    point (6 n + 1 calls): the points cross to fn's device in one transfer
+    per argument and its outputs come back in one (30 crossings in the whole
+    check where one a point made 351) - with the same result, element for element,
+    as each point its own array. Each call's row is its own: a fn that
+    zeroes its input at every call changes no other call's point; each
+    output is kept as it comes: a fn that writes every output into one
+    buffer of its own overwrites none kept."""
+    from gradverify._sweep.examples import tanh_bias_flipped
+    from gradverify.backends.torch import TorchBackend
+
+    rule = tanh_bias_flipped("torch", None, forward_rule=False)
+    buffer = torch.empty(2, 6, dtype=torch.float64)
+
+    def fn(x, b):
+        y = rule(x, b)
+        if habit == "writes its input":
+            x.mul_(0.0)
+        if habit == "returns one buffer" and not y.requires_grad:
+            return buffer.copy_(y)
+        return y
+
+    rng = np.random.default_rng(5)
+    x, b = torch.tensor(rng.standard_normal((2, 6))), torch.tensor(rng.standard_normal(6))
+    alone = gv.check(fn, x, b)
+    crossings = _Crossings(monkeypatch)
+    monkeypatch.setattr(TorchBackend, "stages_rows", False)
+    each = gv.check(fn, x, b)
+    one_each = crossings.count
+    monkeypatch.setattr(TorchBackend, "stages_rows", True)
+    crossings.count = 0
+    together = gv.check(fn, x, b)
+    assert together.evaluations == each.evaluations and together.evaluations["primal"] >= 6 * 18 + 1
+    assert together.to_dict() == each.to_dict() == alone.to_dict()
+    writes = habit == "writes its input"
+    assert together.ok != writes and bool(together.by_kind(gv.Kind.MUTATION)) == writes, str(together)
+    assert crossings.count * 10 <= one_each, (crossings.count, one_each)
