@@ -21,13 +21,13 @@ from ..backends import Backend, backend_name_of, backend_of
 from ..backends.trees import flatten
 from . import xp
 from .calls import BadStructure, CallFailed, Derivative, Unshaped, check_output, fns_warnings_only
+from .staged import Staged
 from .validate import resolve_wrt
-from .vectorised import Vectorised
 
 __all__ = ["Evaluator", "derivative_fn"]
 
 
-class Evaluator(Vectorised):
+class Evaluator(Staged):
     """fn and its derivatives at the point or at others, on copies (see the module)."""
 
     def __init__(

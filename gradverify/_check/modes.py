@@ -80,8 +80,7 @@ class AD:
         #: finite output (zeros in the values): FD decides them (see singular)
         self.holes: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}
         self.raw: dict[str, dict[int, Any]] = {"JVP": {}, "VJP": {}}  # (their values as AD gave them)
-        #: what the holes leave out of a directional check's projections
-        #: (directions, cotangents: see singular)
+        #: what the holes leave out of projections (directions, cotangents: see singular)
         self.apart: tuple[set[int], set[int]] = (set(), set())
         #: cotangent -> mask of the VJP's NaN/inf elements beside NaN/inf
         #: outputs (0 x inf inside the rule: never compared, said)
@@ -177,15 +176,17 @@ class AD:
 
     def vectorised_calls(self, mode: str, probes: tuple[Any, ...]) -> list[tuple[Any, Any]] | None:
         """Every probe's native and float64-tier derivatives of ``mode`` from
-        one vectorised call per precision, for ``jvp``/``vjp`` to validate (a
-        float64 entry None: that run is asked one probe at a time). None when
-        not vectorising (or fn cannot be): one call per probe."""
+        one vectorised call per precision (a JVP without one: plain calls staged,
+        Evaluator.jvp_rows), for ``jvp``/``vjp`` to validate (a float64 entry
+        None: asked one probe at a time). None when not vectorising: one call per probe."""
         if not self.vectorise or len(probes) < 2:
             return None
         ev, primal = self.ev, self.primal
         if mode == "JVP":
             sets = [self.probes.flat.split(u) for u in probes]
             native = ev.jvps(sets)
+            if native is None and (staged := ev.jvp_rows(sets)) is not None:  # (fn as written: not run again)
+                return list(zip(staged, (self.ad64 and ev.jvp_rows(sets, "float64")) or [None] * len(staged)))
             wide = ev.jvps(sets, "float64") if native is not None and self.ad64 else None
         else:
             cots = [_xp.ns(v).reshape(v, primal.shape) for v in probes]

@@ -12,13 +12,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from .._errors import ModeUnavailable
 from .._rule import Rule
 from ..backends import Backend, backend_name_of
 from . import xp
-from .calls import Derivative, check_output, fns_warnings_only
+from .calls import Derivative, fns_warnings_only
 
 __all__ = ["UNIFORM_MAX", "Vectorised"]
 
@@ -77,58 +75,6 @@ class Vectorised:
 
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         raise NotImplementedError
-
-    def primal_rows(self, stacks: Sequence[Any], precision: str | None) -> list[Any]:
-        """fn at k points, one plain call each, as ``primal(points, precision,
-        flat=True)`` gives them: ``stacks[q]``, the points' values of the q-th
-        wrt argument (host arrays) along a leading axis of k. Where the
-        backend stages rows (Backend.stages_rows) each argument crosses to
-        fn's device once, every call gets its row (a view no other call
-        sees) and fresh copies of the other arguments made there, and the
-        outputs come back together: one transfer each way, not one a call.
-        The rows are padded to whole 64-byte lines, so that each starts as
-        a fresh array of its own would."""
-        k = int(stacks[0].shape[0]) if stacks else 0
-        if self.rule is not None or self.placed or not self.backend.stages_rows or k < 2:
-            return [self.primal([np.array(s[j]) for s in stacks], precision, flat=True) for j in range(k)]
-        with self.backend.precision(precision or self.native_precision):
-            rows = {i: self._staged(s, i, precision) for s, i in zip(stacks, self.wrt)}
-            held = {
-                i: self.array(v, like, d)
-                for i, ((v, d, _), like) in enumerate(zip(self._sources(None, precision), self.originals))
-                if i not in rows
-            }
-            got: list[Any] = []  # (each output copied at once into its row: fn may reuse its buffer)
-            together, m = None, 0
-            for j in range(k):
-                args = [rows[i][j] if i in rows else xp.copy(held[i]) for i in range(len(self.originals))]
-                out = self._call(lambda *a: self._primal_fn(*a, flat=True), args, "evaluating fn")
-                check_output(self.backend, out)
-                if j == 0:
-                    m = xp.size(out)
-                    together = xp.empty(k * m, out, self.backend.dtype_name(out))
-                if together is not None and xp.size(out) == m and out.dtype == together.dtype:
-                    together[j * m : (j + 1) * m] = out
-                    got.append(together[j * m : (j + 1) * m])
-                    continue
-                # (an output unlike the first: each row and each output from here on read alone)
-                got = [self.working(g) for g in got] + [self.working(out)]
-                together = None
-            if together is None:
-                return got
-            back = self.working(together)  # (one transfer back)
-            return [back[j * m : (j + 1) * m] for j in range(k)]
-
-    def _staged(self, stack: Any, i: int, precision: str | None) -> list[Any]:
-        """The rows of ``stack`` (argument i's values at k points) placed
-        beside argument i in one transfer, each a view of its own padded row."""
-        k, shape = int(stack.shape[0]), tuple(stack.shape[1:])
-        size = int(np.prod(shape, dtype=np.int64))
-        padded = np.zeros((k, -(-size // 8) * 8), dtype=stack.dtype)
-        padded[:, :size] = stack.reshape(k, size)
-        dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
-        placed = self.array(padded, self.originals[i], dtype, fresh=True)
-        return [placed[j, :size].reshape(shape) for j in range(k)]
 
     def uniform(self, b: int, elements: int) -> None:
         """Pad the check's vectorised calls up to ``b`` members, its largest

@@ -135,20 +135,21 @@ class _Crossings:
         return counted
 
 
-@pytest.mark.parametrize("habit", ["none", "writes its input", "returns one buffer"])
+@pytest.mark.parametrize("habit", ["none", "writes its input", "returns one buffer", "a forward rule"])
 def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     """A full Jacobian of a Function torch cannot vectorise calls fn once a
-    point (6 n + 1 calls): the points cross to fn's device in one transfer
-    per argument and its outputs come back in one (30 crossings in the whole
-    check where one a point made 351) - with the same result, element for element,
-    as each point its own array. Each call's row is its own: a fn that
+    point (6 n + 1 calls), and its forward rule once a column: the points
+    (and tangents) cross to fn's device in one transfer per argument and the
+    outputs come back in one (34 crossings in the whole check where one a
+    call made 351; with a forward rule 31 where it was 437) - with the same
+    result, element for element, as each call its own arrays. Each call's row is its own: a fn that
     zeroes its input at every call changes no other call's point; each
     output is kept as it comes: a fn that writes every output into one
     buffer of its own overwrites none kept."""
     from gradverify._sweep.examples import tanh_bias_flipped
     from gradverify.backends.torch import TorchBackend
 
-    rule = tanh_bias_flipped("torch", None, forward_rule=False)
+    rule = tanh_bias_flipped("torch", None, forward_rule=habit == "a forward rule")
     buffer = torch.empty(2, 6, dtype=torch.float64)
 
     def fn(x, b):
@@ -173,4 +174,4 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     assert together.to_dict() == each.to_dict() == alone.to_dict()
     writes = habit == "writes its input"
     assert together.ok != writes and bool(together.by_kind(gv.Kind.MUTATION)) == writes, str(together)
-    assert crossings.count * 10 <= one_each, (crossings.count, one_each)
+    assert crossings.count * 8 <= one_each, (crossings.count, one_each)
