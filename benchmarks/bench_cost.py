@@ -1,6 +1,6 @@
 """What a check costs, beside gradcheck and check_grads on the same work, in one run.
 
-Five parts, each printed as a table (CPU, one torch thread):
+Six parts, each printed as a table (CPU, one torch thread):
 
 * ``counts``: what one check of tanh(x + b) at n elements asks of a device,
   counted at torch's dispatcher with the FD arithmetic in blocks as large
@@ -18,6 +18,11 @@ Five parts, each printed as a table (CPU, one torch thread):
   ``check_grads``). Then the host-side floor: the median time of a check
   at n = 2000, where the arithmetic is nothing and gradverify's own Python
   and dispatch are the cost.
+
+* ``crossings``: the arrays that cross between the host and fn's device
+  in one check of small inputs (held in numpy by the check): counted at
+  the calls that are each a transfer on a GPU, with the scalar reads and
+  fn's calls, beside torch's ``gradcheck`` on the same function.
 
 * ``large``: one sign-flipped element of the VJP of tanh(x + b) at n
   elements (bench_detection's functions: a torch Function with a JVP, the
@@ -51,7 +56,8 @@ Five parts, each printed as a table (CPU, one torch thread):
   about half a second, with the default shrink budget: its wall time and
   whether shrinking was cut.
 
-    python benchmarks/bench_cost.py [--parts counts large passing small first shrink] [--sizes 1000000] [--rounds 7]
+    python benchmarks/bench_cost.py [--parts counts crossings large passing small first shrink]
+                                    [--sizes 1000000] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -240,6 +246,59 @@ def counts(n: int, rounds: int) -> None:
     xr, br = xs.detach().requires_grad_(), bs.detach().requires_grad_()
     times = [_timed(lambda: torch.autograd.gradcheck(rule, (xr, br), fast_mode=True))[1] for _ in range(rounds)]
     print(f"| gradcheck fast, correct | {statistics.median(times) * 1e3:.1f} |")
+
+
+def crossings() -> None:
+    """Arrays crossing between the host and fn's device in one check of
+    small inputs: (2, 6) and (6,), held in numpy by the check (see
+    _check.xp.HOST_MAX). Counted on the CPU at the calls that would each be
+    a transfer on a GPU (torch.from_numpy, torch.as_tensor, torch.asarray,
+    torch.tensor; Tensor.numpy); scalar reads (Tensor.item, Tensor.tolist)
+    beside them."""
+    import gradverify as gv
+    from gradverify._sweep.examples import tanh_bias_flipped
+
+    rng = np.random.default_rng(5)
+    x, b = torch.tensor(rng.standard_normal((2, 6))), torch.tensor(rng.standard_normal(6))
+    cases = [
+        ("plain torch function", lambda x, b: torch.tanh(x + b)),
+        ("Function, backward only", tanh_bias_flipped("torch", None, forward_rule=False)),
+        ("Function with a forward rule", tanh_bias_flipped("torch", None, forward_rule=True)),
+    ]
+    print("| small check, correct | gradverify: arrays across | scalar reads | fn calls | gradcheck: arrays across |")
+    print("|---|---|---|---|---|")
+    for label, fn in cases:
+        gv.check(fn, x, b)  # (warm)
+        mine = _across(lambda: gv.check(fn, x, b))
+        xr, br = x.detach().requires_grad_(), b.detach().requires_grad_()
+        forward = label.endswith("rule") or label.startswith("plain")
+        theirs = _across(lambda: torch.autograd.gradcheck(fn, (xr, br), check_forward_ad=forward))
+        r = gv.check(fn, x, b)
+        print(f"| {label} | {mine[0]} | {mine[1]} | {sum(r.evaluations.values())} | {theirs[0]} |")
+
+
+def _across(f) -> tuple[int, int]:
+    """(arrays crossing, scalar reads) while ``f`` runs (see crossings)."""
+    counted = [0, 0]
+    places = [(torch, n, 0) for n in ("from_numpy", "as_tensor", "asarray", "tensor")]
+    places += [(torch.Tensor, "numpy", 0), (torch.Tensor, "item", 1), (torch.Tensor, "tolist", 1)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in places]
+
+    def wrapped(method, k):
+        def call(*a, **kw):
+            counted[k] += 1
+            return method(*a, **kw)
+
+        return call
+
+    for (owner, name, k), (_, _, method) in zip(places, saved):
+        setattr(owner, name, wrapped(method, k))
+    try:
+        f()
+    finally:
+        for owner, name, method in saved:
+            setattr(owner, name, method)
+    return counted[0], counted[1]
 
 
 # -- large arrays ---------------------------------------------------------------------
@@ -641,7 +700,7 @@ def _clocked(f) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", nargs="+", default=["counts", "large", "small", "first", "shrink"])
+    p.add_argument("--parts", nargs="+", default=["counts", "crossings", "large", "small", "first", "shrink"])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
     p.add_argument("--positions", type=int, default=5)
     p.add_argument("--rounds", type=int, default=7)
@@ -655,6 +714,8 @@ def main() -> None:
         if part == "counts":
             for n in args.sizes:
                 counts(n, args.rounds)
+        elif part == "crossings":
+            crossings()
         elif part == "large":
             large(args.sizes, args.positions)
         elif part == "passing":
