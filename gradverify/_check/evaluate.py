@@ -86,10 +86,17 @@ class Evaluator(Staged):
         """Backend arrays: ``points`` (fresh arrays, handed over) for the wrt arguments,
         copies of the base values elsewhere. Floating arguments get
         ``precision`` (None: their own dtype). ``keep``: remember the numpy
-        buffers they were made from (for ``readback``)."""
+        buffers they were made from (for ``readback``). Where the backend
+        copies an argument where it lies (Backend.copy_of) a base value is
+        copied there, not made again from the host's copy: on a device no
+        transfer (the same values: the host's is a copy of it)."""
         out = []
         buffers = []
+        there = self.held_copies and not keep
         for (a, dtype, fresh), like in zip(self._sources(points, precision), self.originals):
+            if there and not fresh:
+                out.append(self.backend.copy_of(like, dtype))
+                continue
             if not (fresh or self.placed):
                 a = np.array(a, copy=True)
             if keep:
@@ -125,7 +132,7 @@ class Evaluator(Staged):
         ``first``: an output that is not one dense real array is said
         (``Unshaped``) rather than read."""
         with self.backend.precision(precision or self.native_precision):
-            args = self.arguments(None, precision, keep=not self.placed)
+            args = self.arguments(None, precision, keep=not (self.placed or self.held_copies))
             out = self._call(self.fn, args, "evaluating fn")  # eager: mutation, nondeterminism
             if first:
                 kind = unshaped(self.backend, out)
@@ -136,8 +143,22 @@ class Evaluator(Staged):
                 # (the arguments as fn left them, compared at once: ours, not copied again)
                 after = [self.backend.to_working(a, copy=False) for a in args]
                 return self.backend.to_working(out), self.backend.dtype_name(out), after
+            if self.held_copies:  # (compared where they lie, with the originals: see before)
+                return self.backend.to_host(out), self.backend.dtype_name(out), args
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_host(out), self.backend.dtype_name(out), after
+
+    @property
+    def held_copies(self) -> bool:
+        """Whether fn's arguments at the point are copied where the caller's
+        lie (Backend.copy_of), not made from the host's copies."""
+        return self.backend.copies_where_held and not self.placed
+
+    def before(self, i: int) -> Any:
+        """What argument i as fn left it at the point (primal_raw) is compared
+        with to tell a write: its working array, or where it was copied where
+        the caller's lies, the caller's own (never handed to fn)."""
+        return self.backend.copy_of(self.originals[i], self.dtypes[i]) if self.held_copies else self.values[i]
 
     def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
         """fn at ``points`` (None: the base point); ``flat``: its output

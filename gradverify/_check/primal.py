@@ -129,7 +129,8 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
     # (whether fn changed each argument, the output's extremes - NaN and inf
     # reach them, so they say its finiteness too - and what validation asked
     # of the arguments come in one read)
-    tests = [_xp.changed(before, now) for before, now in zip(ev.values, after)]
+    befores = [ev.before(i) for i in range(len(after))]
+    tests = [_xp.changed(before, now) for before, now in zip(befores, after)]
     ends = list(out1.aminmax()) if _xp.device_floating(out1) else []
     asked, ev.asked = ev.asked, {}
     got = iter(_xp.read(*(t for t in tests if not isinstance(t, bool)), *ends, *(s for a in asked.values() for s in a)))
@@ -138,7 +139,7 @@ def evaluate(ev: Evaluator, report: Findings) -> Primal | Unshaped | None:
     for i in asked:
         ev.extremes[i], ev.squares[i] = (next(got), next(got)), (ev.values[i], next(got))
     finite_arguments(ev.values, {i: ev.extremes[i] for i in asked})
-    for i, (before, now) in enumerate(zip(ev.values, after)):
+    for i, (before, now) in enumerate(zip(befores, after)):
         if tests[i] and not _xp.equal(before, now):
             same_shape = tuple(before.shape) == tuple(now.shape)
             diff = (before != now) if same_shape else None

@@ -111,11 +111,7 @@ class Staged(Vectorised):
     def _held(self, precision: str | None, rows: Any) -> list[Any]:
         """Every argument at the point, placed beside its original once (but
         those of ``rows``, None): each call takes fresh copies made there."""
-        sources = self._sources(None, precision)
-        return [
-            None if i in rows else self.array(v, like, d)
-            for i, ((v, d, _), like) in enumerate(zip(sources, self.originals))
-        ]
+        return [None if i in rows else a for i, a in enumerate(self.arguments(None, precision))]
 
 
 def _host_stack(arrays: Sequence[Any]) -> np.ndarray:

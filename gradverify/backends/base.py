@@ -156,6 +156,15 @@ class Backend:
         itself where it is one already (to read, never to keep)."""
         raise NotImplementedError
 
+    #: Whether ``copy_of`` copies an argument where it lies.
+    copies_where_held: bool = False
+
+    def copy_of(self, original: Any, dtype_name: str) -> Any:
+        """A fresh contiguous copy of the argument ``original`` in
+        ``dtype_name``, made where it lies (no transfer): where
+        ``copies_where_held`` (elsewhere each copy is made from the host's)."""
+        raise NotImplementedError
+
     def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:
         """A backend array of ``dtype_name`` made from the working array ``a``,
         on ``like``'s device; it shares no memory with ``a`` unless ``copy`` is

@@ -82,7 +82,10 @@ class TorchBackend(Backend):
             return buffer  # the tensor is a view of buffer: in-place writes show there
         return self.to_numpy(x)
 
-    stages_rows = True
+    stages_rows = copies_where_held = True
+
+    def copy_of(self, original: Any, dtype_name: str) -> Any:
+        return original.detach().to(dtype=getattr(torch, dtype_name), copy=True, memory_format=torch.contiguous_format)
 
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         dtype = getattr(torch, dtype_name)

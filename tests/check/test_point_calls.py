@@ -140,8 +140,8 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     """A full Jacobian of a Function torch cannot vectorise calls fn once a
     point (6 n + 1 calls), and its forward rule once a column: the points
     (and tangents) cross to fn's device in one transfer per argument and the
-    outputs come back in one (34 crossings in the whole check where one a
-    call made 351; with a forward rule 31 where it was 437) - with the same
+    outputs come back in one (20 crossings in the whole check where one a
+    call made 339; with a forward rule 19 where it was 391) - with the same
     result, element for element, as each call its own arrays. Each call's row is its own: a fn that
     zeroes its input at every call changes no other call's point; each
     output is kept as it comes: a fn that writes every output into one
@@ -174,4 +174,4 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     assert together.to_dict() == each.to_dict() == alone.to_dict()
     writes = habit == "writes its input"
     assert together.ok != writes and bool(together.by_kind(gv.Kind.MUTATION)) == writes, str(together)
-    assert crossings.count * 8 <= one_each, (crossings.count, one_each)
+    assert crossings.count * 15 <= one_each, (crossings.count, one_each)
