@@ -42,6 +42,11 @@ class Evaluator(Staged):
         self.placed = placed
         to = backend.to_working if placed else backend.to_host
         self.values = [to(a) for a in args]  # never handed to user code
+        #: where the backend copies arguments where they lie (and the check
+        #: is on the host): the arguments as they were, copied there once -
+        #: what every call at the point gets a copy of, as the host's copies
+        #: are of them, whatever becomes of the caller's (see held_copies)
+        self.held = [backend.copy_of(a, backend.dtype_name(a)) for a in args] if self.held_copies else []
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
         #: argument -> (min, max) of its values and the sum of their squares
@@ -95,7 +100,7 @@ class Evaluator(Staged):
         there = self.held_copies and not keep
         for (a, dtype, fresh), like in zip(self._sources(points, precision), self.originals):
             if there and not fresh:
-                out.append(self.backend.copy_of(like, dtype))
+                out.append(self.backend.copy_of(self.held[len(out)], dtype))
                 continue
             if not (fresh or self.placed):
                 a = np.array(a, copy=True)
@@ -157,8 +162,8 @@ class Evaluator(Staged):
     def before(self, i: int) -> Any:
         """What argument i as fn left it at the point (primal_raw) is compared
         with to tell a write: its working array, or where it was copied where
-        the caller's lies, the caller's own (never handed to fn)."""
-        return self.backend.copy_of(self.originals[i], self.dtypes[i]) if self.held_copies else self.values[i]
+        the caller's lies, that copy (never handed to fn)."""
+        return self.held[i] if self.held_copies else self.values[i]
 
     def primal(self, points: Sequence[Any] | None, precision: str | None, flat: bool = False) -> Any:
         """fn at ``points`` (None: the base point); ``flat``: its output

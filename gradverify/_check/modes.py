@@ -107,10 +107,7 @@ class AD:
         if value is None or not self.ad64:
             return None if value is None else self._holed("JVP", b, value)
         wide = given[1] if given else None
-        v64 = self._ad64(
-            (lambda: wide) if wide is not None else (lambda: self.ev.jvp(self.probes.flat.split(u), "float64")),
-            "forward mode",
-        )
+        v64 = self._ad64(lambda: _raised(wide) or self.ev.jvp(self.probes.flat.split(u), "float64"), "forward mode")
         if v64 is None:
             return self._holed("JVP", b, value)
         d = v64[0]
@@ -280,7 +277,7 @@ class AD:
     def _jvp_native(self, u: np.ndarray, d: Derivative | None = None) -> np.ndarray | None:
         primal = self.primal
         try:
-            d = d or self.ev.jvp(self.probes.flat.split(u))
+            d = _raised(d) or self.ev.jvp(self.probes.flat.split(u))
         except ModeUnavailable as e:
             self.unavailable("JVP", e)
             return None
@@ -546,6 +543,14 @@ def _every(
             break
         out.append(call(p, low, k, None if given is None else given[k]))
     return out if ad.usable(mode) else []
+
+
+def _raised(given: Any) -> Any:
+    """A derivative a staged call gave (Evaluator.jvp_rows), or what it
+    raised, raised here as the call's own."""
+    if isinstance(given, Exception):
+        raise given
+    return given
 
 
 def _rows_absmax(rows: Sequence[Any]) -> np.ndarray:

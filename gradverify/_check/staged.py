@@ -11,11 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import ModeUnavailable
+from ..backends import backend_name_of
 from . import xp
-from .calls import Derivative, check_output, fns_warnings_only
+from .calls import CallFailed, Derivative, check_output
 from .vectorised import Vectorised
 
 __all__ = ["Staged"]
+
+
+#: The most elements (rows times their size) fn's points or tangents are
+#: staged in; beyond it each call takes its own from the host, as ever.
+STAGED_MAX = 1 << 22
 
 
 class Staged(Vectorised):
@@ -23,26 +30,34 @@ class Staged(Vectorised):
 
     inner: Any  # (fn under its views: what the backend asks for a forward rule)
 
+    def _stages(self, k: int, stacks: Sequence[Any]) -> bool:
+        return (
+            self.rule is None
+            and not self.placed
+            and self.backend.stages_rows
+            and k >= 2
+            and k * sum(xp.size(s[0]) for s in stacks) <= STAGED_MAX
+        )
+
     def primal_rows(self, stacks: Sequence[Any], precision: str | None) -> list[Any]:
         """fn at k points, one plain call each, as ``primal(points, precision,
         flat=True)`` gives them: ``stacks[q]``, the points' values of the q-th
         wrt argument (host arrays) along a leading axis of k. Where the
-        backend stages rows (Backend.stages_rows) each argument crosses to
-        fn's device once, every call gets its row (a view no other call
-        sees) and fresh copies of the other arguments made there, and the
-        outputs come back together: one transfer each way, not one a call.
-        The rows are padded to whole 64-byte lines, so that each starts as
-        a fresh array of its own would."""
+        backend stages rows (Backend.stages_rows) each argument's points
+        cross to fn's device in one transfer, every call gets its own fresh
+        copies made there (as at the point), and the outputs, each copied
+        into its row of one buffer as it comes (fn may reuse its own), come
+        back in one transfer, not one a call."""
         k = int(stacks[0].shape[0]) if stacks else 0
-        if self.rule is not None or self.placed or not self.backend.stages_rows or k < 2:
+        if not self._stages(k, stacks):
             return [self.primal([np.array(s[j]) for s in stacks], precision, flat=True) for j in range(k)]
         with self.backend.precision(precision or self.native_precision):
             rows = {i: self._staged(s, i, precision) for s, i in zip(stacks, self.wrt)}
-            held = self._held(precision, rows)
-            got: list[Any] = []  # (each output copied at once into its row: fn may reuse its buffer)
+            held = self.arguments(None, precision)
+            got: list[Any] = []
             together, m = None, 0
             for j in range(k):
-                args = [rows[i][j] if i in rows else xp.copy(a) for i, a in enumerate(held)]
+                args = [_row(rows[i], j) if i in rows else xp.copy(a) for i, a in enumerate(held)]
                 out = self._call(lambda *a: self._primal_fn(*a, flat=True), args, "evaluating fn")
                 check_output(self.backend, out)
                 if j == 0:
@@ -51,9 +66,7 @@ class Staged(Vectorised):
                 if together is not None and xp.size(out) == m and out.dtype == together.dtype:
                     together[j * m : (j + 1) * m] = out
                     continue
-                if (
-                    together is not None
-                ):  # (an output unlike the first: the rows so far, and each from here on, read alone)
+                if together is not None:  # (an output unlike the first: the rows so far, and each from here, alone)
                     got = [self.working(together[q * m : (q + 1) * m]) for q in range(j)]
                     together = None
                 got.append(self.working(out))
@@ -62,56 +75,72 @@ class Staged(Vectorised):
             back = self.working(together)  # (one transfer back)
             return [back[j * m : (j + 1) * m] for j in range(k)]
 
-    def _staged(self, stack: Any, i: int, precision: str | None) -> list[Any]:
-        """The rows of ``stack`` (argument i's values at k points) placed
-        beside argument i in one transfer, each a view of its own padded row."""
-        k, shape = int(stack.shape[0]), tuple(stack.shape[1:])
-        size = int(np.prod(shape, dtype=np.int64))
-        padded = np.zeros((k, -(-size // 8) * 8), dtype=stack.dtype)
-        padded[:, :size] = stack.reshape(k, size)
+    def _staged(self, stack: Any, i: int, precision: str | None) -> Any:
+        """``stack`` (argument i's values at k points, host) placed beside
+        argument i in one transfer, in the dtype argument i takes."""
         dtype = precision if (precision and self.floating[i]) else self.dtypes[i]
-        placed = self.array(padded, self.originals[i], dtype, fresh=True)
-        return [placed[j, :size].reshape(shape) for j in range(k)]
+        return self.array(np.ascontiguousarray(stack), self.originals[i], dtype, fresh=True)
 
-    def jvp_rows(self, tangents: Sequence[Sequence[Any]], precision: str | None = None) -> list[Derivative] | None:
+    def jvp_rows(self, tangents: Sequence[Sequence[Any]], precision: str | None = None) -> list[Any] | None:
         """``jvp`` along every tangent set of ``tangents`` (host arrays), one
-        plain call each, staged as ``primal_rows`` stages fn's points: None
-        where the backend does not stage rows, or on any trouble (then one
-        call at a time says what)."""
+        plain call each, staged as ``primal_rows`` stages fn's points: a
+        Derivative each, in order, until a call raised (its exception in its
+        place: raised again where it is validated, as the call's own) or
+        returned what the rest are not (that call's own Derivative), then
+        None (those are asked one at a time). None where the backend does
+        not stage rows, fn has no forward rule, or the first call raised."""
         k = len(tangents)
-        if self.rule is not None or self.placed or not self.backend.stages_rows or k < 2 or "JVP" in self.skip:
+        if "JVP" in self.skip or not self._stages(k, [tangents[0]]):
             return None
         if self.backend.forward_unavailable(self.inner) is not None:
             return None  # (known to have no forward rule: one call says so)
-        counted = self.counts["jvp"]
-        try:
-            with self.backend.precision(precision or self.native_precision), fns_warnings_only():
-                rows = {
-                    i: self._staged(_host_stack([t[p] for t in tangents]), i, precision) for p, i in enumerate(self.wrt)
-                }
-                held = self._held(precision, ())
-                together, m, shape = None, 0, ()
-                for j in range(k):
-                    self.counts["jvp"] += 1
-                    args = [xp.copy(a) for a in held]
-                    out = self.backend.jvp(self.fn, args, self.wrt, [rows[i][j] for i in self.wrt])
+        out: list[Any] = [None] * k
+        with self.backend.precision(precision or self.native_precision):
+            rows = {
+                i: self._staged(_host_stack([t[p] for t in tangents]), i, precision) for p, i in enumerate(self.wrt)
+            }
+            held = self.arguments(None, precision)
+            together, m, shape = None, 0, ()
+            for j in range(k):
+                self.counts["jvp"] += 1
+                args, tans = [xp.copy(a) for a in held], [_row(rows[i], j) for i in self.wrt]
+                try:
+                    d = self._call(self._jvp_of, (args, tans), "forward mode (JVP)")
+                except (ModeUnavailable, CallFailed) as e:
                     if j == 0:
-                        m, shape = xp.size(out), tuple(out.shape)
-                        together = xp.empty(k * m, out, self.backend.dtype_name(out))
-                    if self.backend.is_sparse(out) or tuple(out.shape) != shape or out.dtype != together.dtype:
-                        raise ValueError("unlike rows")  # (one call at a time says what they are)
-                    together[j * m : (j + 1) * m] = xp.flat(out)
-                back = self.working(together)  # (one transfer back)
-        except Exception:  # (ModeUnavailable and fn's own exceptions: one call at a time says them)
-            self.counts["jvp"] = counted
-            return None
-        dtype = self.backend.dtype_name(together)
-        return [Derivative(back[j * m : (j + 1) * m].reshape(shape), dtype, shape, "array") for j in range(k)]
+                        self.counts["jvp"] -= 1  # (asked again, one at a time)
+                        return None
+                    out[j] = e
+                    break
+                if j == 0 and backend_name_of(d) == self.backend.name and not self.backend.is_sparse(d):
+                    m, shape = xp.size(d), tuple(d.shape)
+                    together = xp.empty(k * m, d, self.backend.dtype_name(d))
+                if (
+                    together is None
+                    or self.backend.is_sparse(d)
+                    or tuple(d.shape) != shape
+                    or d.dtype != together.dtype
+                ):
+                    out[j] = self._derivative(d)  # (unlike the rest: validated alone, the rest asked one at a time)
+                    break
+                together[j * m : (j + 1) * m] = xp.flat(d)
+            filled = next((q for q, o in enumerate(out) if o is not None), k)  # (the calls before one stopped)
+            if together is not None and filled:
+                back = self.working(together[: filled * m])  # (one transfer back)
+                dtype = self.backend.dtype_name(together)
+                out[:filled] = [
+                    Derivative(back[q * m : (q + 1) * m].reshape(shape), dtype, shape, "array") for q in range(filled)
+                ]
+        return out
 
-    def _held(self, precision: str | None, rows: Any) -> list[Any]:
-        """Every argument at the point, placed beside its original once (but
-        those of ``rows``, None): each call takes fresh copies made there."""
-        return [None if i in rows else a for i, a in enumerate(self.arguments(None, precision))]
+    def _jvp_of(self, args: list[Any], tangents: list[Any]) -> Any:
+        return self.backend.jvp(self.fn, args, self.wrt, tangents)
+
+
+def _row(stack: Any, j: int) -> Any:
+    """Row j of a staged stack as a fresh array of its own (its own memory, as
+    a fresh copy's: nothing of another call's point reachable from it)."""
+    return xp.copy(stack[j])
 
 
 def _host_stack(arrays: Sequence[Any]) -> np.ndarray:

@@ -26,10 +26,7 @@ ENGINE_REFUSAL = "returned an invalid gradient at index"
 
 def findings(ev: Evaluator) -> list[Finding]:
     try:
-        with ev.backend.precision(ev.native_precision):
-            # (fresh copies, as every call of fn gets: fn may write to its inputs)
-            args = ev.arguments(None, None)
-        found = ev.backend.gradient_structure(ev.fn, args, ev.wrt)
+        found = ev.backend.gradient_structure(ev.fn, list(ev.originals), ev.wrt)  # (it calls fn on copies)
     except Exception:  # noqa: BLE001 -- fn raised again: the check has said so already
         return []
     return [_finding(d) for d in found]

@@ -76,6 +76,9 @@ class Vectorised:
     def _primal_fn(self, *args: Any, flat: bool = False) -> Any:
         raise NotImplementedError
 
+    def _derivative(self, d: Any) -> Derivative:
+        raise NotImplementedError
+
     def uniform(self, b: int, elements: int) -> None:
         """Pad the check's vectorised calls up to ``b`` members, its largest
         batch's (0: none), where the backend compiles per shape

@@ -85,7 +85,8 @@ class TorchBackend(Backend):
     stages_rows = copies_where_held = True
 
     def copy_of(self, original: Any, dtype_name: str) -> Any:
-        return original.detach().to(dtype=getattr(torch, dtype_name), copy=True, memory_format=torch.contiguous_format)
+        copy = original.detach().to(dtype=getattr(torch, dtype_name), copy=True, memory_format=torch.contiguous_format)
+        return copy.as_subclass(torch.Tensor)  # (a plain tensor, as one made from the host's copy is)
 
     def from_numpy(self, a: np.ndarray, like: Any, dtype_name: str) -> Any:
         dtype = getattr(torch, dtype_name)
@@ -358,10 +359,12 @@ def gradient_structure(fn: Callable, args: Sequence[Any], wrt: Sequence[int]) ->
     and raises on a wrong shape or device in words that name neither the
     function nor fn's argument.) Each backward runs twice: once read here,
     once by the engine."""
-    inputs = list(args)
+    # (fresh copies, as every call of fn gets: fn may write its inputs; each
+    # keeps whether the caller's requires grad, and its layout)
+    inputs = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
     leaves: dict[int, int] = {}
     for i in wrt:
-        inputs[i] = args[i].detach().requires_grad_(True)
+        inputs[i] = args[i].detach().clone().requires_grad_(True)
         leaves[id(inputs[i])] = i
     with torch.enable_grad():
         out = fn(*inputs)

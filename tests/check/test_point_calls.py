@@ -175,3 +175,90 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     writes = habit == "writes its input"
     assert together.ok != writes and bool(together.by_kind(gv.Kind.MUTATION)) == writes, str(together)
     assert crossings.count * 15 <= one_each, (crossings.count, one_each)
+
+
+def test_every_call_gets_the_arguments_as_they_were_when_the_check_began():
+    """fn may change the caller's tensor on its own (a training BatchNorm
+    updates the running mean the caller also passes as a constant): each
+    call still gets a copy of the argument as it was when the check began
+    - no writes to tell, no jitter, the check passes."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3, dtype=torch.float64).train()
+    seen = set()
+
+    def fn(x, running_mean):
+        seen.add(tuple(running_mean.tolist()))
+        return bn(x) + running_mean
+
+    r = gv.check(fn, torch.randn(4, 3, dtype=torch.float64), bn.running_mean, wrt=0)
+    assert r.ok and not r.by_kind(gv.Kind.MUTATION) and not r.by_kind(gv.Kind.NONDETERMINISM), str(r)
+    assert len(seen) == 1
+
+
+def test_a_forward_rule_that_raises_at_one_column_is_said_and_not_run_again():
+    """The forward rule's third call raises: the check says so, as when each
+    column was asked alone, and the rule is not called again to pass."""
+    calls = [0]
+
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            ctx.save_for_forward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos()
+
+        @staticmethod
+        def jvp(ctx, t):
+            calls[0] += 1
+            if calls[0] == 3:
+                raise RuntimeError("out of memory (transient)")
+            (x,) = ctx.saved_tensors
+            return t * x.cos()
+
+    r = gv.check(F.apply, torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64), modes=["JVP"])
+    (f,) = r.by_kind(gv.Kind.EXCEPTION)
+    assert not r.ok and "forward mode (JVP)" in f.message and "out of memory" in f.message
+    assert calls[0] == r.evaluations["jvp"] == 3
+
+
+def test_a_tensor_subclass_reaches_fn_as_a_plain_tensor_at_every_point():
+    class Tagged(torch.Tensor):
+        pass
+
+    seen = set()
+
+    def fn(x, c):
+        seen.add((type(x).__name__, type(c).__name__))
+        return x.sin() * (2.0 if isinstance(x, Tagged) else 1.0) * c.sum()
+
+    x = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64).as_subclass(Tagged)
+    c = torch.tensor([1.0, 2.0], dtype=torch.float64).as_subclass(Tagged)
+    r = gv.check(fn, x, c, wrt=0)
+    assert seen == {("Tensor", "Tensor")} and r.ok and not r.inconclusive, str(r)
+
+
+def test_a_wrong_gradient_shape_for_a_constant_that_requires_grad_is_still_said():
+    """The rules' gradients are read on copies; a constant argument that
+    requires grad (a parameter) still does there, so its backward's wrong
+    shape is said too."""
+
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x.sin() * w.sum()
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            return (g * x.cos() * w.sum())[:2], torch.zeros(5, dtype=w.dtype)
+
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0], dtype=torch.float64))
+    r = gv.check(F.apply, torch.linspace(0.1, 0.9, 6, dtype=torch.float64), w, wrt=0)
+    said = " | ".join(f.message for f in r.by_kind(gv.Kind.WRONG_SHAPE))
+    assert "for its input 0 (argument 0 of fn)" in said and "for its input 1," in said, said
