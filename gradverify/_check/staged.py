@@ -1,8 +1,9 @@
 """fn and its JVP at many points or along many directions, one plain call
 each, where the backend's arrays live apart from the host (a device): the
-points or tangents cross as the rows of one array, once per argument, and
-the outputs come back together, not one transfer a call. ``Evaluator`` is a
-``Staged``; ``Vectorised`` declares what it needs of it."""
+points or tangents cross as the rows of one array, once per argument (each
+call a fresh copy of its row made there), and the outputs come back
+together, not one transfer a call. ``Evaluator`` is a ``Staged``;
+``Vectorised`` declares what it needs of it."""
 
 from __future__ import annotations
 
