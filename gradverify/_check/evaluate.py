@@ -42,10 +42,13 @@ class Evaluator(Staged):
         self.placed = placed
         to = backend.to_working if placed else backend.to_host
         self.values = [to(a) for a in args]  # never handed to user code
+        #: whether fn's arguments at the point are copied where the caller's
+        #: lie (Backend.copies_where_held: on a device), not from the host's copies
+        self.held_copies = not placed and backend.copies_where_held(args)
         #: where the backend copies arguments where they lie (and the check
         #: is on the host): the arguments as they were, copied there once -
         #: what every call at the point gets a copy of, as the host's copies
-        #: are of them, whatever becomes of the caller's (see held_copies)
+        #: are of them, whatever becomes of the caller's
         self.held = [backend.copy_of(a, backend.dtype_name(a)) for a in args] if self.held_copies else []
         self.dtypes = [backend.dtype_name(a) for a in args]
         self.floating = [backend.is_floating(a) for a in args]
@@ -152,12 +155,6 @@ class Evaluator(Staged):
                 return self.backend.to_host(out), self.backend.dtype_name(out), args
             after = [self.backend.readback(a, buf) for a, buf in zip(args, self.last_buffers)]
             return self.backend.to_host(out), self.backend.dtype_name(out), after
-
-    @property
-    def held_copies(self) -> bool:
-        """Whether fn's arguments at the point are copied where the caller's
-        lie (Backend.copy_of), not made from the host's copies."""
-        return self.backend.copies_where_held and not self.placed
 
     def before(self, i: int) -> Any:
         """What argument i as fn left it at the point (primal_raw) is compared

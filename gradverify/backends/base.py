@@ -156,13 +156,14 @@ class Backend:
         itself where it is one already (to read, never to keep)."""
         raise NotImplementedError
 
-    #: Whether ``copy_of`` copies an argument where it lies.
-    copies_where_held: bool = False
+    def copies_where_held(self, args: Sequence[Any]) -> bool:
+        """Whether a check on the host copies ``args`` for fn where they lie
+        (``copy_of``: no transfer) rather than from the host's copies."""
+        return False
 
     def copy_of(self, original: Any, dtype_name: str) -> Any:
         """A fresh contiguous copy of the argument ``original`` in
-        ``dtype_name``, made where it lies (no transfer): where
-        ``copies_where_held`` (elsewhere each copy is made from the host's)."""
+        ``dtype_name``, made where it lies (see ``copies_where_held``)."""
         raise NotImplementedError
 
     def from_working(self, a: Any, like: Any, dtype_name: str, copy: bool = True) -> Any:

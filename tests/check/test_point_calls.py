@@ -12,6 +12,16 @@ import gradverify as gv
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(params=[False, True], ids=["copied from the host", "copied where they lie"])
+def held(request, monkeypatch):
+    """Small torch inputs' arguments copied from the host's copies (the CPU's
+    way) or where the caller's lie (a device's way, TorchBackend.copies_where_held)."""
+    import gradverify.backends.torch as torch_backend
+
+    monkeypatch.setattr(torch_backend, "HOLD_ON_CPU", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("n", [5, 70_000])  # (a full Jacobian; random directions on the device path)
 def test_a_function_whose_arithmetic_follows_requires_grad_is_judged_at_its_plain_value(n):
     """torch's own modules take another path when an input requires grad
@@ -44,7 +54,7 @@ def test_a_call_that_refuses_inputs_requiring_grad_fails_in_reverse_modes_words(
     assert "reverse mode (VJP)" in f.message and "requires grad" in f.message
 
 
-def test_an_in_place_write_is_said_and_the_callers_tensor_keeps_its_flags():
+def test_an_in_place_write_is_said_and_the_callers_tensor_keeps_its_flags(held):
     def fn(x):
         return x.mul_(2.0)
 
@@ -57,7 +67,7 @@ def test_an_in_place_write_is_said_and_the_callers_tensor_keeps_its_flags():
 
 
 @pytest.mark.parametrize("size", [(3, 5), (300, 300)])  # (the host path and the device path)
-def test_a_function_that_writes_its_input_and_fails_in_reverse_mode_leaves_the_callers_tensor_alone(size):
+def test_a_function_that_writes_its_input_and_fails_in_reverse_mode_leaves_the_callers_tensor_alone(size, held):
     """Where reverse mode fails, the check asks what each rule returned
     before torch's engine saw it (the structure of its gradients), calling
     fn once more: there too fn gets a copy. A rule that zeroes its input
@@ -145,10 +155,12 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     result, element for element, as each call its own arrays. Each call's row is its own: a fn that
     zeroes its input at every call changes no other call's point; each
     output is kept as it comes: a fn that writes every output into one
-    buffer of its own overwrites none kept."""
+    buffer of its own overwrites none kept. (Arguments copied where they
+    lie, as on a device.)"""
     from gradverify._sweep.examples import tanh_bias_flipped
     from gradverify.backends.torch import TorchBackend
 
+    monkeypatch.setattr("gradverify.backends.torch.HOLD_ON_CPU", True)
     rule = tanh_bias_flipped("torch", None, forward_rule=habit == "a forward rule")
     buffer = torch.empty(2, 6, dtype=torch.float64)
 
@@ -177,7 +189,7 @@ def test_a_small_checks_points_cross_to_fns_device_together(habit, monkeypatch):
     assert crossings.count * 15 <= one_each, (crossings.count, one_each)
 
 
-def test_every_call_gets_the_arguments_as_they_were_when_the_check_began():
+def test_every_call_gets_the_arguments_as_they_were_when_the_check_began(held):
     """fn may change the caller's tensor on its own (a training BatchNorm
     updates the running mean the caller also passes as a constant): each
     call still gets a copy of the argument as it was when the check began
@@ -195,7 +207,7 @@ def test_every_call_gets_the_arguments_as_they_were_when_the_check_began():
     assert len(seen) == 1
 
 
-def test_a_forward_rule_that_raises_at_one_column_is_said_and_not_run_again():
+def test_a_forward_rule_that_raises_at_one_column_is_said_and_not_run_again(held):
     """The forward rule's third call raises: the check says so, as when each
     column was asked alone, and the rule is not called again to pass."""
     calls = [0]
@@ -226,7 +238,7 @@ def test_a_forward_rule_that_raises_at_one_column_is_said_and_not_run_again():
     assert calls[0] == r.evaluations["jvp"] == 3
 
 
-def test_a_tensor_subclass_reaches_fn_as_a_plain_tensor_at_every_point():
+def test_a_tensor_subclass_reaches_fn_as_a_plain_tensor_at_every_point(held):
     class Tagged(torch.Tensor):
         pass
 
@@ -242,7 +254,7 @@ def test_a_tensor_subclass_reaches_fn_as_a_plain_tensor_at_every_point():
     assert seen == {("Tensor", "Tensor")} and r.ok and not r.inconclusive, str(r)
 
 
-def test_a_wrong_gradient_shape_for_a_constant_that_requires_grad_is_still_said():
+def test_a_wrong_gradient_shape_for_a_constant_that_requires_grad_is_still_said(held):
     """The rules' gradients are read on copies; a constant argument that
     requires grad (a parameter) still does there, so its backward's wrong
     shape is said too."""
