@@ -101,9 +101,9 @@ class Evaluator(Staged):
         out = []
         buffers = []
         there = self.held_copies and not keep
-        for (a, dtype, fresh), like in zip(self._sources(points, precision), self.originals):
+        for i, ((a, dtype, fresh), like) in enumerate(zip(self._sources(points, precision), self.originals)):
             if there and not fresh:
-                out.append(self.backend.copy_of(self.held[len(out)], dtype))
+                out.append(self.backend.copy_of(self.held[i], dtype))
                 continue
             if not (fresh or self.placed):
                 a = np.array(a, copy=True)

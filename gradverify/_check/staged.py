@@ -56,25 +56,19 @@ class Staged(Vectorised):
             rows = {i: self._staged(s, i, precision) for s, i in zip(stacks, self.wrt)}
             held = self.arguments(None, precision)
             got: list[Any] = []
-            together, m = None, 0
+            gathered = None
             for j in range(k):
                 args = [_row(rows[i], j) if i in rows else xp.copy(a) for i, a in enumerate(held)]
                 out = self._call(lambda *a: self._primal_fn(*a, flat=True), args, "evaluating fn")
                 check_output(self.backend, out)
                 if j == 0:
-                    m = xp.size(out)
-                    together = xp.empty(k * m, out, self.backend.dtype_name(out))
-                if together is not None and xp.size(out) == m and out.dtype == together.dtype:
-                    together[j * m : (j + 1) * m] = out
+                    gathered = _Gathered(self, k, out)
+                if gathered is not None and gathered.take(j, out):
                     continue
-                if together is not None:  # (an output unlike the first: the rows so far, and each from here, alone)
-                    got = [self.working(together[q * m : (q + 1) * m]) for q in range(j)]
-                    together = None
+                if gathered is not None:  # (an output unlike the first: the rows so far, and each from here, alone)
+                    got, gathered = gathered.back(j), None
                 got.append(self.working(out))
-            if together is None:
-                return got
-            back = self.working(together)  # (one transfer back)
-            return [back[j * m : (j + 1) * m] for j in range(k)]
+            return got if gathered is None else gathered.back(k)
 
     def _staged(self, stack: Any, i: int, precision: str | None) -> Any:
         """``stack`` (argument i's values at k points, host) placed beside
@@ -101,7 +95,7 @@ class Staged(Vectorised):
                 i: self._staged(_host_stack([t[p] for t in tangents]), i, precision) for p, i in enumerate(self.wrt)
             }
             held = self.arguments(None, precision)
-            together, m, shape = None, 0, ()
+            gathered = None
             for j in range(k):
                 self.counts["jvp"] += 1
                 args, tans = [xp.copy(a) for a in held], [_row(rows[i], j) for i in self.wrt]
@@ -114,28 +108,39 @@ class Staged(Vectorised):
                     out[j] = e
                     break
                 if j == 0 and backend_name_of(d) == self.backend.name and not self.backend.is_sparse(d):
-                    m, shape = xp.size(d), tuple(d.shape)
-                    together = xp.empty(k * m, d, self.backend.dtype_name(d))
-                if (
-                    together is None
-                    or self.backend.is_sparse(d)
-                    or tuple(d.shape) != shape
-                    or d.dtype != together.dtype
-                ):
+                    gathered = _Gathered(self, k, d)
+                if gathered is None or not gathered.take(j, d):
                     out[j] = self._derivative(d)  # (unlike the rest: validated alone, the rest asked one at a time)
                     break
-                together[j * m : (j + 1) * m] = xp.flat(d)
             filled = next((q for q, o in enumerate(out) if o is not None), k)  # (the calls before one stopped)
-            if together is not None and filled:
-                back = self.working(together[: filled * m])  # (one transfer back)
-                dtype = self.backend.dtype_name(together)
-                out[:filled] = [
-                    Derivative(back[q * m : (q + 1) * m].reshape(shape), dtype, shape, "array") for q in range(filled)
-                ]
+            if gathered is not None and filled:
+                dtype, shape = self.backend.dtype_name(gathered.buffer), gathered.shape
+                out[:filled] = [Derivative(r.reshape(shape), dtype, shape, "array") for r in gathered.back(filled)]
         return out
 
     def _jvp_of(self, args: list[Any], tangents: list[Any]) -> Any:
         return self.backend.jvp(self.fn, args, self.wrt, tangents)
+
+
+class _Gathered:
+    """The outputs of k calls, each copied as it comes into its row of one
+    buffer beside the first's (fn may reuse its own), read back together."""
+
+    def __init__(self, ev: Staged, k: int, first: Any) -> None:
+        self.ev, self.m, self.shape = ev, xp.size(first), tuple(first.shape)
+        self.buffer = xp.empty(k * self.m, first, ev.backend.dtype_name(first))
+
+    def take(self, j: int, out: Any) -> bool:
+        """Whether ``out`` is like the first (then copied into row j)."""
+        if self.ev.backend.is_sparse(out) or tuple(out.shape) != self.shape or out.dtype != self.buffer.dtype:
+            return False
+        self.buffer[j * self.m : (j + 1) * self.m] = xp.flat(out)
+        return True
+
+    def back(self, n: int) -> list[Any]:
+        """The first n rows as working arrays, in one transfer."""
+        w = self.ev.working(self.buffer[: n * self.m])
+        return [w[q * self.m : (q + 1) * self.m] for q in range(n)]
 
 
 def _row(stack: Any, j: int) -> Any:
