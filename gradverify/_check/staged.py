@@ -31,13 +31,10 @@ class Staged(Vectorised):
 
     inner: Any  # (fn under its views: what the backend asks for a forward rule)
 
-    def _stages(self, k: int, stacks: Sequence[Any]) -> bool:
+    def _stages(self, k: int, per_call: int) -> bool:
+        """Whether k calls, each of ``per_call`` elements of points or tangents, are staged."""
         return (
-            self.rule is None
-            and not self.placed
-            and self.backend.stages_rows
-            and k >= 2
-            and k * sum(xp.size(s[0]) for s in stacks) <= STAGED_MAX
+            self.rule is None and not self.placed and self.backend.stages_rows and k >= 2 and k * per_call <= STAGED_MAX
         )
 
     def primal_rows(self, stacks: Sequence[Any], precision: str | None) -> list[Any]:
@@ -50,7 +47,7 @@ class Staged(Vectorised):
         into its row of one buffer as it comes (fn may reuse its own), come
         back in one transfer, not one a call."""
         k = int(stacks[0].shape[0]) if stacks else 0
-        if not self._stages(k, stacks):
+        if not self._stages(k, sum(xp.size(s[0]) for s in stacks)):
             return [self.primal([np.array(s[j]) for s in stacks], precision, flat=True) for j in range(k)]
         with self.backend.precision(precision or self.native_precision):
             rows = {i: self._staged(s, i, precision) for s, i in zip(stacks, self.wrt)}
@@ -85,7 +82,7 @@ class Staged(Vectorised):
         None (those are asked one at a time). None where the backend does
         not stage rows, fn has no forward rule, or the first call raised."""
         k = len(tangents)
-        if "JVP" in self.skip or not self._stages(k, [tangents[0]]):
+        if "JVP" in self.skip or not self._stages(k, sum(xp.size(t) for t in tangents[0]) if k else 0):
             return None
         if self.backend.forward_unavailable(self.inner) is not None:
             return None  # (known to have no forward rule: one call says so)
